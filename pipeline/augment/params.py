@@ -1,0 +1,164 @@
+"""Pure parameter samplers: everything random about a view is drawn here, in numpy.
+
+A view's parameters are a dict of named per-sample arrays (first axis = batch). Executors only
+*apply* them, so the same parameters give the same view on DALI and on torch, and methods
+(e.g. InvCLR's gradient penalty, CoCor's target net) can read them.
+
+Photometric ops are applied in a FIXED order: brightness, contrast, saturation, hue, then
+grayscale, then blur. (torchvision's ColorJitter shuffles the four jitter ops per call; a random
+order is a later issue and would become one more parameter.)
+"""
+from __future__ import annotations
+
+import io
+import math
+from typing import Sequence
+
+import numpy as np
+from PIL import Image
+
+from .recipe import TwoViewRecipe
+
+Params = dict[str, np.ndarray]
+
+# Placeholder size for samples whose header cannot be read: their params are still drawn (so
+# every params array has one row per input sample) and executors drop those samples.
+UNREADABLE = (1, 1)
+
+
+def image_size(encoded: bytes) -> tuple[int, int]:
+    """(height, width) from the image header only (PIL opens lazily; no pixel decoding).
+
+    EXIF orientation is ignored on purpose: both executors decode without applying it, so crop
+    boxes refer to the stored pixel grid.
+    """
+    with Image.open(io.BytesIO(encoded)) as im:
+        w, h = im.size
+    return h, w
+
+
+def try_image_size(encoded: bytes) -> tuple[int, int] | None:
+    """image_size, or None when the header is unreadable."""
+    try:
+        h, w = image_size(encoded)
+    except Exception:  # PIL raises many types (UnidentifiedImageError, SyntaxError, OSError, ...)
+        return None
+    return (h, w) if h > 0 and w > 0 else None
+
+
+def sample_crop(h: int, w: int, scale: Sequence[float], ratio: Sequence[float],
+                rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """(y, x, ch, cw) of a crop box, following torchvision RandomResizedCrop's law.
+
+    Up to 10 tries: area fraction uniform in `scale`, aspect ratio (w/h) log-uniform in `ratio`;
+    accept the first box that fits, at a uniform position. Otherwise a central crop of the whole
+    image, clamped to the ratio range.
+    """
+    area = h * w
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            y = int(rng.integers(0, h - ch + 1))
+            x = int(rng.integers(0, w - cw + 1))
+            return y, x, ch, cw
+    # Fallback: the largest central box whose aspect ratio lies in the range.
+    aspect = w / h
+    if aspect < ratio[0]:
+        cw, ch = w, int(round(w / ratio[0]))
+    elif aspect > ratio[1]:
+        ch, cw = h, int(round(h * ratio[1]))
+    else:
+        ch, cw = h, w
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def _coin(p: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    return (rng.random(n) < p).astype(np.uint8)
+
+
+def _factor(strength: float, on: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """torchvision ColorJitter factor: uniform on [max(0, 1-s), 1+s] where on, else 1 (identity)."""
+    f = rng.uniform(max(0.0, 1.0 - strength), 1.0 + strength, len(on))
+    return np.where(on > 0, f, 1.0).astype(np.float32)
+
+
+def sample_view_params(sizes: Sequence[tuple[int, int]], recipe: TwoViewRecipe,
+                       rng: np.random.Generator) -> Params:
+    """Parameters of ONE view for a batch of images of the given (h, w) sizes.
+
+    Keys (B = len(sizes)): crop int32 [B,4] = (y, x, h, w) in source pixels; flip, jitter_on,
+    gray, blur_on uint8 [B]; brightness, contrast, saturation float32 [B] factors (1 = off);
+    hue float32 [B] in fractions of a turn (0 = off); sigma float32 [B] (0 = off).
+    """
+    n = len(sizes)
+    crop = np.array([sample_crop(h, w, recipe.scale, recipe.ratio, rng) for h, w in sizes],
+                    dtype=np.int32).reshape(n, 4)
+    b, c, s, h = recipe.jitter
+    jitter_on = _coin(recipe.p_jitter, n, rng)
+    hue = np.where(jitter_on > 0, rng.uniform(-h, h, n), 0.0).astype(np.float32)
+    blur_on_draw = rng.random(n) < recipe.p_blur
+    sigma_draw = rng.uniform(recipe.blur_sigma[0], recipe.blur_sigma[1], n)
+    return {
+        "crop": crop,
+        "flip": _coin(recipe.p_flip, n, rng),
+        "jitter_on": jitter_on,
+        "brightness": _factor(b, jitter_on, rng),
+        "contrast": _factor(c, jitter_on, rng),
+        "saturation": _factor(s, jitter_on, rng),
+        "hue": hue,
+        "gray": _coin(recipe.p_gray, n, rng),
+        "blur_on": blur_on_draw.astype(np.uint8),
+        "sigma": np.where(blur_on_draw, sigma_draw, 0.0).astype(np.float32),
+    }
+
+
+def sample_views(encoded: Sequence[bytes], recipe: TwoViewRecipe,
+                 rng: np.random.Generator) -> list[Params]:
+    """One params dict per view, views drawn independently. Unreadable images get placeholder
+    params (size UNREADABLE); executors drop them and report it through `kept`."""
+    sizes = [try_image_size(e) or UNREADABLE for e in encoded]
+    return [sample_view_params(sizes, recipe, rng) for _ in range(recipe.n_views)]
+
+
+def select(params: Params, idx: np.ndarray) -> Params:
+    """Rows `idx` of every array (used to drop samples an executor could not decode)."""
+    return {k: v[idx] for k, v in params.items()}
+
+
+def valid_samples(encoded: Sequence[bytes], views: Sequence[Params]) -> np.ndarray:
+    """Cheap pre-check shared by executors: header readable and every view's crop inside the
+    image. Returns a bool mask over samples."""
+    ok = np.zeros(len(encoded), dtype=bool)
+    for i, e in enumerate(encoded):
+        size = try_image_size(e)
+        if size is None:
+            continue
+        h, w = size
+        ok[i] = all(_crop_inside(p["crop"][i], h, w) for p in views)
+    return ok
+
+
+def _crop_inside(crop: np.ndarray, h: int, w: int) -> bool:
+    y, x, ch, cw = (int(v) for v in crop)
+    return 0 <= y and 0 <= x and ch > 0 and cw > 0 and y + ch <= h and x + cw <= w
+
+
+def blur_window(sigma: float) -> int:
+    """Gaussian kernel size both executors use: covers +-3 sigma, always odd."""
+    return 2 * math.ceil(3.0 * float(sigma)) + 1
+
+
+def eval_geometry(h: int, w: int, size: int, crop_fraction: float = 0.875) -> tuple[int, int, int, int]:
+    """Deterministic eval view: resize the short side to round(size / crop_fraction) (256 for 224),
+    then a central size x size crop. Returns (resized_h, resized_w, top, left); computed once here
+    so both executors agree to the pixel."""
+    short = max(size, int(round(size / crop_fraction)))
+    if h <= w:
+        rh, rw = short, max(short, int(short * w / h))
+    else:
+        rh, rw = max(short, int(short * h / w)), short
+    return rh, rw, int(round((rh - size) / 2)), int(round((rw - size) / 2))

@@ -1,0 +1,81 @@
+"""Config: Hydra composition of conf/ with `key=value` overrides, validated before any work starts."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+class ConfigError(ValueError):
+    """A bad override, an unknown group option, a missing path: reported as one line, before Ray starts."""
+
+
+def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> dict:
+    """Compose conf/<config_name>.yaml with overrides into a plain, fully resolved dict."""
+    overrides = list(overrides or [])
+    for o in overrides:
+        if "=" not in o or o.startswith("="):
+            raise ConfigError(f"malformed override {o!r}: expected key=value")
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name=config_name, overrides=overrides)
+        OmegaConf.set_struct(cfg, False)
+        _absolute_paths(cfg)
+        out = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_one_line(e)) from None
+    return out
+
+
+def _absolute_paths(cfg) -> None:
+    # Resolve the root once so every derived path is absolute (Ray workers run elsewhere).
+    root = cfg.paths.root
+    if "://" not in str(root):
+        cfg.paths.root = str(Path(os.path.expanduser(str(root))).resolve())
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    return msg[0] if msg else type(e).__name__
+
+
+def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval")) -> str:
+    """A short hash of what determines the trained weights: same command, same run (and resume)."""
+    kept = {k: v for k, v in cfg.items() if k not in ignore}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def to_yaml(cfg: dict) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(cfg))
+
+
+def cli(argv: list[str], description: str, config_name: str = "config") -> dict:
+    """Parse a job's command line: `--help`, or key=value overrides. Exits with one line on bad input."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(description.strip())
+        print(f"\nusage: python {Path(sys.argv[0]).name} [key=value ...]\n")
+        print("Config groups (pick with group=option):")
+        for group in sorted(p for p in CONF_DIR.iterdir() if p.is_dir()):
+            options = sorted(f.stem for f in group.glob("*.yaml"))
+            print(f"  {group.name}: {', '.join(options)}")
+        print("\nDefault config:\n")
+        print(to_yaml(compose_config([], config_name)))
+        raise SystemExit(0)
+    try:
+        return compose_config(argv, config_name)
+    except ConfigError as e:
+        fail(str(e))
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,51 @@
+"""Collectives that are correct on 1 process and on N (gloo on CPU, nccl on GPU)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_fn
+
+
+def is_dist() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_dist() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_dist() else 0
+
+
+@torch.no_grad()
+def gather_nograd(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate `x` from every rank along dim 0 (rank order); no gradient flows back."""
+    if not is_dist():
+        return x
+    out = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(out, x.contiguous())
+    return torch.cat(out)
+
+
+def gather_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate `x` from every rank; the backward pass sends each rank the gradient of its own slice
+    summed over all ranks' losses, so DDP's gradient averaging yields the gradient of the mean loss."""
+    if not is_dist():
+        return x
+    return torch.cat(dist_fn.all_gather(x.contiguous()))
+
+
+@torch.no_grad()
+def broadcast_(x: torch.Tensor, src: int = 0) -> torch.Tensor:
+    if is_dist():
+        dist.broadcast(x, src)
+    return x
+
+
+def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+    if is_dist():
+        x = x.clone()
+        dist.all_reduce(x)
+        x /= world_size()
+    return x

@@ -1,0 +1,49 @@
+"""Weighted k-nearest-neighbour monitor (Wu et al. 2018): classification accuracy or regression R^2."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _neighbours(bank: torch.Tensor, query: torch.Tensor, k: int, temperature: float):
+    sim = F.normalize(query, dim=1) @ F.normalize(bank, dim=1).t()
+    top_sim, top_idx = sim.topk(min(k, bank.shape[0]), dim=1)
+    return (top_sim / temperature).exp(), top_idx
+
+
+def knn_classify(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 200,
+                 temperature: float = 0.1, num_classes: int | None = None) -> torch.Tensor:
+    """Predicted class per query: the class with the largest sum of exp(cos/T) over the k neighbours."""
+    c = num_classes or int(bank_y.max()) + 1
+    w, idx = _neighbours(bank, query, k, temperature)
+    votes = torch.zeros(query.shape[0], c, dtype=w.dtype)
+    votes.scatter_add_(1, bank_y[idx], w)
+    return votes.argmax(1)
+
+
+def knn_regress(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 20,
+                temperature: float = 0.1) -> torch.Tensor:
+    """Predicted targets per query: the exp(cos/T)-weighted mean of the k neighbours' targets."""
+    w, idx = _neighbours(bank, query, k, temperature)
+    w = w / w.sum(1, keepdim=True)
+    return (w.unsqueeze(-1) * bank_y[idx]).sum(1)
+
+
+def r2_score(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Coefficient of determination per column."""
+    ss_res = ((pred - y) ** 2).sum(0)
+    ss_tot = ((y - y.mean(0)) ** 2).sum(0)
+    return 1 - ss_res / ss_tot
+
+
+def knn_metrics(bank, bank_y, query, query_y, task: str, k: int, temperature: float,
+                names: list[str] | None = None) -> dict[str, float]:
+    """{"knn_top1": acc} for classification; {"knn_r2": mean R^2, "knn_r2_<name>": ...} for regression."""
+    if task == "classification":
+        pred = knn_classify(bank, bank_y, query, k, temperature)
+        return {"knn_top1": float((pred == query_y).float().mean())}
+    r2 = r2_score(knn_regress(bank, bank_y, query, k, temperature), query_y)
+    out = {"knn_r2": float(r2.mean())}
+    for name, v in zip(names or [], r2.tolist()):
+        out[f"knn_r2_{name}"] = v
+    return out

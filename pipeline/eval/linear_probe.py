@@ -1,0 +1,57 @@
+"""Linear probe on frozen features: cross-entropy for classes, MSE per target for regression.
+
+Full-batch L-BFGS on standardised features, weight decay on the weights only (InvCLR's protocol,
+specs/invariance.md 4.1), so the probe's result depends on the features and not on an SGD schedule.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.eval.knn import r2_score
+
+
+def _standardise(train: torch.Tensor, test: torch.Tensor):
+    mu, sd = train.mean(0), train.std(0).clamp_min(1e-6)
+    return (train - mu) / sd, (test - mu) / sd
+
+
+def fit_linear(x: torch.Tensor, y: torch.Tensor, task: str, steps: int = 200, weight_decay: float = 1e-5,
+               num_classes: int | None = None) -> nn.Linear:
+    out_dim = (num_classes or int(y.max()) + 1) if task == "classification" else y.shape[1]
+    head = nn.Linear(x.shape[1], out_dim).double()
+    x = x.double()
+    y = y if task == "classification" else y.double()
+    opt = torch.optim.LBFGS(head.parameters(), lr=1, max_iter=20, history_size=10, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        out = head(x)
+        loss = F.cross_entropy(out, y) if task == "classification" else F.mse_loss(out, y)
+        loss = loss + weight_decay * head.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    return head
+
+
+def probe(train_x, train_y, test_x, test_y, task: str, names: list[str] | None = None, steps: int = 200,
+          weight_decay: float = 1e-5, num_classes: int | None = None) -> dict[str, float]:
+    """Fit on train, score on test. Classification: {"top1"}; regression: {"mse_<t>", "r2_<t>", "mse", "r2"}."""
+    train_x, test_x = _standardise(train_x.double(), test_x.double())
+    head = fit_linear(train_x, train_y, task, steps, weight_decay, num_classes)
+    with torch.no_grad():
+        out = head(test_x)
+    if task == "classification":
+        return {"top1": float((out.argmax(1) == test_y).double().mean())}
+    test_y = test_y.double()
+    mse = ((out - test_y) ** 2).mean(0)
+    r2 = r2_score(out, test_y)
+    res = {"mse": float(mse.mean()), "r2": float(r2.mean())}
+    for i, name in enumerate(names or [f"y{i}" for i in range(test_y.shape[1])]):
+        res[f"mse_{name}"] = float(mse[i])
+        res[f"r2_{name}"] = float(r2[i])
+    return res

@@ -1,0 +1,57 @@
+"""MoCo v1/v2 (He et al. 2020; Chen et al. 2020): query encoder, momentum key encoder, queue, shuffle-BN."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from pipeline import dist
+from pipeline.losses import info_nce
+from pipeline.methods.base import Method, build_encoder, unwrap
+from pipeline.models.momentum import Queue, ema_update, momentum_copy
+from pipeline.models.split_bn import convert_split_bn
+
+
+class MoCo(Method):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        m = cfg["method"]
+        self.temperature = float(m["temperature"])
+        self.momentum_base = float(m["momentum"])
+        self.momentum_cosine = bool(m.get("momentum_cosine", False))
+        self.bn_splits = int(m.get("bn_splits", 1))
+        encoder = build_encoder(cfg["model"], m["head"])
+        convert_split_bn(encoder, self.bn_splits)
+        self.online = encoder
+        self.key_encoder = momentum_copy(encoder)
+        self.queue = Queue(int(m["queue_size"]), int(m["head"]["out_dim"]), seed=int(cfg.get("seed", 0)))
+        self.momentum = self.momentum_base
+
+    @torch.no_grad()
+    def _keys(self, x: torch.Tensor) -> torch.Tensor:
+        """Key projections with shuffle-BN: the global key batch is permuted before the key encoder sees
+        it, so no key shares BN statistics with its own query's group (on N workers or in N BN splits)."""
+        x_all = dist.gather_nograd(x)
+        perm = torch.randperm(x_all.shape[0], device=x.device)
+        dist.broadcast_(perm)
+        b, r = x.shape[0], dist.rank()
+        mine = perm[r * b:(r + 1) * b]
+        k = F.normalize(self.key_encoder(x_all[mine]), dim=1)
+        k_all = dist.gather_nograd(k)
+        unshuffled = torch.empty_like(k_all)
+        unshuffled[perm] = k_all
+        return unshuffled[r * b:(r + 1) * b]
+
+    def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        x_q, x_k = images[0], images[1]
+        q = F.normalize(self.online(x_q), dim=1)
+        k = self._keys(x_k)
+        loss = info_nce(q, k, self.queue.keys.clone(), self.temperature)
+        self.queue.push(dist.gather_nograd(k))
+        return {"loss": loss, "pos_sim": (q.detach() * k).sum(1).mean()}
+
+    def after_step(self, progress: float) -> None:
+        if self.momentum_cosine:  # BYOL-style schedule towards 1
+            self.momentum = 1 - (1 - self.momentum_base) * (math.cos(math.pi * progress) + 1) / 2
+        ema_update(self.key_encoder, unwrap(self.online), self.momentum)

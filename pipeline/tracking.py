@@ -1,0 +1,85 @@
+"""MLflow helpers: one run per job, found again by its run key so a resumed job continues its run."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+
+def tracking_uri(cfg: dict) -> str:
+    """`tracking.uri`, else $MLFLOW_TRACKING_URI, else a SQLite store in the runs folder (MLflow 3 refuses
+    a plain ./mlruns folder store)."""
+    uri = cfg["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    runs = Path(cfg["paths"]["runs"])
+    runs.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{runs / 'mlflow.db'}"
+
+
+def artifact_root(cfg: dict) -> str | None:
+    if cfg["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI"):
+        return None  # the server decides
+    return (Path(cfg["paths"]["runs"]) / "mlartifacts").as_uri()
+
+
+def setup(cfg: dict) -> str:
+    """Point MLflow at the store and make sure the experiment exists; returns the experiment id."""
+    mlflow.set_tracking_uri(tracking_uri(cfg))
+    name = cfg["tracking"]["experiment"]
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    return mlflow.create_experiment(name, artifact_location=artifact_root(cfg))
+
+
+def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
+    """The MLflow run tagged with `run_key` (resume) or a new one; returns its run id."""
+    exp_id = setup(cfg)
+    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1,
+                                       order_by=["attributes.start_time DESC"])
+    if found:
+        run_id = found[0].info.run_id
+        mlflow.start_run(run_id=run_id)
+        return run_id
+    run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags={"run_key": run_key, "job": job})
+    return run.info.run_id
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = str(v)[:500]
+    return out
+
+
+class StepLogger:
+    """Per-step metrics from the rank-0 training worker, batched into few store writes."""
+
+    def __init__(self, uri: str, run_id: str, flush_every_s: float = 5.0):
+        self.client = MlflowClient(uri)
+        self.run_id = run_id
+        self.pending: list = []
+        self.flush_every_s = flush_every_s
+        self.last = time.monotonic()
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if time.monotonic() - self.last > self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        for i in range(0, len(self.pending), 900):  # MLflow caps a batch at 1000 metrics
+            self.client.log_batch(self.run_id, metrics=self.pending[i:i + 900])
+        self.pending = []
+        self.last = time.monotonic()

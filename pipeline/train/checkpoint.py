@@ -1,0 +1,42 @@
+"""Checkpoint files: one `state.pt` with the method (DDP wrapper stripped), optimiser and progress."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+STATE_FILE = "state.pt"
+
+
+def method_state(method: nn.Module) -> dict:
+    """The method's state dict with DDP's `module.` level removed, so 1-worker and N-worker runs load alike."""
+    return {k.replace("online.module.", "online."): v for k, v in method.state_dict().items()}
+
+
+def load_method_state(method: nn.Module, state: dict) -> None:
+    wrapped = any(k.startswith("online.module.") for k in method.state_dict())
+    if wrapped:
+        state = {(k.replace("online.", "online.module.", 1) if k.startswith("online.") else k): v
+                 for k, v in state.items()}
+    method.load_state_dict(state)
+
+
+def save(directory: str | Path, method: nn.Module, optimizer, epoch: int, step: int, cfg: dict) -> Path:
+    """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt."""
+    path = Path(directory) / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    torch.save({"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch,
+                "step": step, "cfg": cfg}, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load(directory: str | Path) -> dict:
+    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def backbone_state(state: dict) -> dict:
+    """The online backbone's weights from a checkpoint state: what linear probes and detection load."""
+    prefix = "online.backbone."
+    return {k[len(prefix):]: v for k, v in state["method"].items() if k.startswith(prefix)}

@@ -1,0 +1,66 @@
+import pytest
+import torch
+from torch import nn
+
+from pipeline.models.backbones import build_backbone
+from pipeline.models.momentum import Queue, ema_update, momentum_copy
+from pipeline.models.split_bn import SplitBatchNorm2d, convert_split_bn
+
+
+@pytest.mark.parametrize("name,dim", [("resnet18", 512), ("resnet50", 2048)])
+def test_backbone_feature_dims(name, dim):
+    net = build_backbone(name, cifar_stem=True)
+    assert net.feat_dim == dim
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, dim)
+
+
+def test_cifar_stem_keeps_resolution_and_width_scales():
+    net = build_backbone("resnet18", cifar_stem=True, width=16)
+    assert net.feat_dim == 128
+    assert isinstance(net.maxpool, nn.Identity) and net.conv1.stride == (1, 1)
+    # the CIFAR stem keeps 32x32 through layer1
+    x = net.relu(net.bn1(net.conv1(torch.randn(1, 3, 32, 32))))
+    assert net.layer1(net.maxpool(x)).shape[-1] == 32
+
+
+def test_split_bn_equals_bn_per_group():
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, 4, 4)
+    split = SplitBatchNorm2d(3, splits=2).train()
+    ref = nn.BatchNorm2d(3).train()
+    out = split(x)
+    # group g holds samples g, g+2, g+4, ...
+    for g in range(2):
+        torch.testing.assert_close(out[g::2], ref(x[g::2]))
+
+
+def test_convert_split_bn_replaces_all_bn2d():
+    net = convert_split_bn(build_backbone("resnet18", cifar_stem=True, width=8), 4)
+    bns = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert bns and all(isinstance(m, SplitBatchNorm2d) for m in bns)
+    net(torch.randn(8, 3, 16, 16))
+    with pytest.raises(ValueError):
+        net(torch.randn(6, 3, 16, 16))
+
+
+def test_ema_update_and_frozen_copy():
+    online = nn.Linear(3, 2)
+    target = momentum_copy(online)
+    assert not any(p.requires_grad for p in target.parameters())
+    before = target.weight.clone()
+    with torch.no_grad():
+        online.weight.add_(1.0)
+    ema_update(target, online, 0.9)
+    torch.testing.assert_close(target.weight, 0.9 * before + 0.1 * online.weight)
+
+
+def test_queue_is_fifo_and_wraps():
+    q = Queue(5, 2)
+    a = torch.arange(6.0).view(3, 2)
+    q.push(a)
+    torch.testing.assert_close(q.keys[:3], a)
+    b = torch.arange(6.0, 12.0).view(3, 2)
+    q.push(b)
+    torch.testing.assert_close(q.keys[3:], b[:2])
+    torch.testing.assert_close(q.keys[0], b[2])
+    assert int(q.ptr) == 1

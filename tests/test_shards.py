@@ -1,0 +1,395 @@
+import importlib.util
+import io
+import json
+import pickle
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+from PIL import Image
+
+from pipeline.data import shards
+from pipeline.data import spirograph as sp
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def read_tar(path: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar]
+
+
+def read_split(out: Path) -> list[dict]:
+    """Samples of a split from its manifest, grouped from plain tar members (checks adjacency)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    samples: list[dict] = []
+    for name in manifest["shards"]:
+        members = read_tar(out / name)
+        assert len(members) <= manifest["maxcount"] * 3
+        for member, data in members:
+            key, ext = member.split(".", 1)
+            if not samples or samples[-1]["__key__"] != key:
+                assert all(s["__key__"] != key for s in samples), f"members of {key} are not adjacent"
+                samples.append({"__key__": key})
+            samples[-1][ext] = data
+    for s in samples:
+        exts = [k for k in s if k != "__key__"]
+        assert exts == sorted(exts)
+    return samples
+
+
+def read_wds(out: Path) -> list[dict]:
+    urls = [str(out / n) for n in json.loads((out / "manifest.json").read_text())["shards"]]
+    return list(wds.WebDataset(urls, shardshuffle=False))
+
+
+def pixels(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def image_bytes(array: np.ndarray, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def no_leftovers(out: Path) -> None:
+    assert not list(out.glob("*.tmp"))
+    assert not (out / shards.PARTIAL_MARKER).exists()
+
+
+# ---------------------------------------------------------------- ShardWriter / write_split
+
+
+def test_shard_writer_encodes_and_rolls_over(tmp_path):
+    with shards.ShardWriter(tmp_path, maxcount=2) as writer:
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "txt": f"é{i}", "cls": i, "json": {"a": i}, "bin": b"\x00\x01"})
+    assert writer.shards == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    members = read_tar(tmp_path / "shard-000002.tar")
+    assert members == [("k4.bin", b"\x00\x01"), ("k4.cls", b"4"), ("k4.json", b'{"a": 4}'),
+                       ("k4.txt", "é4".encode())]
+    for bad in ({"__key__": "a.b", "x": b""}, {"__key__": "", "x": b""}, {"x": b""}):
+        with pytest.raises(ValueError):
+            shards.ShardWriter(tmp_path / "bad", maxcount=2).write(bad)
+
+
+def test_writer_abort_leaves_only_complete_shards(tmp_path):
+    with pytest.raises(RuntimeError):
+        with shards.ShardWriter(tmp_path, maxcount=3) as writer:
+            for i in range(4):
+                writer.write({"__key__": f"k{i}", "cls": i})
+            raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-000000.tar"]
+
+
+def _synthetic(n: int):
+    for i in range(n):
+        yield {"__key__": f"{i:04d}", "cls": i % 3, "txt": f"sample {i}"}
+
+
+def _interrupted(n: int, fail_at: int):
+    for i, sample in enumerate(_synthetic(n)):
+        if i == fail_at:
+            raise RuntimeError("interrupted")
+        yield sample
+
+
+def test_interrupted_write_resumes_to_identical_output(tmp_path):
+    kwargs = dict(maxcount=10, class_names=["a", "b", "c"], source={"kind": "synthetic"}, progress=False)
+    reference = shards.write_split(_synthetic(37), tmp_path / "ref", **kwargs)
+
+    out = tmp_path / "resumed"
+    with pytest.raises(RuntimeError):
+        shards.write_split(_interrupted(37, fail_at=15), out, **kwargs)
+    assert not (out / "manifest.json").exists()
+    assert sorted(p.name for p in out.glob("*.tar")) == ["shard-000000.tar"]
+    assert len(read_tar(out / "shard-000000.tar")) == 20  # 10 samples, complete
+    assert not list(out.glob("*.tar.tmp"))
+
+    starts = []
+
+    def source(start):
+        starts.append(start)
+        return (s for i, s in enumerate(_synthetic(37)) if i >= start)
+
+    manifest = shards.write_split(source, out, **kwargs)
+    assert starts == [10]  # the finished shard was not produced again
+    assert manifest == reference
+    assert manifest["num_samples"] == 37 and len(manifest["shards"]) == 4
+    for name in manifest["shards"]:
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+    no_leftovers(out)
+
+    # complete manifest with the same source: no work at all
+    assert shards.write_split(lambda start: pytest.fail("regenerated"), out, **kwargs) == reference
+
+
+def test_changed_source_rewrites_split(tmp_path):
+    kwargs = dict(maxcount=10, class_names=None, progress=False)
+    shards.write_split(_synthetic(25), tmp_path, source="v1", **kwargs)
+    manifest = shards.write_split(_synthetic(8), tmp_path, source="v2", **kwargs)
+    assert manifest["num_samples"] == 8 and manifest["shards"] == ["shard-000000.tar"]
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["shard-000000.tar"]
+
+    # an interrupted run of another source never contributes shards to a resume
+    with pytest.raises(RuntimeError):
+        shards.write_split(_interrupted(30, fail_at=25), tmp_path, source="v3", **kwargs)
+    manifest = shards.write_split(_synthetic(30), tmp_path, source="v4", **kwargs)
+    assert [s["__key__"] for s in read_split(tmp_path)] == [f"{i:04d}" for i in range(30)]
+
+
+# ---------------------------------------------------------------- ImageFolder
+
+
+@pytest.fixture
+def imagefolder(tmp_path):
+    rng = np.random.default_rng(0)
+    root = tmp_path / "imagenet" / "train"
+    files = {}
+    for cls, name, fmt in [("cat", "a.jpg", "JPEG"), ("cat", "b.png", "PNG"), ("dog", "c1.JPEG", "JPEG"),
+                           ("dog", "d.v2.jpeg", "JPEG"), ("ant", "e.webp", "WEBP")]:
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        data = image_bytes(rng.integers(0, 256, (8 + len(files), 10, 3), dtype=np.uint8), fmt)
+        (root / cls / name).write_bytes(data)
+        files[(cls, name)] = data
+    (root / "dog" / "broken.jpg").write_bytes(b"\xff\xd8 this is not a jpeg")
+    (root / "dog" / "notes.txt").write_text("not an image")
+    return root, files
+
+
+def test_imagefolder_round_trip(imagefolder, tmp_path):
+    root, files = imagefolder
+    out_root = tmp_path / "shards"
+    manifest = shards.make_imagefolder_split(root.parent, out_root, "train", maxcount=2, progress=False)
+    out = out_root / "train"
+    assert manifest["class_names"] == ["ant", "cat", "dog"]
+    assert manifest["num_samples"] == 5 and manifest["skipped"] == 1
+    assert manifest["shards"] == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    assert manifest["image_ext"] == "jpg;png;webp"
+    no_leftovers(out)
+
+    expected = [("ant", "e.webp", "webp"), ("cat", "a.jpg", "jpg"), ("cat", "b.png", "png"),
+                ("dog", "c1.JPEG", "jpg"), ("dog", "d.v2.jpeg", "jpg")]
+    keys = ["00000000_e", "00000001_a", "00000002_b", "00000003_c1", "00000004_d_v2"]
+    classes = manifest["class_names"]
+    for samples in (read_split(out), read_wds(out)):
+        assert [s["__key__"] for s in samples] == keys
+        for sample, (cls, name, ext) in zip(samples, expected):
+            assert sample[ext] == files[(cls, name)]  # bytes kept verbatim
+            assert int(sample["cls"]) == classes.index(cls)
+
+    # the input folder itself (not its parent) works too, and a rerun is a no-op
+    assert shards.make_imagefolder_split(root, out_root, "train", maxcount=2, progress=False) == manifest
+
+
+# ---------------------------------------------------------------- CIFAR
+
+
+def _cifar_rows(rng, n):
+    return rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+
+
+def _dump(path: Path, obj) -> None:
+    path.write_bytes(pickle.dumps(obj, protocol=2))
+
+
+@pytest.fixture
+def cifar10(tmp_path):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "c10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    # bytes keys, as in the official Python 2 pickles
+    _dump(folder / "batches.meta", {b"label_names": names, b"num_vis": 3072})
+    batches = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = _cifar_rows(rng, 3)
+        labels = rng.integers(0, 10, 3).tolist()
+        _dump(folder / name, {b"batch_label": name.encode(), b"data": data, b"labels": labels,
+                              b"filenames": [b"x.png"] * 3})
+        batches[name] = (data, labels)
+    return folder, batches
+
+
+@pytest.fixture
+def cifar100(tmp_path):
+    rng = np.random.default_rng(2)
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    _dump(folder / "meta", {"fine_label_names": [f"class{i}" for i in range(100)],
+                            "coarse_label_names": [f"super{i}" for i in range(20)]})
+    batches = {}
+    for name, n in (("train", 7), ("test", 4)):
+        data = _cifar_rows(rng, n)
+        labels = rng.integers(0, 100, n).tolist()
+        _dump(folder / name, {"data": data, "fine_labels": labels, "coarse_labels": [0] * n})
+        batches[name] = (data, labels)
+    return folder, batches
+
+
+def _check_cifar(out: Path, data: np.ndarray, labels: list[int]) -> None:
+    for samples in (read_split(out), read_wds(out)):
+        assert [s["__key__"] for s in samples] == [f"{i:06d}" for i in range(len(labels))]
+        for i, sample in enumerate(samples):
+            assert int(sample["cls"]) == labels[i]
+            image = pixels(sample["png"])
+            assert image.shape == (32, 32, 3)
+            # R plane, then G plane, then B plane
+            assert np.array_equal(image[..., 0].ravel(), data[i, :1024])
+            assert np.array_equal(image[..., 2].ravel(), data[i, 2048:])
+
+
+def test_cifar10_round_trip(cifar10, tmp_path):
+    folder, batches = cifar10
+    out_root = tmp_path / "out"
+    train = shards.make_cifar_split(folder.parent, out_root, "train", maxcount=4, progress=False)
+    assert train["num_samples"] == 15 and len(train["shards"]) == 4
+    assert train["class_names"][:2] == ["airplane", "automobile"] and train["image_ext"] == "png"
+    data = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)])
+    labels = sum((batches[f"data_batch_{i}"][1] for i in range(1, 6)), [])
+    _check_cifar(out_root / "train", data, labels)
+
+    test = shards.make_cifar_split(folder, out_root, "test", maxcount=4, progress=False)
+    assert test["num_samples"] == 3
+    _check_cifar(out_root / "test", *batches["test_batch"])
+
+    # start skips into later batches without changing the samples
+    full = list(shards.iter_cifar(folder, "train"))
+    assert list(shards.iter_cifar(folder, "train", start=5)) == full[5:]
+
+
+def test_cifar100_round_trip(cifar100, tmp_path):
+    folder, batches = cifar100
+    manifest = shards.make_cifar_split(folder, tmp_path / "out", "train", maxcount=5, progress=False)
+    assert manifest["num_samples"] == 7 and len(manifest["class_names"]) == 100
+    assert manifest["class_names"][3] == "class3"
+    _check_cifar(tmp_path / "out" / "train", *batches["train"])
+    with pytest.raises(ValueError):
+        shards.make_cifar_split(folder, tmp_path / "out", "validation", progress=False)
+
+
+# ---------------------------------------------------------------- Spirograph
+
+
+def test_spirograph_round_trip(tmp_path):
+    manifests = shards.make_spirograph_splits(tmp_path, n_train=25, n_val=7, seed=3, size=16, maxcount=10,
+                                              progress=False)
+    assert manifests["train"]["num_samples"] == 25 and len(manifests["train"]["shards"]) == 3
+    assert manifests["val"]["num_samples"] == 7 and manifests["val"]["class_names"] is None
+
+    params = sp.sample_params(25, torch.Generator().manual_seed(3))  # one chunk: seed + 0
+    images = (sp.render_flat(params, size=16) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    for samples in (read_split(tmp_path / "train"), read_wds(tmp_path / "train")):
+        assert [s["__key__"] for s in samples] == [f"{i:08d}" for i in range(25)]
+        for i, sample in enumerate(samples):
+            values = json.loads(sample["json"])
+            assert set(values) == set(sp.PARAM_NAMES)
+            for name in sp.PARAM_NAMES:
+                assert values[name] == params[name][i].item()
+            assert np.array_equal(pixels(sample["png"]), images[i])
+
+    val = read_split(tmp_path / "val")
+    val_params = sp.sample_params(7, torch.Generator().manual_seed(3 + 10**6))
+    assert json.loads(val[0]["json"])["m"] == val_params["m"][0].item()
+
+
+def test_spirograph_chunks_regenerate_independently():
+    full = list(shards.iter_spirograph(23, seed=5, size=8, chunk=10))
+    assert len(full) == 23
+    for start in (0, 7, 10, 22):
+        assert list(shards.iter_spirograph(23, seed=5, size=8, start=start, chunk=10)) == full[start:]
+    chunk2 = sp.sample_params(3, torch.Generator().manual_seed(5 + 2))
+    assert json.loads(json.dumps(full[20]["json"]))["b"] == chunk2["b"][0].item()
+
+
+# ---------------------------------------------------------------- read_manifest
+
+
+def test_read_manifest(tmp_path):
+    shards.write_split(_synthetic(12), tmp_path / "ok", maxcount=5, class_names=None, source="s", progress=False)
+    manifest, urls = shards.read_manifest(tmp_path / "ok")
+    assert manifest["num_samples"] == 12
+    assert urls == [str(tmp_path / "ok" / f"shard-00000{i}.tar") for i in range(3)]
+    via_uri, uri_urls = shards.read_manifest(f"file://{tmp_path / 'ok'}/")
+    assert via_uri == manifest
+    assert uri_urls[0] == f"file://{tmp_path / 'ok'}/shard-000000.tar"
+
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError, match="not found: .*nope"):
+        shards.read_manifest(missing)
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(FileNotFoundError, match="no manifest.json in .*empty_dir"):
+        shards.read_manifest(tmp_path / "empty_dir")
+
+    shards.write_split(iter([]), tmp_path / "zero", maxcount=5, class_names=None, source="s", progress=False)
+    with pytest.raises(ValueError, match="zero samples"):
+        shards.read_manifest(tmp_path / "zero")
+    (tmp_path / "zero" / "manifest.json").write_text(json.dumps({"num_samples": 3, "complete": False}))
+    with pytest.raises(ValueError, match="incomplete"):
+        shards.read_manifest(tmp_path / "zero")
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _load_job():
+    spec = importlib.util.spec_from_file_location("make_shards_job", REPO / "jobs" / "make_shards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli(tmp_path, capsys):
+    job = _load_job()
+    assert job.main(["--help"]) == 0
+    assert "source=imagefolder" in capsys.readouterr().out
+
+    assert job.main(["source=cifar", f"input={tmp_path / 'missing'}", f"output={tmp_path / 'o'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "input path does not exist" in err
+    assert not (tmp_path / "o").exists()
+    assert job.main(["source=spirograph", "output=x", "n=ten"]) == 2
+    assert job.main(["source=spirograph", "output=x", "input=y"]) == 2
+
+    out = tmp_path / "spiro"
+    assert job.main(["source=spirograph", f"output={out}", "n=12", "n_val=3", "size=8", "maxcount=5"]) == 0
+    assert shards.read_manifest(out / "train")[0]["num_samples"] == 12
+    assert shards.read_manifest(out / "val")[0]["num_samples"] == 3
+
+
+def test_read_manifest_from_s3(tmp_path, monkeypatch):
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    from pyarrow import fs as pafs
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+        client.create_bucket(Bucket="shards-test")
+        shards.write_split(_synthetic(7), tmp_path, maxcount=5, class_names=None, source="s", progress=False)
+        for path in tmp_path.iterdir():
+            client.upload_file(str(path), "shards-test", f"ds/train/{path.name}")
+
+        options = f"?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+        manifest, urls = shards.read_manifest(f"s3://shards-test/ds/train{options}")
+        assert manifest["num_samples"] == 7
+        assert urls[1] == f"s3://shards-test/ds/train/shard-000001.tar{options}"
+        filesystem, path = pafs.FileSystem.from_uri(urls[1])
+        with filesystem.open_input_stream(path) as stream:
+            assert stream.read() == (tmp_path / "shard-000001.tar").read_bytes()
+        with pytest.raises(FileNotFoundError, match="s3://shards-test/ds/val"):
+            shards.read_manifest(f"s3://shards-test/ds/val{options}")
+    finally:
+        server.stop()
