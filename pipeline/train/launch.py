@@ -40,7 +40,7 @@ def resolve(cfg: dict) -> dict:
             raise ConfigError(f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups")
         m["bn_splits"] = splits
     data = cfg["data"]
-    if data["name"] == "spirograph" and not _has_manifest(data["train"]):
+    if data["name"] == "spirograph" and _is_managed(cfg) and not _has_manifest(data["train"]):
         _make_spirograph(cfg)
     try:
         train_manifest, _ = read_manifest(data["train"])
@@ -60,6 +60,13 @@ def resolve(cfg: dict) -> dict:
 
 def _has_manifest(path: str) -> bool:
     return "://" not in path and (Path(path) / "manifest.json").exists()
+
+
+def _is_managed(cfg: dict) -> bool:
+    """Spirograph is generated only into the managed data folder (train/ and val/ side by side there);
+    a missing path given by the user is an error, not a place to write."""
+    train, val, root = Path(cfg["data"]["train"]), Path(cfg["data"]["val"]), Path(cfg["paths"]["data"])
+    return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
 
 
 def _make_spirograph(cfg: dict) -> None:

@@ -1,0 +1,30 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast venv clean
+
+venv: $(STAMP)
+
+# torch/torchvision are pinned in pyproject.toml (PyPI's torchvision only imports beside its own torch).
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) jobs/pretrain.py
+
+# The whole suite, slow end-to-end runs included (what CI runs).
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+# The fast default while developing: end-to-end runs deselected.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs data .pytest_cache

@@ -1,0 +1,300 @@
+"""DALI executor: applies sampled view parameters inside one DALI pipeline.
+
+Encoded bytes and every view's parameters are fed per batch through `fn.external_source`
+(per-sample argument inputs). Per view: fused decode+crop (`decoders.image_slice`, "mixed" on
+GPU), resize to size x size in float, then the photometric ops written with DALI arithmetic so
+they mean exactly what torchvision's do (torch_exec.py is the reference):
+  brightness  x*b                        contrast    c*x + (1-c)*mean(luma)
+  saturation  s*x + (1-s)*luma           hue         HSV rotation (closed form below)
+each clamped to [0, 255] like torchvision clamps to [0, 1]; then grayscale, gaussian blur, and
+crop_mirror_normalize (flip + normalise + CHW). Flipping last is equivalent to torch_exec's
+flip-after-resize: every later op is per-pixel or a symmetric blur with symmetric borders.
+Random per-sample application uses DALI conditionals, so "off" is an exact identity.
+
+A last batch smaller than batch_size is fed as is (external_source accepts any batch size up
+to the maximum); inputs larger than batch_size are processed in chunks.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+import nvidia.dali.fn as fn
+import nvidia.dali.math as dmath
+import nvidia.dali.types as types
+from nvidia.dali import pipeline_def
+from nvidia.dali.pipeline import Pipeline
+
+from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
+from .recipe import TwoViewRecipe
+
+log = logging.getLogger(__name__)
+
+LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
+
+
+# ----------------------------------------------------------------------------- graph pieces
+def _luma(r, g, b):
+    return r * LUMA[0] + g * LUMA[1] + b * LUMA[2]
+
+
+def _clamp(x):
+    return dmath.clamp(x, 0.0, 255.0)
+
+
+def _hue_shift(r, g, b, turns):
+    """torchvision's adjust_hue (RGB -> HSV, h += turns, HSV -> RGB) as elementwise arithmetic.
+
+    h6 is the hue in sixths of a turn. HSV -> RGB uses the closed form
+    channel_n = V - V*S*clamp(min(k, 4 - k), 0, 1), k = (n + h6) mod 6, n = 5, 3, 1 for R, G, B,
+    with V = max and V*S = max - min (the chroma).
+    """
+    mx = dmath.max(dmath.max(r, g), b)
+    mn = dmath.min(dmath.min(r, g), b)
+    chroma = mx - mn
+    div = chroma + (chroma == 0.0)  # greys have chroma 0: any non-zero divisor gives h6 = 0
+    rc, gc, bc = (mx - r) / div, (mx - g) / div, (mx - b) / div
+    is_r = mx == r
+    is_g = (mx == g) & (mx != r)
+    is_b = (mx != g) & (mx != r)
+    h6 = is_r * (bc - gc) + is_g * (2.0 + rc - bc) + is_b * (4.0 + gc - rc) + turns * 6.0
+    out = []
+    for n in (5.0, 3.0, 1.0):
+        k = h6 + n
+        k = k - dmath.floor(k / 6.0) * 6.0
+        out.append(mx - chroma * dmath.clamp(dmath.min(k, 4.0 - k), 0.0, 1.0))
+    return out
+
+
+def _color_jitter(img, bri, con, sat, hue):
+    """Fixed order brightness, contrast, saturation, hue on float HWC in [0, 255]."""
+    r, g, b = img[:, :, 0], img[:, :, 1], img[:, :, 2]
+    r, g, b = (_clamp(c * bri) for c in (r, g, b))
+    mean = fn.reductions.mean(_luma(r, g, b))  # per-sample scalar, broadcast below
+    r, g, b = (_clamp(c * con + mean * (1.0 - con)) for c in (r, g, b))
+    lum = _luma(r, g, b)
+    r, g, b = (_clamp(c * sat + lum * (1.0 - sat)) for c in (r, g, b))
+    r, g, b = _hue_shift(r, g, b, hue)
+    return fn.stack(r, g, b, axis=2, axis_name="C")
+
+
+def _grayscale(img):
+    lum = _luma(img[:, :, 0], img[:, :, 1], img[:, :, 2])
+    return fn.stack(lum, lum, lum, axis=2, axis_name="C")
+
+
+def _normalize(img, recipe: TwoViewRecipe, mirror=0):
+    return fn.crop_mirror_normalize(
+        img, mirror=mirror, dtype=types.FLOAT, output_layout="CHW",
+        mean=[255.0 * m for m in recipe.mean], std=[255.0 * s for s in recipe.std])
+
+
+def _input(name: str, dtype, ndim: int):
+    return fn.external_source(name=name, dtype=dtype, ndim=ndim)
+
+
+@pipeline_def(enable_conditionals=True)
+def _views_pipeline(recipe: TwoViewRecipe, gpu: bool):
+    encoded = _input("encoded", types.UINT8, 1)
+    outputs = []
+    for v in range(recipe.n_views):
+        p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _VIEW_INPUTS.items()}
+        # Scalars used in arithmetic must live where the image lives.
+        num = {k: (p[k].gpu() if gpu else p[k]) for k in ("brightness", "contrast", "saturation", "hue")}
+        img = fn.decoders.image_slice(encoded, start=p["start"], shape=p["shape"], axes=[0, 1],
+                                      device="mixed" if gpu else "cpu", output_type=types.RGB)
+        img = fn.resize(img, resize_x=recipe.size, resize_y=recipe.size, antialias=True,
+                        interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
+        if p["jitter_on"]:
+            img = _color_jitter(img, num["brightness"], num["contrast"], num["saturation"], num["hue"])
+        if p["gray"]:
+            img = _grayscale(img)
+        if p["blur_on"]:
+            img = fn.gaussian_blur(img, sigma=p["sigma"], window_size=p["window"])
+        outputs.append(_normalize(img, recipe, mirror=p["flip"]))
+    return tuple(outputs)
+
+
+_VIEW_INPUTS = {
+    "start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0),
+    "jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
+    "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0), "gray": (types.BOOL, 0),
+    "blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0),
+}
+
+
+@pipeline_def
+def _eval_pipeline(recipe: TwoViewRecipe, size: int, gpu: bool):
+    encoded = _input("encoded", types.UINT8, 1)
+    rh, rw = _input("resize_h", types.FLOAT, 0), _input("resize_w", types.FLOAT, 0)
+    start = _input("start", types.INT32, 1)
+    img = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
+    img = fn.resize(img, resize_x=rw, resize_y=rh, antialias=True,
+                    interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
+    img = fn.slice(img, start=start, shape=[size, size], axes=[0, 1])
+    return _normalize(img, recipe)
+
+
+def _view_feed(params: Params, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Host arrays for one view's external sources, rows `idx`."""
+    crop = params["crop"][idx].astype(np.int32)
+    blur_on = params["blur_on"][idx] > 0
+    # Blur args only reach samples in the blur branch; keep the others valid anyway.
+    sigma = np.where(blur_on, params["sigma"][idx], 1.0).astype(np.float32)
+    return {
+        "start": np.ascontiguousarray(crop[:, :2]), "shape": np.ascontiguousarray(crop[:, 2:]),
+        "flip": params["flip"][idx].astype(np.int32),
+        "jitter_on": params["jitter_on"][idx] > 0,
+        "brightness": params["brightness"][idx].astype(np.float32),
+        "contrast": params["contrast"][idx].astype(np.float32),
+        "saturation": params["saturation"][idx].astype(np.float32),
+        "hue": params["hue"][idx].astype(np.float32),
+        "gray": params["gray"][idx] > 0,
+        "blur_on": blur_on, "sigma": sigma,
+        "window": np.array([blur_window(s) if on else 1 for s, on in zip(sigma, blur_on)], np.int32),
+    }
+
+
+def _pil_decodes(encoded: bytes) -> bool:
+    try:
+        with Image.open(io.BytesIO(encoded)) as im:
+            im.load()
+    except Exception:
+        return False
+    return True
+
+
+def _cuda_usable() -> bool:
+    try:
+        from nvidia.dali.backend import GetCUDADeviceCount
+        return torch.cuda.is_available() and GetCUDADeviceCount() > 0
+    except Exception:
+        return False
+
+
+# ----------------------------------------------------------------------------- executor
+class DaliExecutor:
+    """Applies view params with DALI; __call__(encoded, params) -> (views, kept).
+
+    views: one float32 [B', 3, size, size] tensor per view (on CPU, or the GPU when the
+    pipeline runs there); kept: indices of the B' input samples that made it through.
+    Undecodable samples are dropped and counted in `skipped`.
+    """
+
+    def __init__(self, recipe: TwoViewRecipe, batch_size: int, device: str = "auto",
+                 num_threads: int = 1, seed: int = 0):
+        if device not in ("auto", "cpu", "gpu"):
+            raise ValueError(f"device must be auto|cpu|gpu, got {device!r}")
+        self.recipe, self.batch_size = recipe, int(batch_size)
+        self.num_threads, self.seed = int(num_threads), int(seed)
+        self.gpu = device == "gpu" or (device == "auto" and _cuda_usable())
+        self.device = "gpu" if self.gpu else "cpu"
+        self.skipped = 0
+        self._pipe = self._build(_views_pipeline, self.recipe, self.gpu)
+        self._eval_pipes: dict[int, Pipeline] = {}
+
+    def _build(self, graph: Callable, *args) -> Pipeline:
+        device_id = torch.cuda.current_device() if self.gpu else None  # None = DALI CPU-only mode
+        pipe = graph(*args, batch_size=self.batch_size, num_threads=self.num_threads,
+                     device_id=device_id, seed=self.seed, prefetch_queue_depth=1)
+        pipe.build()
+        return pipe
+
+    # -- running with corrupt-sample recovery
+    def _run(self, pipe: Pipeline, feed: Callable[[np.ndarray], dict], encoded: Sequence[bytes],
+             idx: np.ndarray) -> list[torch.Tensor]:
+        pipe.feed_input("encoded", [np.frombuffer(encoded[i], dtype=np.uint8) for i in idx])
+        for name, arr in feed(idx).items():
+            pipe.feed_input(name, arr)
+        return [self._to_torch(out) for out in pipe.run()]
+
+    def _run_robust(self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes],
+                    idx: np.ndarray) -> tuple[list[torch.Tensor], np.ndarray]:
+        """Run a batch; if DALI rejects it, drop what PIL cannot decode and retry; if that still
+        fails, isolate the bad samples by running one at a time."""
+        try:
+            return self._run(pipe, feed, encoded, idx), idx
+        except RuntimeError as err:
+            first_error = err
+        decodable = np.array([i for i in idx if _pil_decodes(encoded[i])], dtype=np.int64)
+        if len(decodable) < len(idx) and len(decodable):
+            try:
+                return self._run(pipe, feed, encoded, decodable), decodable
+            except RuntimeError:
+                pass
+        parts, good = [], []
+        for i in decodable:
+            try:
+                parts.append(self._run(pipe, feed, encoded, np.array([i])))
+                good.append(i)
+            except RuntimeError:
+                continue
+        if len(decodable) and not good:
+            raise first_error  # nothing works even alone: a bug, not bad data
+        if not good:
+            return [], np.zeros(0, dtype=np.int64)
+        return [torch.cat(chunks) for chunks in zip(*parts)], np.asarray(good, dtype=np.int64)
+
+    def _to_torch(self, batch) -> torch.Tensor:
+        dense = batch.as_tensor()
+        if not self.gpu:
+            return torch.from_numpy(np.array(dense))  # copy: DALI reuses its buffers
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+        out = torch.empty(dense.shape(), dtype=torch.float32, device=torch.device("cuda", torch.cuda.current_device()))
+        feed_ndarray(dense, out, cuda_stream=torch.cuda.current_stream(out.device))
+        return out
+
+    def _run_all(self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes],
+                 candidates: np.ndarray, n_out: int, size: int) -> tuple[list[torch.Tensor], np.ndarray]:
+        chunks, kept = [], []
+        for lo in range(0, len(candidates), self.batch_size):
+            outs, ok = self._run_robust(pipe, feed, encoded, candidates[lo:lo + self.batch_size])
+            if len(ok):
+                chunks.append(outs)
+                kept.append(ok)
+        kept_all = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        self._drop_report(len(encoded), kept_all)
+        if not chunks:
+            dev = "cuda" if self.gpu else "cpu"
+            return [torch.empty(0, 3, size, size, device=dev) for _ in range(n_out)], kept_all
+        return [torch.cat(parts) for parts in zip(*chunks)], kept_all
+
+    def _drop_report(self, n_in: int, kept: np.ndarray) -> None:
+        n_bad = n_in - len(kept)
+        if n_bad:
+            self.skipped += n_bad
+            log.warning("DALI executor: dropped %d undecodable sample(s) of %d (total %d)",
+                        n_bad, n_in, self.skipped)
+
+    # -- public API
+    def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
+        if len(params) != self.recipe.n_views:
+            raise ValueError(f"expected {self.recipe.n_views} params dicts, got {len(params)}")
+
+        def feed(idx: np.ndarray) -> dict[str, np.ndarray]:
+            return {f"v{v}_{k}": arr for v, p in enumerate(params) for k, arr in _view_feed(p, idx).items()}
+
+        candidates = np.flatnonzero(valid_samples(encoded, params))
+        return self._run_all(self._pipe, feed, encoded, candidates, self.recipe.n_views, self.recipe.size)
+
+    def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]:
+        """Resize short side + centre crop (geometry from params.eval_geometry), normalised."""
+        size = int(size or self.recipe.size)
+        if size not in self._eval_pipes:
+            self._eval_pipes[size] = self._build(_eval_pipeline, self.recipe, size, self.gpu)
+        sizes = [try_image_size(e) for e in encoded]
+        geometry = {i: eval_geometry(hw[0], hw[1], size) for i, hw in enumerate(sizes) if hw}
+
+        def feed(idx: np.ndarray) -> dict[str, np.ndarray]:
+            g = np.array([geometry[i] for i in idx], dtype=np.int32).reshape(-1, 4)
+            return {"resize_h": g[:, 0].astype(np.float32), "resize_w": g[:, 1].astype(np.float32),
+                    "start": np.ascontiguousarray(g[:, 2:])}
+
+        candidates = np.array(sorted(geometry), dtype=np.int64)
+        (images,), kept = self._run_all(self._eval_pipes[size], feed, encoded, candidates, 1, size)
+        return images, kept
