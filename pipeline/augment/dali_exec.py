@@ -98,6 +98,15 @@ def _input(name: str, dtype, ndim: int):
     return fn.external_source(name=name, dtype=dtype, ndim=ndim)
 
 
+# Per-view external sources: name -> (dtype, ndim per sample). Filled by _view_feed.
+_VIEW_INPUTS = {
+    "start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0),
+    "jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
+    "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0), "gray": (types.BOOL, 0),
+    "blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0),
+}
+
+
 @pipeline_def(enable_conditionals=True)
 def _views_pipeline(recipe: TwoViewRecipe, gpu: bool):
     encoded = _input("encoded", types.UINT8, 1)
@@ -106,6 +115,8 @@ def _views_pipeline(recipe: TwoViewRecipe, gpu: bool):
         p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _VIEW_INPUTS.items()}
         # Scalars used in arithmetic must live where the image lives.
         num = {k: (p[k].gpu() if gpu else p[k]) for k in ("brightness", "contrast", "saturation", "hue")}
+        # Fused decode + crop. With axes=[0, 1], start = (y, x) and shape = (h, w) in absolute
+        # pixels (the default axes=[1, 0] would mean x, y); tests check it on a coordinate image.
         img = fn.decoders.image_slice(encoded, start=p["start"], shape=p["shape"], axes=[0, 1],
                                       device="mixed" if gpu else "cpu", output_type=types.RGB)
         img = fn.resize(img, resize_x=recipe.size, resize_y=recipe.size, antialias=True,
@@ -118,14 +129,6 @@ def _views_pipeline(recipe: TwoViewRecipe, gpu: bool):
             img = fn.gaussian_blur(img, sigma=p["sigma"], window_size=p["window"])
         outputs.append(_normalize(img, recipe, mirror=p["flip"]))
     return tuple(outputs)
-
-
-_VIEW_INPUTS = {
-    "start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0),
-    "jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
-    "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0), "gray": (types.BOOL, 0),
-    "blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0),
-}
 
 
 @pipeline_def
@@ -143,7 +146,7 @@ def _eval_pipeline(recipe: TwoViewRecipe, size: int, gpu: bool):
 def _view_feed(params: Params, idx: np.ndarray) -> dict[str, np.ndarray]:
     """Host arrays for one view's external sources, rows `idx`."""
     crop = params["crop"][idx].astype(np.int32)
-    blur_on = params["blur_on"][idx] > 0
+    blur_on = (params["blur_on"][idx] > 0) & (params["sigma"][idx] > 0)  # sigma 0 = no blur, as in torch
     # Blur args only reach samples in the blur branch; keep the others valid anyway.
     sigma = np.where(blur_on, params["sigma"][idx], 1.0).astype(np.float32)
     return {
@@ -193,10 +196,17 @@ class DaliExecutor:
         self.recipe, self.batch_size = recipe, int(batch_size)
         self.num_threads, self.seed = int(num_threads), int(seed)
         self.gpu = device == "gpu" or (device == "auto" and _cuda_usable())
-        self.device = "gpu" if self.gpu else "cpu"
         self.skipped = 0
-        self._pipe = self._build(_views_pipeline, self.recipe, self.gpu)
         self._eval_pipes: dict[int, Pipeline] = {}
+        try:
+            self._pipe = self._build(_views_pipeline, self.recipe, self.gpu)
+        except RuntimeError as err:
+            if device != "auto" or not self.gpu:
+                raise
+            log.warning("DALI GPU pipeline failed to build (%s); using the CPU backend", err)
+            self.gpu = False
+            self._pipe = self._build(_views_pipeline, self.recipe, self.gpu)
+        self.device = "gpu" if self.gpu else "cpu"
 
     def _build(self, graph: Callable, *args) -> Pipeline:
         device_id = torch.cuda.current_device() if self.gpu else None  # None = DALI CPU-only mode

@@ -5,11 +5,14 @@ float in [0, 1] from the crop on, so the colour ops stay differentiable for late
 """
 from __future__ import annotations
 
+import io
 import logging
+import warnings
 from typing import Sequence
 
 import numpy as np
 import torch
+from PIL import Image
 import torchvision.transforms.v2.functional as F
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import InterpolationMode
@@ -18,13 +21,32 @@ from .params import Params, blur_window, eval_geometry, try_image_size, valid_sa
 from .recipe import TwoViewRecipe
 
 log = logging.getLogger(__name__)
+# torchvision 0.29 deprecates its decoders in favour of TorchCodec (not a dependency here); the
+# warning would fire on every decode.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
+                        category=DeprecationWarning)
 
 
 def decode_rgb(encoded: bytes) -> torch.Tensor:
     """uint8 [3, H, W]; raises RuntimeError on undecodable bytes. No EXIF rotation (matches DALI
     and image_size)."""
     data = torch.frombuffer(bytearray(encoded), dtype=torch.uint8)
-    return decode_image(data, mode=ImageReadMode.RGB)
+    try:
+        img = decode_image(data, mode=ImageReadMode.RGB)
+    except RuntimeError:
+        img = _decode_with_pil(encoded)  # formats torchvision.io lacks but DALI reads (BMP, TIFF, ...)
+    if img.dtype != torch.uint8:  # 16-bit PNGs decode as uint16
+        img = F.to_dtype(img, torch.uint8, scale=True)
+    return img
+
+
+def _decode_with_pil(encoded: bytes) -> torch.Tensor:
+    try:
+        with Image.open(io.BytesIO(encoded)) as im:
+            rgb = np.asarray(im.convert("RGB"))
+    except Exception as err:  # PIL raises OSError, SyntaxError, ValueError, ... on corrupt data
+        raise RuntimeError(f"undecodable image: {err}") from err
+    return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
 
 
 def _normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:

@@ -91,7 +91,7 @@ def init_ray(cfg: dict) -> None:
     # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
     cores = os.cpu_count() or 1
     need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"]
-    ray.init(num_cpus=max(cores, need) + 2, include_dashboard=False,
+    ray.init(num_cpus=max(cores, need) + 2,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}})
 
 
@@ -177,7 +177,9 @@ def _log_checkpoint(checkpoint, cfg: dict) -> Path:
     mlflow.log_artifact(str(local / ck.STATE_FILE), artifact_path="checkpoint")
     method = build_method(cfg)
     method.backbone.load_state_dict(ck.backbone_state(state))
-    mlflow.pytorch.log_model(method.backbone, name="backbone")
+    size = cfg["augment"]["size"]
+    example = torch.zeros(1, 3, size, size).numpy()
+    mlflow.pytorch.log_model(method.backbone.eval(), name="backbone", input_example=example)
     return local
 
 

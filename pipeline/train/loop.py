@@ -15,21 +15,13 @@ import numpy as np
 import torch
 
 from pipeline import dist
-from pipeline.augment.recipe import recipe_from_dict
-from pipeline.augment.views import make_executor, make_views
-from pipeline.data.reader import image_key, load_split
+from pipeline.augment.view_maker import build_view_maker
+from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
 from pipeline.methods import build_method
 from pipeline.train import checkpoint
 from pipeline.train.optim import build_optimizer, lr_at, set_lr
-
-RECIPE_ONLY = ("executor", "device")
-
-
-def recipe_of(cfg: dict):
-    return recipe_from_dict({k: v for k, v in cfg["augment"].items() if k not in RECIPE_ONLY})
-
 
 class _Pending:
     """Views left over after corrupt samples were dropped, topped up from the next raw batch so every step
@@ -112,10 +104,8 @@ def train_loop_per_worker(cfg: dict) -> None:
         if rank == 0:
             print(f"[train] resumed from epoch {state['epoch']} (step {step})", flush=True)
 
-    recipe = recipe_of(cfg)
-    aug = cfg["augment"]
-    executor = make_executor(aug["executor"], recipe, local_bs, device=aug["device"],
-                             num_threads=max(1, torch.get_num_threads()), seed=cfg["seed"] + rank)
+    views_of = build_view_maker(cfg["augment"], local_bs, num_threads=max(1, torch.get_num_threads()),
+                                seed=cfg["seed"] + rank)
     logger = None
     knn = None
     if rank == 0:
@@ -130,14 +120,14 @@ def train_loop_per_worker(cfg: dict) -> None:
         _maybe_fail(cfg, epoch)
         rng = np.random.default_rng([cfg["seed"], rank, epoch])
         pending = _Pending(local_bs)
-        skipped_before = executor.skipped
+        skipped_before = views_of.skipped
         losses, t0, seen, t_log, n_log = [], time.monotonic(), 0, time.monotonic(), 0
         method.train()
         batches = shard.iter_batches(batch_size=local_bs, batch_format="numpy", drop_last=True,
                                      prefetch_batches=2, local_shuffle_buffer_size=cfg["train"]["shuffle_buffer"],
                                      local_shuffle_seed=cfg["seed"] * 1000 + epoch * world + rank)
         for raw in batches:
-            views = make_views(list(raw[image_key(raw)]), recipe, executor, rng)
+            views = views_of(raw, rng)
             pending.add(views.images)
             ready = torch.tensor(float(len(pending) >= local_bs))
             if dist.is_dist():
@@ -164,7 +154,7 @@ def train_loop_per_worker(cfg: dict) -> None:
                       f"lr {lr:.4f} {n_log * world / (now - t_log):.1f} img/s", flush=True)
                 t_log, n_log = now, 0
 
-        skipped = torch.tensor(float(executor.skipped - skipped_before))
+        skipped = torch.tensor(float(views_of.skipped - skipped_before))
         if dist.is_dist():
             torch.distributed.all_reduce(skipped)
         metrics = {"epoch": epoch, "step": step, "epoch_loss": float(np.mean(losses)) if losses else float("nan"),

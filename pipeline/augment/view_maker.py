@@ -1,0 +1,50 @@
+"""From a raw batch of shard columns to Views, whichever recipe the config names.
+
+`augment.kind` picks the recipe family: `two_view` (image ops through the DALI or torch executor) or
+`spirograph` (re-rendering the sample's factors with fresh nuisance parameters).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from pipeline.augment.recipe import recipe_from_dict
+from pipeline.augment.spirograph_views import SpirographRecipe, factors, generator_from, render_views
+from pipeline.augment.views import Views, make_executor, make_views
+from pipeline.data.reader import image_key
+
+class ImageViewMaker:
+    def __init__(self, aug: Mapping[str, Any], batch_size: int, num_threads: int, seed: int):
+        law = {k: v for k, v in aug.items() if k not in ("kind", "executor", "device")}
+        self.recipe = recipe_from_dict(law)
+        self.executor = make_executor(aug["executor"], self.recipe, batch_size, device=aug["device"],
+                                      num_threads=num_threads, seed=seed)
+
+    @property
+    def skipped(self) -> int:
+        return self.executor.skipped
+
+    def __call__(self, batch: Mapping[str, np.ndarray], rng: np.random.Generator) -> Views:
+        return make_views(list(batch[image_key(batch)]), self.recipe, self.executor, rng)
+
+
+class SpirographViewMaker:
+    skipped = 0  # rendering from parameters cannot meet a corrupt image
+
+    def __init__(self, aug: Mapping[str, Any]):
+        self.recipe = SpirographRecipe(size=int(aug["size"]), n_views=int(aug.get("n_views", 2)))
+
+    def __call__(self, batch: Mapping[str, np.ndarray], rng: np.random.Generator) -> Views:
+        x = factors(list(batch["json"]))
+        images, params = render_views(x, self.recipe, generator_from(rng))
+        return Views(images=images, params=params, kept=np.arange(images[0].shape[0]))
+
+
+def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0):
+    kind = aug.get("kind", "two_view")
+    if kind == "two_view":
+        return ImageViewMaker(aug, batch_size, num_threads, seed)
+    if kind == "spirograph":
+        return SpirographViewMaker(aug)
+    raise ValueError(f"unknown augment.kind {kind!r}; choose two_view or spirograph")
