@@ -155,7 +155,10 @@ def blur_window(sigma: float) -> int:
 def eval_geometry(h: int, w: int, size: int, crop_fraction: float = 0.875) -> tuple[int, int, int, int]:
     """Deterministic eval view: resize the short side to round(size / crop_fraction) (256 for 224),
     then a central size x size crop. Returns (resized_h, resized_w, top, left); computed once here
-    so both executors agree to the pixel."""
+    so both executors agree to the pixel. Small outputs (<= 64 px: CIFAR, Spirograph) use the whole
+    image, as their evaluation protocols do."""
+    if size <= 64:
+        crop_fraction = 1.0
     short = max(size, int(round(size / crop_fraction)))
     if h <= w:
         rh, rw = short, max(short, int(short * w / h))

@@ -1,7 +1,6 @@
 """Reading shards: Ray Data for the training stream, a plain tar reader for the small eval splits."""
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from dataclasses import dataclass
@@ -96,10 +95,3 @@ def load_split(root: str, task: str, targets: list[str] | None = None, limit: in
     y = np.asarray(ys, dtype=np.int64 if task == "classification" else np.float32)
     return Split(encoded, y, names)
 
-
-def decode_rgb(encoded: bytes) -> np.ndarray:
-    """HWC uint8 RGB via PIL (eval paths only; training decodes in DALI)."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(encoded)) as im:
-        return np.asarray(im.convert("RGB"))

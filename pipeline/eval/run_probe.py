@@ -49,11 +49,11 @@ def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
     targets = data.get("targets")
     train = load_split(data["train"], data["task"], targets, limit=p["train_size"])
     test = load_split(data["val"], data["task"], targets, limit=p["val_size"])
-    pre = lambda enc: eval_preprocess(enc, aug["size"], aug["mean"], aug["std"])  # noqa: E731
-    ftr = extract(backbone, train.encoded, pre, p["batch_size"])
-    fte = extract(backbone, test.encoded, pre, p["batch_size"])
+    pre = eval_preprocess(aug["size"], aug["mean"], aug["std"])
+    ftr, ktr = extract(backbone, train.encoded, pre, p["batch_size"])
+    fte, kte = extract(backbone, test.encoded, pre, p["batch_size"])
     num_classes = len(train.names) or None
-    return probe(ftr, torch.as_tensor(train.y), fte, torch.as_tensor(test.y), data["task"], test.names,
+    return probe(ftr, torch.as_tensor(train.y[ktr]), fte, torch.as_tensor(test.y[kte]), data["task"], test.names,
                  p["steps"], p["weight_decay"], num_classes)
 
 

@@ -56,12 +56,12 @@ class _KnnMonitor:
         self.bank = load_split(data["train"], self.task, targets, limit=k["bank_size"])
         self.val = load_split(data["val"], self.task, targets, limit=k["val_size"])
         aug = cfg["augment"]
-        self.pre = lambda enc: eval_preprocess(enc, aug["size"], aug["mean"], aug["std"])
+        self.pre = eval_preprocess(aug["size"], aug["mean"], aug["std"])
 
     def __call__(self, backbone, device) -> dict[str, float]:
-        fb = extract(backbone, self.bank.encoded, self.pre, device=device)
-        fv = extract(backbone, self.val.encoded, self.pre, device=device)
-        return knn_metrics(fb, torch.as_tensor(self.bank.y), fv, torch.as_tensor(self.val.y), self.task,
+        fb, kb = extract(backbone, self.bank.encoded, self.pre, device=device)
+        fv, kv = extract(backbone, self.val.encoded, self.pre, device=device)
+        return knn_metrics(fb, torch.as_tensor(self.bank.y[kb]), fv, torch.as_tensor(self.val.y[kv]), self.task,
                            self.k, self.t, self.val.names)
 
 
