@@ -27,7 +27,19 @@ def train_dataset(root: str, shuffle_files: bool = True, seed: int | None = None
 
     _, uris = read_manifest(root)
     shuffle = ray.data.FileShuffleConfig(seed=seed) if shuffle_files else None
-    return ray.data.read_webdataset(uris, decoder=None, shuffle=shuffle)
+    paths, filesystem = _paths_and_filesystem(uris)
+    return ray.data.read_webdataset(paths, decoder=None, shuffle=shuffle, filesystem=filesystem)
+
+
+def _paths_and_filesystem(uris: list[str]):
+    """Plain URIs go to Ray as they are; URIs carrying options (s3://b/p?endpoint_override=...) become a
+    pyarrow filesystem plus bare paths, since Ray does not read options from the path."""
+    if "?" not in uris[0]:
+        return uris, None
+    import pyarrow.fs as pafs
+
+    filesystem, _ = pafs.FileSystem.from_uri(uris[0])
+    return [pafs.FileSystem.from_uri(u)[1] for u in uris], filesystem
 
 
 def _open(uri: str):
