@@ -19,58 +19,44 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SOURCES = ("imagefolder", "cifar", "spirograph")
 INT_KEYS = ("maxcount", "n", "n_val", "seed", "size")
-ALLOWED = {
-    "imagefolder": {"source", "input", "output", "split", "maxcount"},
-    "cifar": {"source", "input", "output", "split", "maxcount"},
-    "spirograph": {"source", "output", "n", "n_val", "seed", "size", "maxcount"},
-}
 
 
 class UsageError(Exception):
     pass
 
 
-def parse_args(argv: list[str]) -> dict:
-    """key=value arguments -> dict with ints converted and defaults filled in."""
-    args: dict = {}
-    for item in argv:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"expected key=value, got {item!r}")
-        args[key] = value
-    source = args.get("source")
+def check_args(args: dict) -> dict:
+    """Validate the composed conf/shards.yaml before any work: source, paths, integers."""
+    for key in ("source", "output"):
+        if args[key] in (None, "???"):
+            raise UsageError(f"missing {key}=...")
+    source = args["source"]
     if source not in SOURCES:
         raise UsageError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    unknown = set(args) - ALLOWED[source]
-    if unknown:
-        raise UsageError(f"unknown arguments for source={source}: {', '.join(sorted(unknown))}")
-    required = ("output",) if source == "spirograph" else ("input", "output")
-    for key in required:
-        if not args.get(key):
-            raise UsageError(f"missing {key}=...")
-    defaults = {"split": "train", "maxcount": "1000", "n": "5000", "n_val": "1000", "seed": "0", "size": "32"}
-    for key, value in defaults.items():
-        if key in ALLOWED[source]:
-            args.setdefault(key, value)
+    if source == "spirograph" and args.get("input"):
+        raise UsageError("source=spirograph takes no input=...")
+    if source != "spirograph":
+        if not args.get("input"):
+            raise UsageError("missing input=...")
+        if not os.path.exists(args["input"]):
+            raise UsageError(f"input path does not exist: {args['input']}")
     for key in INT_KEYS:
-        if key in args:
-            try:
-                args[key] = int(args[key])
-            except ValueError:
-                raise UsageError(f"{key} must be an integer, got {args[key]!r}") from None
-    if "input" in args and not os.path.exists(args["input"]):
-        raise UsageError(f"input path does not exist: {args['input']}")
+        try:
+            args[key] = int(args[key])
+        except (TypeError, ValueError):
+            raise UsageError(f"{key} must be an integer, got {args[key]!r}") from None
     return args
 
 
 def main(argv: list[str]) -> int:
-    if not argv or "--help" in argv or "-h" in argv:
-        print(__doc__.strip())
-        return 0
+    from pipeline.config import cli
+
     try:
-        args = parse_args(argv)
+        args = check_args(cli(argv or ["--help"], __doc__, config_name="shards"))
+    except SystemExit as done:  # --help, or a bad override already reported in one line
+        return int(done.code or 0)
     except UsageError as err:
-        print(f"make_shards: error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
 
     from pipeline.data import shards  # after argument checks: importing torch takes seconds

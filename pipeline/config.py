@@ -38,6 +38,8 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
 
 def _absolute_paths(cfg) -> None:
     # Resolve the root once so every derived path is absolute (Ray workers run elsewhere).
+    if "paths" not in cfg:
+        return
     root = cfg.paths.root
     if "://" not in str(root):
         cfg.paths.root = str(Path(os.path.expanduser(str(root))).resolve())
@@ -68,7 +70,10 @@ def cli(argv: list[str], description: str, config_name: str = "config") -> dict:
             options = sorted(f.stem for f in group.glob("*.yaml"))
             print(f"  {group.name}: {', '.join(options)}")
         print("\nDefault config:\n")
-        print(to_yaml(compose_config([], config_name)))
+        try:
+            print(to_yaml(compose_config([], config_name)))
+        except ConfigError:  # mandatory values (???) left for the command line
+            print((CONF_DIR / f"{config_name}.yaml").read_text())
         raise SystemExit(0)
     try:
         return compose_config(argv, config_name)

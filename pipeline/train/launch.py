@@ -102,6 +102,9 @@ def build_trainer(cfg: dict):
     from pipeline.data.reader import train_dataset
     from pipeline.train.loop import train_loop_per_worker
 
+    # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
+    # console; plain prints are enough (the driver propagates this variable to the workers).
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     tr = cfg["trainer"]
     resources = {"CPU": tr["cpus_per_worker"]}
     if tr["use_gpu"]:
