@@ -23,6 +23,7 @@ def _run(args, cwd):
     (["data=cifar10"], "cifar10/train"),            # shards not made: the missing path is named
     (["data.train=/nonexistent/shards"], "/nonexistent/shards"),
     (["trainer.num_workers=3"], "does not split evenly"),
+    (["augment=mocov2", "augment.p_blur=1.5"], "p_blur must be in [0, 1]"),
 ])
 def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needle):
     small = [] if any(a.startswith("data=") for a in args) else ["data.generate.n_train=300", "data.generate.n_val=100"]

@@ -14,10 +14,18 @@ from pipeline.augment.spirograph_views import SpirographRecipe, factors, generat
 from pipeline.augment.views import Views, make_executor, make_views
 from pipeline.data.reader import image_key
 
+# keys of conf/augment/*.yaml that choose how views are computed, not their law
+EXECUTION_KEYS = ("kind", "executor", "device")
+
+
+def image_recipe(aug: Mapping[str, Any]):
+    """The TwoViewRecipe an image augment config describes (ValueError on unknown keys or bad values)."""
+    return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
+
+
 class ImageViewMaker:
     def __init__(self, aug: Mapping[str, Any], batch_size: int, num_threads: int, seed: int):
-        law = {k: v for k, v in aug.items() if k not in ("kind", "executor", "device")}
-        self.recipe = recipe_from_dict(law)
+        self.recipe = image_recipe(aug)
         self.executor = make_executor(aug["executor"], self.recipe, batch_size, device=aug["device"],
                                       num_threads=num_threads, seed=seed)
 

@@ -25,8 +25,7 @@ def resolve(cfg: dict) -> dict:
     m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
     if m["kind"] not in METHODS:
         raise ConfigError(f"unknown method kind {m['kind']!r}; known: {sorted(METHODS)}")
-    if cfg["augment"]["executor"] not in ("auto", "dali", "torch"):
-        raise ConfigError(f"augment.executor must be auto, dali or torch, not {cfg['augment']['executor']!r}")
+    _check_augment(cfg["augment"])
     workers = int(tr["num_workers"])
     if workers < 1:
         raise ConfigError("trainer.num_workers must be >= 1")
@@ -56,6 +55,21 @@ def resolve(cfg: dict) -> dict:
     cfg["runtime"] = {"lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]), "steps_per_epoch": steps,
                       "num_train_samples": n}
     return cfg
+
+
+def _check_augment(aug: dict) -> None:
+    from pipeline.augment.view_maker import image_recipe
+
+    if aug["executor"] not in ("auto", "dali", "torch"):
+        raise ConfigError(f"augment.executor must be auto, dali or torch, not {aug['executor']!r}")
+    kind = aug.get("kind", "two_view")
+    if kind not in ("two_view", "spirograph"):
+        raise ConfigError(f"augment.kind must be two_view or spirograph, not {kind!r}")
+    if kind == "two_view":
+        try:
+            image_recipe(aug)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"augment: {e}") from None
 
 
 def _has_manifest(path: str) -> bool:
