@@ -121,3 +121,21 @@ def test_moco_step_trains_and_updates_key_encoder():
     after = list(m.key_encoder.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
     assert int(m.queue.ptr) == 8
+
+
+def test_moco_symmetric_loss_is_both_directions():
+    import torch.nn.functional as F
+
+    from pipeline.losses import info_nce
+
+    cfg = {**MOCO, "method": {**MOCO["method"], "symmetric": True}}
+    m = build_method(cfg)
+    m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
+    queue = m.queue.keys.clone()
+    x1, x2 = _batch()
+    out = m.training_step([x1, x2])
+    with torch.no_grad():
+        z1, z2 = F.normalize(m.online(x1), dim=1), F.normalize(m.online(x2), dim=1)
+    expected = info_nce(z1, z2, queue, 0.2) + info_nce(z2, z1, queue, 0.2)
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    torch.testing.assert_close(m.queue.keys[:16], torch.cat([z1, z2]))

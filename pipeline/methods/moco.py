@@ -21,6 +21,7 @@ class MoCo(Method):
         self.momentum_base = float(m["momentum"])
         self.momentum_cosine = bool(m.get("momentum_cosine", False))
         self.bn_splits = int(m.get("bn_splits", 1))
+        self.symmetric = bool(m.get("symmetric", False))
         encoder = build_encoder(cfg["model"], m["head"])
         convert_split_bn(encoder, self.bn_splits)
         self.online = encoder
@@ -37,19 +38,29 @@ class MoCo(Method):
         dist.broadcast_(perm)
         b, r = x.shape[0], dist.rank()
         mine = perm[r * b:(r + 1) * b]
-        k = F.normalize(self.key_encoder(x_all[mine]), dim=1)
+        k = F.normalize(self.key_encoder(x_all[mine]).float(), dim=1)
         k_all = dist.gather_nograd(k)
         unshuffled = torch.empty_like(k_all)
         unshuffled[perm] = k_all
         return unshuffled[r * b:(r + 1) * b]
 
+    def _query(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.online(x).float(), dim=1)  # the loss runs in float32 under autocast
+
     def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        x_q, x_k = images[0], images[1]
-        q = F.normalize(self.online(x_q), dim=1)
-        k = self._keys(x_k)
-        loss = info_nce(q, k, self.queue.keys.clone(), self.temperature)
-        self.queue.push(dist.gather_nograd(k))
-        return {"loss": loss, "pos_sim": (q.detach() * k).sum(1).mean()}
+        x1, x2 = images[0], images[1]
+        queue = self.queue.keys.clone()  # the loss must see the queue before this step's keys join it
+        q1, k2 = self._query(x1), self._keys(x2)
+        loss = info_nce(q1, k2, queue, self.temperature)
+        keys = k2
+        if self.symmetric:
+            # both views serve as query and key (as in MoCo v3 and MoCo's CIFAR demo): twice the signal a step.
+            # Two forwards through DDP are fine: autograd sums both uses before each gradient hook fires.
+            q2, k1 = self._query(x2), self._keys(x1)
+            loss = loss + info_nce(q2, k1, queue, self.temperature)
+            keys = torch.cat([k1, k2])
+        self.queue.push(dist.gather_nograd(keys))
+        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean()}
 
     def after_step(self, progress: float) -> None:
         if self.momentum_cosine:  # BYOL-style schedule towards 1

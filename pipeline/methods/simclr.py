@@ -18,7 +18,7 @@ class SimCLR(Method):
     def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         b = images[0].shape[0]
         # one forward over both views: DDP expects a single forward per backward
-        z = self.online(torch.cat([images[0], images[1]]))
+        z = self.online(torch.cat([images[0], images[1]])).float()  # loss in float32 under autocast
         z1, z2 = z[:b], z[b:]
         c1, c2 = dist.gather_grad(z1), dist.gather_grad(z2)
         loss = nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)

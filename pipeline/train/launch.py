@@ -26,6 +26,8 @@ def resolve(cfg: dict) -> dict:
     if m["kind"] not in METHODS:
         raise ConfigError(f"unknown method kind {m['kind']!r}; known: {sorted(METHODS)}")
     _check_augment(cfg["augment"])
+    if t["precision"] not in ("auto", "bf16", "fp32"):
+        raise ConfigError(f"train.precision must be auto, bf16 or fp32, not {t['precision']!r}")
     workers = int(tr["num_workers"])
     if workers < 1:
         raise ConfigError("trainer.num_workers must be >= 1")

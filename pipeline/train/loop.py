@@ -22,6 +22,7 @@ from pipeline.eval.knn import knn_metrics
 from pipeline.methods import build_method
 from pipeline.train import checkpoint
 from pipeline.train.optim import build_optimizer, lr_at, set_lr
+from pipeline.train.precision import autocast, resolve_precision
 
 class _Pending:
     """Views left over after corrupt samples were dropped, topped up from the next raw batch so every step
@@ -74,109 +75,142 @@ def _maybe_fail(cfg: dict, epoch: int) -> None:
         raise RuntimeError(f"injected failure at epoch {epoch}")
 
 
+class _Trainer:
+    """One worker's state: the method, its optimiser and schedule, the views, the step counter."""
+
+    def __init__(self, cfg: dict, rank: int, world: int, device):
+        import ray.train.torch
+
+        self.cfg, self.rank, self.world, self.device = cfg, rank, world, device
+        rt = cfg["runtime"]
+        self.method = build_method(cfg)
+        self.method.to(device)
+        self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1
+        self.local_bs = cfg["train"]["batch_size"] // world
+        self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"])
+        self.peak_lr = rt["lr"]
+        self.total_steps = rt["steps_per_epoch"] * cfg["train"]["epochs"]
+        self.warmup = rt["steps_per_epoch"] * cfg["optim"]["warmup_epochs"]
+        self.step = 0
+        self.precision = resolve_precision(cfg["train"]["precision"], device)
+        self.views_of = build_view_maker(cfg["augment"], self.local_bs, num_threads=max(1, torch.get_num_threads()),
+                                         seed=cfg["seed"] + rank)
+
+    def restore(self, state: dict) -> int:
+        """Load a checkpoint state; returns the epoch to start from."""
+        checkpoint.load_method_state(self.method, state["method"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = state["step"]
+        return state["epoch"] + 1
+
+    def train_step(self, images: list[torch.Tensor]) -> dict[str, float]:
+        lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
+        set_lr(self.optimizer, lr)
+        with autocast(self.precision, self.device):
+            out = self.method.training_step([v.to(self.device, non_blocking=True) for v in images])
+        self.optimizer.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        self.optimizer.step()
+        self.step += 1
+        self.method.after_step(min(1.0, self.step / self.total_steps))
+        return {"lr": lr, **{k: float(v) for k, v in out.items()}}
+
+    def batches(self, shard, epoch: int):
+        """Full batches of views for this epoch, in lockstep across ranks: a rank short of samples after
+        dropping corrupt ones skips the step together with every other rank."""
+        rng = np.random.default_rng([self.cfg["seed"], self.rank, epoch])
+        pending = _Pending(self.local_bs)
+        raw_batches = shard.iter_batches(
+            batch_size=self.local_bs, batch_format="numpy", drop_last=True, prefetch_batches=2,
+            local_shuffle_buffer_size=self.cfg["train"]["shuffle_buffer"],
+            local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank)
+        for raw in raw_batches:
+            pending.add(self.views_of(raw, rng).images)
+            ready = torch.tensor(float(len(pending) >= self.local_bs))
+            if dist.is_dist():
+                torch.distributed.all_reduce(ready, op=torch.distributed.ReduceOp.MIN)
+            if ready.item():
+                yield pending.take()
+
+    def save_and_report(self, metrics: dict, epoch: int, with_checkpoint: bool) -> None:
+        import ray.train
+
+        if not with_checkpoint:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            ck = None
+            if self.rank == 0:
+                checkpoint.save(d, self.method, self.optimizer, epoch, self.step, self.cfg)
+                ck = ray.train.Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=ck)
+
+
+def _sum_over_ranks(x: float) -> float:
+    t = torch.tensor(float(x))
+    if dist.is_dist():
+        torch.distributed.all_reduce(t)
+    return float(t)
+
+
 def train_loop_per_worker(cfg: dict) -> None:
     import ray.train
     import ray.train.torch
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    rt = cfg["runtime"]
-    torch.set_num_threads(cfg["trainer"]["torch_threads"] or max(1, (os.cpu_count() or 1) // ctx.get_local_world_size()))
+    threads = cfg["trainer"]["torch_threads"] or (os.cpu_count() or 1) // ctx.get_local_world_size()
+    torch.set_num_threads(max(1, threads))
     torch.manual_seed(cfg["seed"])  # identical initialisation on every rank
+    tr = _Trainer(cfg, rank, world, ray.train.torch.get_device())
+    epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
 
-    method = build_method(cfg)
-    device = ray.train.torch.get_device()
-    method.to(device)
-    method.online = ray.train.torch.prepare_model(method.online)
-    local_bs = cfg["train"]["batch_size"] // world
-    optimizer = build_optimizer(method.online, cfg["optim"], rt["lr"])
-    steps_per_epoch, epochs = rt["steps_per_epoch"], cfg["train"]["epochs"]
-    total_steps, warmup = steps_per_epoch * epochs, steps_per_epoch * cfg["optim"]["warmup_epochs"]
-
-    start_epoch, step = 0, 0
+    start_epoch = 0
     ckpt = ray.train.get_checkpoint()
     if ckpt:
         with ckpt.as_directory() as d:
-            state = checkpoint.load(d)
-        checkpoint.load_method_state(method, state["method"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, step = state["epoch"] + 1, state["step"]
+            start_epoch = tr.restore(checkpoint.load(d))
         if rank == 0:
-            print(f"[train] resumed from epoch {state['epoch']} (step {step})", flush=True)
+            print(f"[train] resumed from epoch {start_epoch - 1} (step {tr.step})", flush=True)
 
-    views_of = build_view_maker(cfg["augment"], local_bs, num_threads=max(1, torch.get_num_threads()),
-                                seed=cfg["seed"] + rank)
-    logger = None
-    knn = None
+    logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger
 
-        logger = StepLogger(rt["tracking_uri"], rt["mlflow_run_id"])
-        if cfg["eval"]["knn"]["every"]:
-            knn = _KnnMonitor(cfg)
+        logger = StepLogger(cfg["runtime"]["tracking_uri"], cfg["runtime"]["mlflow_run_id"])
+        knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
     shard = ray.train.get_dataset_shard("train")
 
     for epoch in range(start_epoch, epochs):
         _maybe_fail(cfg, epoch)
-        rng = np.random.default_rng([cfg["seed"], rank, epoch])
-        pending = _Pending(local_bs)
-        skipped_before = views_of.skipped
-        losses, t0, seen, t_log, n_log = [], time.monotonic(), 0, time.monotonic(), 0
-        method.train()
-        batches = shard.iter_batches(batch_size=local_bs, batch_format="numpy", drop_last=True,
-                                     prefetch_batches=2, local_shuffle_buffer_size=cfg["train"]["shuffle_buffer"],
-                                     local_shuffle_seed=cfg["seed"] * 1000 + epoch * world + rank)
-        for raw in batches:
-            views = views_of(raw, rng)
-            pending.add(views.images)
-            ready = torch.tensor(float(len(pending) >= local_bs))
-            if dist.is_dist():
-                torch.distributed.all_reduce(ready, op=torch.distributed.ReduceOp.MIN)
-            if not ready.item():
-                continue
-            images = [v.to(device, non_blocking=True) for v in pending.take()]
-            lr = lr_at(step, total_steps, warmup, rt["lr"])
-            set_lr(optimizer, lr)
-            out = method.training_step(images)
-            optimizer.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            optimizer.step()
-            method.after_step(min(1.0, (step + 1) / total_steps))
-            step += 1
-            seen += local_bs
-            n_log += local_bs
-            losses.append(out["loss"].item())
-            if logger and step % cfg["tracking"]["log_every"] == 0:
+        tr.method.train()
+        skipped_before, losses = tr.views_of.skipped, []
+        t0 = t_log = time.monotonic()
+        for images in tr.batches(shard, epoch):
+            out = tr.train_step(images)
+            losses.append(out["loss"])
+            if logger and tr.step % log_every == 0:
                 now = time.monotonic()
-                logger.log({"loss": losses[-1], "lr": lr, "images_per_s": n_log * world / (now - t_log),
-                            **{k: float(v) for k, v in out.items() if k != "loss"}}, step)
-                print(f"[train] epoch {epoch + 1}/{epochs} step {step}/{total_steps} loss {losses[-1]:.4f} "
-                      f"lr {lr:.4f} {n_log * world / (now - t_log):.1f} img/s", flush=True)
-                t_log, n_log = now, 0
+                out["images_per_s"] = log_every * tr.local_bs * world / (now - t_log)
+                t_log = now
+                logger.log(out, tr.step)
+                print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
+                      f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
 
-        skipped = torch.tensor(float(views_of.skipped - skipped_before))
-        if dist.is_dist():
-            torch.distributed.all_reduce(skipped)
-        metrics = {"epoch": epoch, "step": step, "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
-                   "epoch_images_per_s": seen * world / max(1e-9, time.monotonic() - t0),
-                   "skipped_images": float(skipped)}
-        if skipped.item() and rank == 0:
-            warnings.warn(f"epoch {epoch}: skipped {int(skipped.item())} undecodable images")
+        skipped = _sum_over_ranks(tr.views_of.skipped - skipped_before)
+        metrics = {"epoch": epoch, "step": tr.step,
+                   "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
+                   "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
+                   "skipped_images": skipped}
+        if skipped and rank == 0:
+            warnings.warn(f"epoch {epoch}: skipped {int(skipped)} undecodable images")
         if knn and (epoch + 1) % cfg["eval"]["knn"]["every"] == 0:
-            metrics.update(knn(method.backbone, device))
+            metrics.update(knn(tr.method.backbone, tr.device))
         if logger:
-            logger.log({k: v for k, v in metrics.items() if k not in ("epoch", "step")}, step)
+            shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
+            logger.log(shown, tr.step)
             logger.flush()
-            print(f"[train] epoch {epoch + 1}/{epochs} done: " +
-                  " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k not in ("epoch", "step")), flush=True)
-
+            print(f"[train] epoch {epoch + 1}/{epochs} done: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()),
+                  flush=True)
         last = epoch + 1 == epochs
-        if last or (epoch + 1) % cfg["train"]["checkpoint_every"] == 0:
-            with tempfile.TemporaryDirectory() as d:
-                ck = None
-                if rank == 0:
-                    checkpoint.save(d, method, optimizer, epoch, step, cfg)
-                    ck = ray.train.Checkpoint.from_directory(d)
-                ray.train.report(metrics, checkpoint=ck)
-        else:
-            ray.train.report(metrics)
+        tr.save_and_report(metrics, epoch, last or (epoch + 1) % cfg["train"]["checkpoint_every"] == 0)

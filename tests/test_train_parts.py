@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from pipeline.train.loop import _Pending
+from pipeline.train.precision import autocast, resolve_precision
+
+
+def _views(start, n):
+    x = torch.arange(start, start + n, dtype=torch.float32).view(n, 1, 1, 1)
+    return [x, -x]
+
+
+def test_pending_tops_up_short_batches_in_order():
+    p = _Pending(4)
+    p.add(_views(0, 3))          # a batch that lost one corrupt sample
+    assert len(p) == 3
+    p.add(_views(10, 4))
+    assert len(p) == 7
+    a, b = p.take()
+    assert a.flatten().tolist() == [0, 1, 2, 10] and torch.equal(b, -a)
+    assert len(p) == 3
+    assert p.take()[0].flatten().tolist() == [11, 12, 13]
+    p.add(_views(0, 0))          # a batch where every sample was dropped adds nothing
+    assert len(p) == 0
+
+
+def test_precision_choice():
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32"
+    assert resolve_precision("auto", cpu) in ("bf16", "fp32")
+    with pytest.raises(ValueError):
+        resolve_precision("fp8", cpu)
+    with autocast("fp32", cpu):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    if resolve_precision("auto", cpu) == "bf16":
+        with autocast("bf16", cpu):
+            assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
