@@ -9,23 +9,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def s3_spirograph(tmp_path, monkeypatch):
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(var, "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
-    client.create_bucket(Bucket="ssl")
+def s3_spirograph(tmp_path, s3):
+    s3.client.create_bucket(Bucket="ssl")
     shards.make_spirograph_splits(tmp_path, 40, 10, seed=3, size=16, maxcount=15, progress=False)
     for split in ("train", "val"):
         for path in (tmp_path / split).iterdir():
-            client.upload_file(str(path), "ssl", f"spiro/{split}/{path.name}")
-    yield f"s3://ssl/spiro/train?endpoint_override={host}:{port}&scheme=http&region=us-east-1", tmp_path
-    server.stop()
+            s3.client.upload_file(str(path), "ssl", f"spiro/{split}/{path.name}")
+    return f"s3://ssl/spiro/train{s3.options}", tmp_path
 
 
 def test_ray_data_and_eval_reader_stream_s3_shards(s3_spirograph):

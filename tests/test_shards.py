@@ -364,32 +364,21 @@ def test_cli(tmp_path, capsys):
     assert shards.read_manifest(out / "val")[0]["num_samples"] == 3
 
 
-def test_read_manifest_from_s3(tmp_path, monkeypatch):
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
+def test_read_manifest_from_s3(tmp_path, s3):
     from pyarrow import fs as pafs
 
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(var, "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
-        client.create_bucket(Bucket="shards-test")
-        shards.write_split(_synthetic(7), tmp_path, maxcount=5, class_names=None, source="s", progress=False)
-        for path in tmp_path.iterdir():
-            client.upload_file(str(path), "shards-test", f"ds/train/{path.name}")
+    client, options = s3.client, s3.options
+    client.create_bucket(Bucket="shards-test")
+    shards.write_split(_synthetic(7), tmp_path, maxcount=5, class_names=None, source="s", progress=False)
+    for path in tmp_path.iterdir():
+        client.upload_file(str(path), "shards-test", f"ds/train/{path.name}")
 
-        options = f"?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-        manifest, urls = shards.read_manifest(f"s3://shards-test/ds/train{options}")
-        assert manifest["num_samples"] == 7
-        assert urls[1] == f"s3://shards-test/ds/train/shard-000001.tar{options}"
-        filesystem, path = pafs.FileSystem.from_uri(urls[1])
-        with filesystem.open_input_stream(path) as stream:
-            assert stream.read() == (tmp_path / "shard-000001.tar").read_bytes()
-        with pytest.raises(FileNotFoundError, match="s3://shards-test/ds/val"):
-            shards.read_manifest(f"s3://shards-test/ds/val{options}")
-    finally:
-        server.stop()
+    manifest, urls = shards.read_manifest(f"s3://shards-test/ds/train{options}")
+    assert manifest["num_samples"] == 7
+    assert urls[1] == f"s3://shards-test/ds/train/shard-000001.tar{options}"
+    filesystem, path = pafs.FileSystem.from_uri(urls[1])
+    with filesystem.open_input_stream(path) as stream:
+        assert stream.read() == (tmp_path / "shard-000001.tar").read_bytes()
+    with pytest.raises(FileNotFoundError, match="s3://shards-test/ds/val"):
+        shards.read_manifest(f"s3://shards-test/ds/val{options}")
+

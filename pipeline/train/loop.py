@@ -186,13 +186,15 @@ def train_loop_per_worker(cfg: dict) -> None:
         tr.method.train()
         skipped_before, losses = tr.views_of.skipped, []
         t0 = t_log = time.monotonic()
+        steps_since_log = 0
         for images in tr.batches(shard, epoch):
             out = tr.train_step(images)
             losses.append(out["loss"])
+            steps_since_log += 1
             if logger and tr.step % log_every == 0:
                 now = time.monotonic()
-                out["images_per_s"] = log_every * tr.local_bs * world / (now - t_log)
-                t_log = now
+                out["images_per_s"] = steps_since_log * tr.local_bs * world / (now - t_log)
+                t_log, steps_since_log = now, 0
                 logger.log(out, tr.step)
                 print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
                       f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
