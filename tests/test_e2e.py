@@ -141,3 +141,33 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
                           "eval.probe.checkpoint=no-such-run"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_leaves_a_usable_checkpoint(tmp_path):
+    """SIGINT once the first epoch's checkpoint is reported; the same command then resumes from it."""
+    import signal
+    import time
+
+    args = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}", *SPIRO, *SMALL,
+            "train.epochs=4", "eval.knn.every=0", "eval.probe.after_pretrain=false"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    deadline = time.monotonic() + 600
+    for line in proc.stdout:
+        seen.append(line)
+        if "epoch 1/4 done" in line or time.monotonic() > deadline:
+            break
+    time.sleep(5)  # let the report (and its checkpoint) land
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=300)
+    out = "".join(seen) + rest
+    assert proc.returncode != 0, out[-3000:]
+    assert "interrupted" in out
+    client, runs = mlflow_runs(tmp_path)
+    assert runs[0].info.status == "KILLED"
+    again = pretrain(tmp_path, "train.epochs=4", "eval.knn.every=0", "eval.probe.after_pretrain=false")
+    assert "resumed from epoch" in again.stdout + again.stderr
+    client, runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    # an epoch cut off after its metrics were logged but before its checkpoint is trained again
+    assert len({m.step for m in client.get_metric_history(runs[0].info.run_id, "epoch_loss")}) == 4
