@@ -42,10 +42,3 @@ def broadcast_(x: torch.Tensor, src: int = 0) -> torch.Tensor:
         dist.broadcast(x, src)
     return x
 
-
-def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
-    if is_dist():
-        x = x.clone()
-        dist.all_reduce(x)
-        x /= world_size()
-    return x

@@ -22,7 +22,7 @@ def test_ray_data_and_eval_reader_stream_s3_shards(s3_spirograph):
     import ray
 
     uri, local = s3_spirograph
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     try:
         rows = train_dataset(uri, shuffle_files=False).take_all()
     finally:

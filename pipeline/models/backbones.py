@@ -50,7 +50,3 @@ def build_backbone(name: str = "resnet18", cifar_stem: bool = False, width: int 
     net.feat_dim = net.fc.in_features
     net.fc = nn.Identity()
     return net
-
-
-def feature_dim(backbone: nn.Module) -> int:
-    return int(backbone.feat_dim)

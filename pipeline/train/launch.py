@@ -107,7 +107,8 @@ def init_ray(cfg: dict) -> None:
     # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
     cores = os.cpu_count() or 1
     need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"]
-    ray.init(num_cpus=max(cores, need) + 2,
+    # address="local": a private cluster even when another one runs on this machine (tests, a demo).
+    ray.init(address="local", num_cpus=max(cores, need) + 2,
              runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}})
 
 
