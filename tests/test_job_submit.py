@@ -38,6 +38,7 @@ def test_job_submit_with_token_auth(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "HOME": str(tmp_path / "home"),
            "PATH": f"{BIN}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
+    env.pop("MLFLOW_TRACKING_URI", None)
     (tmp_path / "home").mkdir()
     token = _ray("get-auth-token", "--generate", env=env).stdout.strip()
     assert token
