@@ -15,6 +15,16 @@ from omegaconf.errors import OmegaConfBaseException
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
+def _px(pixels_at_224, _root_) -> int:
+    """`${px:96}` in a recipe: a view size given for 224-px ImageNet views, scaled to data.image_size
+    (96 -> 96 on ImageNet, 14 on 32-px CIFAR), so multi-crop recipes work on every dataset."""
+    return max(1, round(int(pixels_at_224) * int(_root_.data.image_size) / 224))
+
+
+if not OmegaConf.has_resolver("px"):
+    OmegaConf.register_new_resolver("px", _px)
+
+
 class ConfigError(ValueError):
     """A bad override, an unknown group option, a missing path: reported as one line, before Ray starts."""
 

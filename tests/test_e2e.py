@@ -46,7 +46,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     run = runs[0]
     assert run.info.status == "FINISHED"
     p = run.data.params
-    assert p["method.name"] == "mocov2" and p["trainer.num_workers"] == "2" and p["augment.kind"] == "two_view"
+    assert p["method.name"] == "mocov2" and p["trainer.num_workers"] == "2" and p["augment.kind"] == "views"
     loss = client.get_metric_history(run.info.run_id, "loss")
     assert len(loss) >= 3 and all(m.value == m.value for m in loss)  # per-step, finite
     assert len(client.get_metric_history(run.info.run_id, "lr")) == len(loss)

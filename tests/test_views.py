@@ -18,7 +18,7 @@ from scipy import stats
 
 from pipeline.augment.params import (blur_window, eval_geometry, image_size, sample_crop,
                                      sample_view_params, sample_views)
-from pipeline.augment.recipe import TwoViewRecipe, recipe_from_dict
+from pipeline.augment.recipe import TwoViewRecipe, ViewSpec, recipe_from_dict
 from pipeline.augment.views import Views, make_executor, make_views
 
 dali = pytest.importorskip("nvidia.dali")
@@ -98,7 +98,9 @@ def photos() -> list[bytes]:
 # ----------------------------------------------------------------------------- recipe
 def test_recipe_from_dict():
     r = recipe_from_dict({"size": 96, "scale": [0.08, 1.0], "p_blur": 0.0})
-    assert r.size == 96 and r.scale == (0.08, 1.0) and r.p_blur == 0.0 and r.jitter == (0.4, 0.4, 0.4, 0.1)
+    v = r.views[0]
+    assert r.n_views == 2 and r.views[1] == v
+    assert r.size == 96 and v.scale == (0.08, 1.0) and v.p_blur == 0.0 and v.jitter == (0.4, 0.4, 0.4, 0.1)
     assert recipe_from_dict({}) == TwoViewRecipe()
     with pytest.raises(ValueError, match="unknown"):
         recipe_from_dict({"szie": 96})
@@ -136,7 +138,7 @@ def test_crop_fallback_is_central_and_clamped_to_ratio():
 
 
 def test_view_param_laws():
-    recipe = TwoViewRecipe()
+    recipe = ViewSpec()
     n = 20000
     p = sample_view_params([(375, 500)] * n, recipe, np.random.default_rng(1))
     assert p["crop"].dtype == np.int32 and p["crop"].shape == (n, 4)

@@ -6,10 +6,13 @@ GPU), resize to size x size in float, then the photometric ops written with DALI
 they mean exactly what torchvision's do (torch_exec.py is the reference):
   brightness  x*b                        contrast    c*x + (1-c)*mean(luma)
   saturation  s*x + (1-s)*luma           hue         HSV rotation (closed form below)
-each clamped to [0, 255] like torchvision clamps to [0, 1]; then grayscale, gaussian blur, and
-crop_mirror_normalize (flip + normalise + CHW). Flipping last is equivalent to torch_exec's
-flip-after-resize: every later op is per-pixel or a symmetric blur with symmetric borders.
-Random per-sample application uses DALI conditionals, so "off" is an exact identity.
+each clamped to [0, 255] like torchvision clamps to [0, 1] (in a per-sample random order where the
+view asks), then grayscale, gaussian blur, solarize (arithmetic: DALI has no CPU solarize), the
+strong-pool ops (strong_dali.py), and crop_mirror_normalize (flip + normalise + CHW). Flipping last
+is equivalent to torch_exec's flip-after-resize, since every op before it is per-pixel or a
+symmetric blur with symmetric borders; views with strong ops (shear, translate) flip first instead.
+Random per-sample application uses DALI conditionals, so "off" is an exact identity. The graph is
+built from the recipe: one branch per view, holding only the ops its spec can use.
 
 A last batch smaller than batch_size is fed as is (external_source accepts any batch size up
 to the maximum); inputs larger than batch_size are processed in chunks.
@@ -31,7 +34,7 @@ from nvidia.dali import pipeline_def
 from nvidia.dali.pipeline import Pipeline
 
 from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
-from .recipe import TwoViewRecipe
+from .recipe import Recipe, ViewSpec
 
 log = logging.getLogger(__name__)
 
@@ -71,34 +74,79 @@ def _hue_shift(r, g, b, turns):
     return out
 
 
-def _color_jitter(img, bri, con, sat, hue):
-    """Fixed order brightness, contrast, saturation, hue on float HWC in [0, 255]."""
-    r, g, b = img[:, :, 0], img[:, :, 1], img[:, :, 2]
-    r, g, b = (_clamp(c * bri) for c in (r, g, b))
+def _brightness(r, g, b, f):
+    return tuple(_clamp(c * f) for c in (r, g, b))
+
+
+def _contrast(r, g, b, f):
     mean = fn.reductions.mean(_luma(r, g, b))  # per-sample scalar, broadcast below
-    r, g, b = (_clamp(c * con + mean * (1.0 - con)) for c in (r, g, b))
+    return tuple(_clamp(c * f + mean * (1.0 - f)) for c in (r, g, b))
+
+
+def _saturation(r, g, b, f):
     lum = _luma(r, g, b)
-    r, g, b = (_clamp(c * sat + lum * (1.0 - sat)) for c in (r, g, b))
-    r, g, b = _hue_shift(r, g, b, hue)
+    return tuple(_clamp(c * f + lum * (1.0 - f)) for c in (r, g, b))
+
+
+def _hue(r, g, b, f):
+    return tuple(_hue_shift(r, g, b, f))
+
+
+_JITTER = (_brightness, _contrast, _saturation, _hue)  # indexed like colour.JITTER_OPS
+
+
+def _channels(img):
+    return img[:, :, 0], img[:, :, 1], img[:, :, 2]
+
+
+def _color_jitter(img, factors):
+    """Fixed order brightness, contrast, saturation, hue on float HWC in [0, 255]."""
+    r, g, b = _channels(img)
+    for op, f in zip(_JITTER, factors):
+        r, g, b = op(r, g, b, f)
+    return fn.stack(r, g, b, axis=2, axis_name="C")
+
+
+def _color_jitter_random(img, factors, order):
+    """torchvision's random order: slot k applies op order[k] (a per-sample permutation of 0..3)."""
+    r, g, b = _channels(img)
+    for slot in order:
+        if slot == 0:
+            r, g, b = _brightness(r, g, b, factors[0])
+        elif slot == 1:
+            r, g, b = _contrast(r, g, b, factors[1])
+        elif slot == 2:
+            r, g, b = _saturation(r, g, b, factors[2])
+        else:
+            r, g, b = _hue(r, g, b, factors[3])
     return fn.stack(r, g, b, axis=2, axis_name="C")
 
 
 def _grayscale(img):
-    lum = _luma(img[:, :, 0], img[:, :, 1], img[:, :, 2])
+    lum = _luma(*_channels(img))
     return fn.stack(lum, lum, lum, axis=2, axis_name="C")
 
 
-def _normalize(img, recipe: TwoViewRecipe, mirror=0):
-    return fn.crop_mirror_normalize(
-        img, mirror=mirror, dtype=types.FLOAT, output_layout="CHW",
-        mean=[255.0 * m for m in recipe.mean], std=[255.0 * s for s in recipe.std])
+def _solarize(img, threshold: float):
+    """Pixels >= threshold (0-255 scale) become 255 - x: DALI has no CPU solarize, so arithmetic."""
+    hit = img >= threshold
+    return img + hit * (255.0 - 2.0 * img)
+
+
+def _normalize(img, recipe: Recipe, spec: ViewSpec | None = None, mirror=0):
+    """CHW float: normalised, or plain [0, 1] for views whose colour stage the method runs."""
+    if spec is not None and spec.color_stage == "model":
+        mean, std = [0.0] * 3, [255.0] * 3
+    else:
+        mean, std = [255.0 * m for m in recipe.mean], [255.0 * s for s in recipe.std]
+    return fn.crop_mirror_normalize(img, mirror=mirror, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
 
 
 def _input(name: str, dtype, ndim: int):
     return fn.external_source(name=name, dtype=dtype, ndim=ndim)
 
 
-# Per-view external sources: name -> (dtype, ndim per sample). Filled by _view_feed.
+# Per-view external sources every view has: name -> (dtype, ndim per sample). Filled by _view_feed.
 _VIEW_INPUTS = {
     "start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0),
     "jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
@@ -107,32 +155,61 @@ _VIEW_INPUTS = {
 }
 
 
+def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
+    """The external sources one view's graph reads (only the ops the spec can use)."""
+    inputs = dict(_VIEW_INPUTS)
+    if spec.jitter_order == "random":
+        inputs.update({f"order{k}": (types.INT32, 0) for k in range(4)})
+    if spec.p_solarize > 0:
+        inputs["solarize_on"] = (types.BOOL, 0)
+    if spec.strong_ops:
+        from .strong_dali import strong_inputs
+        inputs.update(strong_inputs(spec.strong_ops))
+    return inputs
+
+
 @pipeline_def(enable_conditionals=True)
-def _views_pipeline(recipe: TwoViewRecipe, gpu: bool):
+def _views_pipeline(recipe: Recipe, gpu: bool):
     encoded = _input("encoded", types.UINT8, 1)
     outputs = []
-    for v in range(recipe.n_views):
-        p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _VIEW_INPUTS.items()}
+    for v, spec in enumerate(recipe.views):
+        p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _view_inputs(spec).items()}
         # Scalars used in arithmetic must live where the image lives.
-        num = {k: (p[k].gpu() if gpu else p[k]) for k in ("brightness", "contrast", "saturation", "hue")}
+        num = [p[k].gpu() if gpu else p[k] for k in ("brightness", "contrast", "saturation", "hue")]
         # Fused decode + crop. With axes=[0, 1], start = (y, x) and shape = (h, w) in absolute
         # pixels (the default axes=[1, 0] would mean x, y); tests check it on a coordinate image.
         img = fn.decoders.image_slice(encoded, start=p["start"], shape=p["shape"], axes=[0, 1],
                                       device="mixed" if gpu else "cpu", output_type=types.RGB)
-        img = fn.resize(img, resize_x=recipe.size, resize_y=recipe.size, antialias=True,
+        img = fn.resize(img, resize_x=spec.size, resize_y=spec.size, antialias=True,
                         interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
-        if p["jitter_on"]:
-            img = _color_jitter(img, num["brightness"], num["contrast"], num["saturation"], num["hue"])
-        if p["gray"]:
-            img = _grayscale(img)
-        if p["blur_on"]:
-            img = fn.gaussian_blur(img, sigma=p["sigma"], window_size=p["window"])
-        outputs.append(_normalize(img, recipe, mirror=p["flip"]))
+        mirror = p["flip"]
+        if spec.strong_ops:  # the strong ops are not flip-equivariant (shear, translate): flip first
+            img = fn.flip(img, horizontal=p["flip"])
+            mirror = 0
+        if spec.color_stage == "executor" and spec.p_jitter > 0:
+            if p["jitter_on"]:
+                if spec.jitter_order == "random":
+                    img = _color_jitter_random(img, num, [p[f"order{k}"] for k in range(4)])
+                else:
+                    img = _color_jitter(img, num)
+        if spec.color_stage == "executor" and spec.p_gray > 0:
+            if p["gray"]:
+                img = _grayscale(img)
+        if spec.p_blur > 0:
+            if p["blur_on"]:
+                img = fn.gaussian_blur(img, sigma=p["sigma"], window_size=p["window"])
+        if spec.p_solarize > 0:
+            if p["solarize_on"]:
+                img = _solarize(img, 255.0 * spec.solarize_threshold)
+        if spec.strong_ops:
+            from .strong_dali import apply_strong_dali
+            img = apply_strong_dali(img, p, spec.strong_ops)
+        outputs.append(_normalize(img, recipe, spec, mirror=mirror))
     return tuple(outputs)
 
 
 @pipeline_def
-def _eval_pipeline(recipe: TwoViewRecipe, size: int, gpu: bool):
+def _eval_pipeline(recipe: Recipe, size: int, gpu: bool):
     encoded = _input("encoded", types.UINT8, 1)
     rh, rw = _input("resize_h", types.FLOAT, 0), _input("resize_w", types.FLOAT, 0)
     start = _input("start", types.INT32, 1)
@@ -143,13 +220,13 @@ def _eval_pipeline(recipe: TwoViewRecipe, size: int, gpu: bool):
     return _normalize(img, recipe)
 
 
-def _view_feed(params: Params, idx: np.ndarray) -> dict[str, np.ndarray]:
+def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.ndarray]:
     """Host arrays for one view's external sources, rows `idx`."""
     crop = params["crop"][idx].astype(np.int32)
     blur_on = (params["blur_on"][idx] > 0) & (params["sigma"][idx] > 0)  # sigma 0 = no blur, as in torch
     # Blur args only reach samples in the blur branch; keep the others valid anyway.
     sigma = np.where(blur_on, params["sigma"][idx], 1.0).astype(np.float32)
-    return {
+    feed = {
         "start": np.ascontiguousarray(crop[:, :2]), "shape": np.ascontiguousarray(crop[:, 2:]),
         "flip": params["flip"][idx].astype(np.int32),
         "jitter_on": params["jitter_on"][idx] > 0,
@@ -161,6 +238,15 @@ def _view_feed(params: Params, idx: np.ndarray) -> dict[str, np.ndarray]:
         "blur_on": blur_on, "sigma": sigma,
         "window": np.array([blur_window(s) if on else 1 for s, on in zip(sigma, blur_on)], np.int32),
     }
+    if spec.jitter_order == "random":
+        order = params["jitter_order"][idx].astype(np.int32)
+        feed.update({f"order{k}": np.ascontiguousarray(order[:, k]) for k in range(4)})
+    if spec.p_solarize > 0:
+        feed["solarize_on"] = params["solarize_on"][idx] > 0
+    if spec.strong_ops:
+        from .strong_dali import strong_feed
+        feed.update(strong_feed(params, idx))
+    return feed
 
 
 def _pil_decodes(encoded: bytes) -> bool:
@@ -189,7 +275,7 @@ class DaliExecutor:
     Undecodable samples are dropped and counted in `skipped`.
     """
 
-    def __init__(self, recipe: TwoViewRecipe, batch_size: int, device: str = "auto",
+    def __init__(self, recipe: Recipe, batch_size: int, device: str = "auto",
                  num_threads: int = 1, seed: int = 0):
         if device not in ("auto", "cpu", "gpu"):
             raise ValueError(f"device must be auto|cpu|gpu, got {device!r}")
@@ -260,7 +346,7 @@ class DaliExecutor:
         return out
 
     def _run_all(self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes],
-                 candidates: np.ndarray, n_out: int, size: int) -> tuple[list[torch.Tensor], np.ndarray]:
+                 candidates: np.ndarray, sizes: Sequence[int]) -> tuple[list[torch.Tensor], np.ndarray]:
         chunks, kept = [], []
         for lo in range(0, len(candidates), self.batch_size):
             outs, ok = self._run_robust(pipe, feed, encoded, candidates[lo:lo + self.batch_size])
@@ -271,7 +357,7 @@ class DaliExecutor:
         self._drop_report(len(encoded), kept_all)
         if not chunks:
             dev = "cuda" if self.gpu else "cpu"
-            return [torch.empty(0, 3, size, size, device=dev) for _ in range(n_out)], kept_all
+            return [torch.empty(0, 3, s, s, device=dev) for s in sizes], kept_all
         return [torch.cat(parts) for parts in zip(*chunks)], kept_all
 
     def _drop_report(self, n_in: int, kept: np.ndarray) -> None:
@@ -287,10 +373,11 @@ class DaliExecutor:
             raise ValueError(f"expected {self.recipe.n_views} params dicts, got {len(params)}")
 
         def feed(idx: np.ndarray) -> dict[str, np.ndarray]:
-            return {f"v{v}_{k}": arr for v, p in enumerate(params) for k, arr in _view_feed(p, idx).items()}
+            return {f"v{v}_{k}": arr for v, (p, spec) in enumerate(zip(params, self.recipe.views))
+                    for k, arr in _view_feed(p, idx, spec).items()}
 
         candidates = np.flatnonzero(valid_samples(encoded, params))
-        return self._run_all(self._pipe, feed, encoded, candidates, self.recipe.n_views, self.recipe.size)
+        return self._run_all(self._pipe, feed, encoded, candidates, self.recipe.sizes)
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]:
         """Resize short side + centre crop (geometry from params.eval_geometry), normalised."""
@@ -306,5 +393,5 @@ class DaliExecutor:
                     "start": np.ascontiguousarray(g[:, 2:])}
 
         candidates = np.array(sorted(geometry), dtype=np.int64)
-        (images,), kept = self._run_all(self._eval_pipes[size], feed, encoded, candidates, 1, size)
+        (images,), kept = self._run_all(self._eval_pipes[size], feed, encoded, candidates, [size])
         return images, kept

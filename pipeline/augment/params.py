@@ -4,9 +4,9 @@ A view's parameters are a dict of named per-sample arrays (first axis = batch). 
 *apply* them, so the same parameters give the same view on DALI and on torch, and methods
 (e.g. InvCLR's gradient penalty, CoCor's target net) can read them.
 
-Photometric ops are applied in a FIXED order: brightness, contrast, saturation, hue, then
-grayscale, then blur. (torchvision's ColorJitter shuffles the four jitter ops per call; a random
-order is a later issue and would become one more parameter.)
+Photometric ops are applied in the order brightness, contrast, saturation, hue (or the per-sample
+permutation `jitter_order` when the view asks for torchvision's random order), then grayscale, blur,
+solarize, and the strong-pool ops.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from .recipe import TwoViewRecipe
+from .recipe import Recipe, ViewSpec
 
 Params = dict[str, np.ndarray]
 
@@ -86,42 +86,92 @@ def _factor(strength: float, on: np.ndarray, rng: np.random.Generator) -> np.nda
     return np.where(on > 0, f, 1.0).astype(np.float32)
 
 
-def sample_view_params(sizes: Sequence[tuple[int, int]], recipe: TwoViewRecipe,
+def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec,
                        rng: np.random.Generator) -> Params:
     """Parameters of ONE view for a batch of images of the given (h, w) sizes.
 
     Keys (B = len(sizes)): crop int32 [B,4] = (y, x, h, w) in source pixels; flip, jitter_on,
     gray, blur_on uint8 [B]; brightness, contrast, saturation float32 [B] factors (1 = off);
     hue float32 [B] in fractions of a turn (0 = off); sigma float32 [B] (0 = off).
+    Only when the spec can use them: jitter_order int8 [B,4] (a permutation of 0..3 = brightness,
+    contrast, saturation, hue), solarize_on uint8 [B], and the strong-pool keys of strong.sample_strong
+    (strong_op, strong_on, strong_mag, counts).
     """
     n = len(sizes)
-    crop = np.array([sample_crop(h, w, recipe.scale, recipe.ratio, rng) for h, w in sizes],
+    crop = np.array([sample_crop(h, w, spec.scale, spec.ratio, rng) for h, w in sizes],
                     dtype=np.int32).reshape(n, 4)
-    b, c, s, h = recipe.jitter
-    jitter_on = _coin(recipe.p_jitter, n, rng)
+    b, c, s, h = spec.jitter
+    jitter_on = _coin(spec.p_jitter, n, rng)
     hue = np.where(jitter_on > 0, rng.uniform(-h, h, n), 0.0).astype(np.float32)
-    blur_on_draw = rng.random(n) < recipe.p_blur
-    sigma_draw = rng.uniform(recipe.blur_sigma[0], recipe.blur_sigma[1], n)
-    return {
+    blur_on_draw = rng.random(n) < spec.p_blur
+    sigma_draw = rng.uniform(spec.blur_sigma[0], spec.blur_sigma[1], n)
+    p = {
         "crop": crop,
-        "flip": _coin(recipe.p_flip, n, rng),
+        "flip": _coin(spec.p_flip, n, rng),
         "jitter_on": jitter_on,
         "brightness": _factor(b, jitter_on, rng),
         "contrast": _factor(c, jitter_on, rng),
         "saturation": _factor(s, jitter_on, rng),
         "hue": hue,
-        "gray": _coin(recipe.p_gray, n, rng),
+        "gray": _coin(spec.p_gray, n, rng),
         "blur_on": blur_on_draw.astype(np.uint8),
         "sigma": np.where(blur_on_draw, sigma_draw, 0.0).astype(np.float32),
     }
+    if spec.jitter_order == "random":
+        p["jitter_order"] = np.stack([rng.permutation(4) for _ in range(n)]).astype(np.int8).reshape(n, 4)
+    if spec.p_solarize > 0:
+        p["solarize_on"] = _coin(spec.p_solarize, n, rng)
+    if spec.strong_ops:
+        from .strong import sample_strong
+        p.update(sample_strong(n, spec.strong_ops, spec.strong_pool, spec.strong_p, spec.strong_law, rng))
+    return p
 
 
-def sample_views(encoded: Sequence[bytes], recipe: TwoViewRecipe,
-                 rng: np.random.Generator) -> list[Params]:
-    """One params dict per view, views drawn independently. Unreadable images get placeholder
-    params (size UNREADABLE); executors drop them and report it through `kept`."""
+def sample_views(encoded: Sequence[bytes], recipe: Recipe, rng: np.random.Generator) -> list[Params]:
+    """One params dict per view: drawn independently, then the first two views' crops, blur sigmas or
+    a colour factor redrawn jointly where the recipe asks (JointCrop / JointBlur / JointColor).
+    Unreadable images get placeholder params (size UNREADABLE); executors drop them and report it
+    through `kept`."""
     sizes = [try_image_size(e) or UNREADABLE for e in encoded]
-    return [sample_view_params(sizes, recipe, rng) for _ in range(recipe.n_views)]
+    views = [sample_view_params(sizes, spec, rng) for spec in recipe.views]
+    if recipe.joint.active:
+        apply_joint(views, sizes, recipe, rng)
+    return views
+
+
+def apply_joint(views: list[Params], sizes: Sequence[tuple[int, int]], recipe: Recipe,
+                rng: np.random.Generator) -> None:
+    """Redraw the first two views' joint parameters in place. The apply/skip gates stay the independent
+    per-view draws (specs/jointcrop.md section 6): a joint sigma or factor only takes effect where its view's
+    gate is on."""
+    from .joint import JointSampler, sample_joint_crops
+
+    j, (a, b), (s1, s2) = recipe.joint, views[:2], recipe.views[:2]
+    n = len(sizes)
+    if j.crop_beta is not None:
+        _check_same(s1, s2, ("scale", "ratio"), "JointCrop")
+        a["crop"], b["crop"] = (c.astype(np.int32) for c in
+                                sample_joint_crops(sizes, s1.scale, s1.ratio, j.crop_beta, rng))
+    if j.blur_beta is not None:
+        _check_same(s1, s2, ("blur_sigma",), "JointBlur")
+        x1, x2 = JointSampler(s1.blur_sigma[0], s1.blur_sigma[1], j.blur_beta).sample_np(n, rng)
+        a["sigma"] = np.where(a["blur_on"] > 0, x1, 0.0).astype(np.float32)
+        b["sigma"] = np.where(b["blur_on"] > 0, x2, 0.0).astype(np.float32)
+    if j.color_beta is not None:
+        _check_same(s1, s2, ("jitter",), "JointColor")
+        strength = s1.jitter[0 if j.color_factor == "brightness" else 1]
+        # the log-ratio law needs a positive lower bound; strength >= 1 would allow a factor of 0
+        low = max(1e-3, 1.0 - strength)
+        x1, x2 = JointSampler(low, 1.0 + strength, j.color_beta).sample_np(n, rng)
+        a[j.color_factor] = np.where(a["jitter_on"] > 0, x1, 1.0).astype(np.float32)
+        b[j.color_factor] = np.where(b["jitter_on"] > 0, x2, 1.0).astype(np.float32)
+
+
+def _check_same(s1: ViewSpec, s2: ViewSpec, names: Sequence[str], what: str) -> None:
+    for name in names:
+        if getattr(s1, name) != getattr(s2, name):
+            raise ValueError(f"{what} needs the first two views to share {name}: "
+                             f"{getattr(s1, name)} vs {getattr(s2, name)}")
 
 
 def select(params: Params, idx: np.ndarray) -> Params:

@@ -1,7 +1,11 @@
 """Reference executor: applies sampled view parameters with torch / torchvision.io only.
 
-Per-sample and slow-ish, but simple and exact: it defines what a parameter means. Images are
-float in [0, 1] from the crop on, so the colour ops stay differentiable for later issues.
+Simple and exact: it defines what a parameter means. Crops are per sample; everything after them
+runs on the batch of one view, in float [0, 1], with the colour ops of colour.py (differentiable in
+their factors; equal to torchvision's adjust_* ops).
+
+Views whose spec says color_stage=model come out un-normalised in [0, 1] without jitter and grayscale:
+the method applies colour.colour_distort itself (InvCLR differentiates through it).
 """
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ import torchvision.transforms.v2.functional as F
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import InterpolationMode
 
-from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
-from .recipe import TwoViewRecipe
+from .params import Params, blur_window, eval_geometry, select, try_image_size, valid_samples
+from . import colour
+from .recipe import IMAGENET_MEAN, IMAGENET_STD, Recipe, ViewSpec
 
 log = logging.getLogger(__name__)
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec (not a dependency here); the
@@ -53,26 +58,43 @@ def _normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> 
     return F.normalize(x, mean=list(mean), std=list(std))
 
 
-def apply_view(img: torch.Tensor, p: dict[str, float | np.ndarray], recipe: TwoViewRecipe) -> torch.Tensor:
-    """One sample, one view: uint8 [3,H,W] -> normalised float32 [3,size,size].
-    `p` holds this sample's row of each params array."""
-    y, x, h, w = (int(v) for v in p["crop"])
+def crop_resize(img: torch.Tensor, crop: Sequence[int], size: int) -> torch.Tensor:
+    """uint8 [3,H,W] -> float [3,size,size] in [0, 1]: the (y, x, h, w) box, bilinear with antialias."""
+    y, x, h, w = (int(v) for v in crop)
     out = img[:, y:y + h, x:x + w].float() / 255.0
-    out = F.resize(out, [recipe.size, recipe.size], interpolation=InterpolationMode.BILINEAR, antialias=True)
-    if p["flip"]:
-        out = out.flip(-1)
-    if p["jitter_on"]:
-        # Fixed order (see params.py): brightness, contrast, saturation, hue; each clamps to [0, 1].
-        out = F.adjust_brightness(out, float(p["brightness"]))
-        out = F.adjust_contrast(out, float(p["contrast"]))
-        out = F.adjust_saturation(out, float(p["saturation"]))
-        out = F.adjust_hue(out, float(p["hue"]))
-    if p["gray"]:
-        out = F.rgb_to_grayscale(out, num_output_channels=3)
-    if p["blur_on"] and p["sigma"] > 0:
-        k = blur_window(float(p["sigma"]))
-        out = F.gaussian_blur(out, kernel_size=[k, k], sigma=[float(p["sigma"])] * 2)
-    return _normalize(out, recipe.mean, recipe.std)
+    return F.resize(out, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=True)
+
+
+def photometric(x: torch.Tensor, p: dict[str, torch.Tensor], spec: ViewSpec) -> torch.Tensor:
+    """Everything after crop+resize on a batch [B,3,S,S] in [0, 1], un-normalised: flip, colour (unless the
+    view leaves it to the method), blur, solarize, strong ops. `p` holds this batch's rows as tensors."""
+    x = torch.where(p["flip"].bool().view(-1, 1, 1, 1), x.flip(-1), x)
+    if spec.color_stage == "executor":
+        x = colour.colour_distort(x, p, spec.hue_mode)
+    blur = (p["blur_on"] > 0) & (p["sigma"] > 0)  # sigma 0 also means no blur
+    if bool(blur.any()):
+        rows = []
+        for i in range(x.shape[0]):
+            s = float(p["sigma"][i])
+            rows.append(F.gaussian_blur(x[i], kernel_size=[blur_window(s)] * 2, sigma=[s, s]) if blur[i] else x[i])
+        x = torch.stack(rows)
+    if "solarize_on" in p:
+        x = colour.gate(p["solarize_on"], colour.solarize(x, spec.solarize_threshold), x)
+    if spec.strong_ops:
+        from .strong import apply_strong_torch
+        x = torch.stack([apply_strong_torch(x[i], p["strong_op"][i], p["strong_on"][i], p["strong_mag"][i])
+                         for i in range(x.shape[0])])
+    return x
+
+
+def apply_views(images: Sequence[torch.Tensor], p: Params, spec: ViewSpec, recipe: Recipe,
+                normalize: bool = True) -> torch.Tensor:
+    """One view for a batch of decoded uint8 images whose params rows are `p` (numpy, aligned with images)."""
+    if not images:
+        return _empty(spec.size)
+    x = torch.stack([crop_resize(img, c, spec.size) for img, c in zip(images, p["crop"])])
+    x = photometric(x, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in p.items()}, spec)
+    return _normalize(x, recipe.mean, recipe.std) if normalize and spec.color_stage == "executor" else x
 
 
 def _decode_kept(encoded: Sequence[bytes], candidates: np.ndarray) -> tuple[list[torch.Tensor], np.ndarray]:
@@ -94,7 +116,7 @@ class TorchExecutor:
     """Applies views with torchvision. Same contract as DaliExecutor:
     __call__(encoded, params) -> (views, kept); `skipped` counts dropped samples."""
 
-    def __init__(self, recipe: TwoViewRecipe):
+    def __init__(self, recipe: Recipe):
         self.recipe = recipe
         self.skipped = 0
 
@@ -109,11 +131,8 @@ class TorchExecutor:
         candidates = np.flatnonzero(valid_samples(encoded, params))
         images, kept = _decode_kept(encoded, candidates)
         self._drop_report(len(encoded), kept)
-        views = []
-        for p in params:
-            rows = [apply_view(img, {k: v[i] for k, v in p.items()}, self.recipe)
-                    for img, i in zip(images, kept)]
-            views.append(torch.stack(rows) if rows else _empty(self.recipe.size))
+        views = [apply_views(images, select(p, kept), spec, self.recipe)
+                 for p, spec in zip(params, self.recipe.views)]
         return views, kept
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]:
@@ -124,7 +143,7 @@ class TorchExecutor:
 
 
 def eval_transform(encoded: Sequence[bytes], size: int,
-                   mean: Sequence[float] = TwoViewRecipe.mean, std: Sequence[float] = TwoViewRecipe.std,
+                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                    ) -> tuple[torch.Tensor, np.ndarray]:
     """Eval view for kNN / linear probe features: float32 [B', 3, size, size] plus the indices
     of the samples that decoded (B' of them)."""

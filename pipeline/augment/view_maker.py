@@ -1,6 +1,7 @@
 """From a raw batch of shard columns to Views, whichever recipe the config names.
 
-`augment.kind` picks the recipe family: `two_view` (image ops through the DALI or torch executor) or
+`augment.kind` picks the recipe family: `views` (image ops through the DALI or torch executor; the old
+old name `two_view` is gone) or
 `spirograph` (re-rendering the sample's factors with fresh nuisance parameters).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ EXECUTION_KEYS = ("kind", "executor", "device")
 
 
 def image_recipe(aug: Mapping[str, Any]):
-    """The TwoViewRecipe an image augment config describes (ValueError on unknown keys or bad values)."""
+    """The Recipe an image augment config describes (ValueError on unknown keys or bad values)."""
     return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
 
 
@@ -50,9 +51,9 @@ class SpirographViewMaker:
 
 
 def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0):
-    kind = aug.get("kind", "two_view")
-    if kind == "two_view":
+    kind = aug.get("kind", "views")
+    if kind == "views":
         return ImageViewMaker(aug, batch_size, num_threads, seed)
     if kind == "spirograph":
         return SpirographViewMaker(aug)
-    raise ValueError(f"unknown augment.kind {kind!r}; choose two_view or spirograph")
+    raise ValueError(f"unknown augment.kind {kind!r}; choose views or spirograph")

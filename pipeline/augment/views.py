@@ -9,13 +9,13 @@ import numpy as np
 import torch
 
 from .params import Params, sample_views, select
-from .recipe import TwoViewRecipe
+from .recipe import Recipe
 
 log = logging.getLogger(__name__)
 
 
 class Executor(Protocol):
-    recipe: TwoViewRecipe
+    recipe: Recipe
     skipped: int
 
     def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]: ...
@@ -25,7 +25,8 @@ class Executor(Protocol):
 
 @dataclass
 class Views:
-    """images[v]: float32 [B', 3, S, S]; params[v]: name -> tensor with B' rows;
+    """images[v]: float32 [B', 3, S_v, S_v] (views may differ in size: multi-crop); params[v]: name ->
+    tensor with B' rows;
     kept: indices (into the input batch) of the B' samples that decoded."""
 
     images: list[torch.Tensor]
@@ -41,7 +42,7 @@ def dali_available() -> bool:
     return True
 
 
-def make_executor(kind: str, recipe: TwoViewRecipe, batch_size: int, device: str = "auto",
+def make_executor(kind: str, recipe: Recipe, batch_size: int, device: str = "auto",
                   num_threads: int = 1, seed: int = 0) -> Executor:
     """kind: "dali" | "torch" | "auto" (DALI when importable, else torch)."""
     if kind not in ("dali", "torch", "auto"):
@@ -62,7 +63,7 @@ def params_to_tensors(params: Params, device: torch.device | str = "cpu") -> dic
     return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in params.items()}
 
 
-def make_views(encoded: Sequence[bytes], recipe: TwoViewRecipe, executor: Executor,
+def make_views(encoded: Sequence[bytes], recipe: Recipe, executor: Executor,
                rng: np.random.Generator) -> Views:
     """Sample every view's parameters, apply them, and keep params only for samples that made it."""
     params = sample_views(encoded, recipe, rng)

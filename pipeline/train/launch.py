@@ -64,10 +64,10 @@ def _check_augment(aug: dict) -> None:
 
     if aug["executor"] not in ("auto", "dali", "torch"):
         raise ConfigError(f"augment.executor must be auto, dali or torch, not {aug['executor']!r}")
-    kind = aug.get("kind", "two_view")
-    if kind not in ("two_view", "spirograph"):
-        raise ConfigError(f"augment.kind must be two_view or spirograph, not {kind!r}")
-    if kind == "two_view":
+    kind = aug.get("kind", "views")
+    if kind not in ("views", "spirograph"):
+        raise ConfigError(f"augment.kind must be views or spirograph, not {kind!r}")
+    if kind == "views":
         try:
             image_recipe(aug)
         except (TypeError, ValueError) as e:

@@ -92,6 +92,7 @@ class _Trainer:
         self.total_steps = rt["steps_per_epoch"] * cfg["train"]["epochs"]
         self.warmup = rt["steps_per_epoch"] * cfg["optim"]["warmup_epochs"]
         self.step = 0
+        self.timing = {"data_s": 0.0, "views_s": 0.0, "step_s": 0.0}  # where an epoch's time goes (seconds)
         self.precision = resolve_precision(cfg["train"]["precision"], device)
         self.views_of = build_view_maker(cfg["augment"], self.local_bs, num_threads=max(1, torch.get_num_threads()),
                                          seed=cfg["seed"] + rank)
@@ -104,6 +105,7 @@ class _Trainer:
         return state["epoch"] + 1
 
     def train_step(self, images: list[torch.Tensor]) -> dict[str, float]:
+        t0 = time.monotonic()
         lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
         set_lr(self.optimizer, lr)
         with autocast(self.precision, self.device):
@@ -113,6 +115,7 @@ class _Trainer:
         self.optimizer.step()
         self.step += 1
         self.method.after_step(min(1.0, self.step / self.total_steps))
+        self.timing["step_s"] += time.monotonic() - t0
         return {"lr": lr, **{k: float(v) for k, v in out.items()}}
 
     def batches(self, shard, epoch: int):
@@ -124,13 +127,18 @@ class _Trainer:
             batch_size=self.local_bs, batch_format="numpy", drop_last=True, prefetch_batches=2,
             local_shuffle_buffer_size=self.cfg["train"]["shuffle_buffer"],
             local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank)
+        t = time.monotonic()
         for raw in raw_batches:
+            t_views = time.monotonic()
             pending.add(self.views_of(raw, rng).images)
+            self.timing["data_s"] += t_views - t
+            self.timing["views_s"] += time.monotonic() - t_views
             ready = torch.tensor(float(len(pending) >= self.local_bs))
             if dist.is_dist():
                 torch.distributed.all_reduce(ready, op=torch.distributed.ReduceOp.MIN)
             if ready.item():
                 yield pending.take()
+            t = time.monotonic()
 
     def save_and_report(self, metrics: dict, epoch: int, with_checkpoint: bool) -> None:
         import ray.train
@@ -185,6 +193,7 @@ def train_loop_per_worker(cfg: dict) -> None:
         _maybe_fail(cfg, epoch)
         tr.method.train()
         skipped_before, losses = tr.views_of.skipped, []
+        tr.timing = dict.fromkeys(tr.timing, 0.0)
         t0 = t_log = time.monotonic()
         steps_since_log = 0
         for images in tr.batches(shard, epoch):
@@ -203,11 +212,13 @@ def train_loop_per_worker(cfg: dict) -> None:
         metrics = {"epoch": epoch, "step": tr.step,
                    "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
                    "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
-                   "skipped_images": skipped}
+                   "skipped_images": skipped, **{f"time_{k}": v for k, v in tr.timing.items()}}
         if skipped and rank == 0:
             warnings.warn(f"epoch {epoch}: skipped {int(skipped)} undecodable images")
         if knn and (epoch + 1) % cfg["eval"]["knn"]["every"] == 0:
+            t_knn = time.monotonic()
             metrics.update(knn(tr.method.backbone, tr.device))
+            metrics["time_knn_s"] = time.monotonic() - t_knn
         if logger:
             shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
             logger.log(shown, tr.step)
