@@ -60,7 +60,8 @@ def _one_line(e: Exception) -> str:
     return msg[0] if msg else type(e).__name__
 
 
-def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths")) -> str:
+def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths",
+                                                          "gallery")) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume)."""
     kept = {k: v for k, v in cfg.items() if k not in ignore}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]

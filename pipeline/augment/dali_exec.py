@@ -146,20 +146,26 @@ def _input(name: str, dtype, ndim: int):
     return fn.external_source(name=name, dtype=dtype, ndim=ndim)
 
 
-# Per-view external sources every view has: name -> (dtype, ndim per sample). Filled by _view_feed.
-_VIEW_INPUTS = {
-    "start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0),
-    "jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
-    "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0), "gray": (types.BOOL, 0),
-    "blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0),
-}
+# Per-view external sources: name -> (dtype, ndim per sample). Filled by _view_feed.
+_GEOMETRY_INPUTS = {"start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0)}
+_JITTER_INPUTS = {"jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
+                  "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0)}
+_BLUR_INPUTS = {"blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0)}
 
 
 def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
-    """The external sources one view's graph reads (only the ops the spec can use)."""
-    inputs = dict(_VIEW_INPUTS)
-    if spec.jitter_order == "random":
-        inputs.update({f"order{k}": (types.INT32, 0) for k in range(4)})
+    """The external sources one view's graph reads: only the ops its spec can use (DALI rejects feeding an
+    input the graph does not consume)."""
+    inputs = dict(_GEOMETRY_INPUTS)
+    colour_here = spec.color_stage == "executor"
+    if colour_here and spec.p_jitter > 0:
+        inputs.update(_JITTER_INPUTS)
+        if spec.jitter_order == "random":
+            inputs.update({f"order{k}": (types.INT32, 0) for k in range(4)})
+    if colour_here and spec.p_gray > 0:
+        inputs["gray"] = (types.BOOL, 0)
+    if spec.p_blur > 0:
+        inputs.update(_BLUR_INPUTS)
     if spec.p_solarize > 0:
         inputs["solarize_on"] = (types.BOOL, 0)
     if spec.strong_ops:
@@ -174,8 +180,6 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
     outputs = []
     for v, spec in enumerate(recipe.views):
         p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _view_inputs(spec).items()}
-        # Scalars used in arithmetic must live where the image lives.
-        num = [p[k].gpu() if gpu else p[k] for k in ("brightness", "contrast", "saturation", "hue")]
         # Fused decode + crop. With axes=[0, 1], start = (y, x) and shape = (h, w) in absolute
         # pixels (the default axes=[1, 0] would mean x, y); tests check it on a coordinate image.
         img = fn.decoders.image_slice(encoded, start=p["start"], shape=p["shape"], axes=[0, 1],
@@ -186,19 +190,21 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
         if spec.strong_ops:  # the strong ops are not flip-equivariant (shear, translate): flip first
             img = fn.flip(img, horizontal=p["flip"])
             mirror = 0
-        if spec.color_stage == "executor" and spec.p_jitter > 0:
+        if "jitter_on" in p:
+            # Scalars used in arithmetic must live where the image lives.
+            num = [p[k].gpu() if gpu else p[k] for k in ("brightness", "contrast", "saturation", "hue")]
             if p["jitter_on"]:
                 if spec.jitter_order == "random":
                     img = _color_jitter_random(img, num, [p[f"order{k}"] for k in range(4)])
                 else:
                     img = _color_jitter(img, num)
-        if spec.color_stage == "executor" and spec.p_gray > 0:
+        if "gray" in p:
             if p["gray"]:
                 img = _grayscale(img)
-        if spec.p_blur > 0:
+        if "blur_on" in p:
             if p["blur_on"]:
                 img = fn.gaussian_blur(img, sigma=p["sigma"], window_size=p["window"])
-        if spec.p_solarize > 0:
+        if "solarize_on" in p:
             if p["solarize_on"]:
                 img = _solarize(img, 255.0 * spec.solarize_threshold)
         if spec.strong_ops:
@@ -246,7 +252,8 @@ def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.
     if spec.strong_ops:
         from .strong_dali import strong_feed
         feed.update(strong_feed(params, idx))
-    return feed
+    used = _view_inputs(spec)
+    return {k: v for k, v in feed.items() if k in used}
 
 
 def _pil_decodes(encoded: bytes) -> bool:

@@ -16,12 +16,21 @@ from pipeline.augment.views import Views, make_executor, make_views
 from pipeline.data.reader import image_key
 
 # keys of conf/augment/*.yaml that choose how views are computed, not their law
-EXECUTION_KEYS = ("kind", "executor", "device")
+EXECUTION_KEYS = ("name", "kind", "executor", "device")
 
 
 def image_recipe(aug: Mapping[str, Any]):
     """The Recipe an image augment config describes (ValueError on unknown keys or bad values)."""
     return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
+
+
+def eval_settings(aug: Mapping[str, Any]) -> tuple[int, list[float], list[float]]:
+    """(size, mean, std) of the un-augmented evaluation view (kNN monitor, linear probe, model signature):
+    the first view's size for image recipes."""
+    if aug.get("kind", "views") == "views":
+        r = image_recipe(aug)
+        return r.size, list(r.mean), list(r.std)
+    return int(aug["size"]), list(aug["mean"]), list(aug["std"])
 
 
 class ImageViewMaker:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.augment.view_maker import eval_settings
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.linear_probe import probe
@@ -49,7 +50,7 @@ def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
     targets = data.get("targets")
     train = load_split(data["train"], data["task"], targets, limit=p["train_size"])
     test = load_split(data["val"], data["task"], targets, limit=p["val_size"])
-    pre = eval_preprocess(aug["size"], aug["mean"], aug["std"])
+    pre = eval_preprocess(*eval_settings(aug))
     ftr, ktr = extract(backbone, train.encoded, pre, p["batch_size"])
     fte, kte = extract(backbone, test.encoded, pre, p["batch_size"])
     num_classes = len(train.names) or None

@@ -20,12 +20,11 @@ def resolve(cfg: dict) -> dict:
     """Check everything that can be checked before Ray starts, and derive the runtime values.
 
     Raises ConfigError with one line; creates the embedded Spirograph data when it is the chosen data."""
-    from pipeline.data.shards import read_manifest
 
     m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
     if m["kind"] not in METHODS:
         raise ConfigError(f"unknown method kind {m['kind']!r}; known: {sorted(METHODS)}")
-    _check_augment(cfg["augment"])
+    check_augment(cfg["augment"])
     if t["precision"] not in ("auto", "bf16", "fp32"):
         raise ConfigError(f"train.precision must be auto, bf16 or fp32, not {t['precision']!r}")
     workers = int(tr["num_workers"])
@@ -41,14 +40,7 @@ def resolve(cfg: dict) -> dict:
             raise ConfigError(f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups")
         m["bn_splits"] = splits
     data = cfg["data"]
-    if data["name"] == "spirograph" and _is_managed(cfg) and not _has_manifest(data["train"]):
-        _make_spirograph(cfg)
-    try:
-        train_manifest, _ = read_manifest(data["train"])
-        read_manifest(data["val"])
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-    n = int(train_manifest["num_samples"])
+    n = int(prepare_data(cfg)["num_samples"])
     steps = (n // workers) // local_bs
     if steps < 1:
         raise ConfigError(f"{n} training samples are fewer than one global batch of {t['batch_size']}")
@@ -59,7 +51,7 @@ def resolve(cfg: dict) -> dict:
     return cfg
 
 
-def _check_augment(aug: dict) -> None:
+def check_augment(aug: dict) -> None:
     from pipeline.augment.view_maker import image_recipe
 
     if aug["executor"] not in ("auto", "dali", "torch"):
@@ -76,6 +68,22 @@ def _check_augment(aug: dict) -> None:
 
 def _has_manifest(path: str) -> bool:
     return "://" not in path and (Path(path) / "manifest.json").exists()
+
+
+def prepare_data(cfg: dict) -> dict:
+    """Generate the embedded Spirograph data if it is the chosen, missing data; check both splits' manifests.
+    Returns the train manifest; ConfigError with one line when a split is missing or empty."""
+    from pipeline.data.shards import read_manifest
+
+    data = cfg["data"]
+    if data["name"] == "spirograph" and _is_managed(cfg) and not _has_manifest(data["train"]):
+        _make_spirograph(cfg)
+    try:
+        train_manifest, _ = read_manifest(data["train"])
+        read_manifest(data["val"])
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+    return train_manifest
 
 
 def _is_managed(cfg: dict) -> bool:
@@ -154,6 +162,8 @@ def pretrain(cfg: dict) -> dict:
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(tracking.flatten({k: v for k, v in cfg.items() if k != "runtime"}))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
+        if cfg["gallery"]["at_pretrain"]:
+            _log_gallery(cfg)
 
     t0 = time.monotonic()
     try:
@@ -180,6 +190,24 @@ def pretrain(cfg: dict) -> dict:
     return out
 
 
+def gallery_path(cfg: dict) -> Path:
+    out = cfg["gallery"]["out"]
+    return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
+
+
+def _log_gallery(cfg: dict) -> None:
+    """The recipe's views of a few training images, annotated with their parameters, as a PNG in MLflow."""
+    import mlflow
+
+    from pipeline.augment.gallery import write_gallery
+
+    path = gallery_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
+    mlflow.log_artifact(str(path), artifact_path="gallery")
+    _log(f"views gallery {path}")
+
+
 def _log_checkpoint(checkpoint, cfg: dict) -> Path:
     """Log state.pt as an artifact and the backbone as an mlflow.pytorch model; return a local copy."""
     import mlflow
@@ -197,7 +225,9 @@ def _log_checkpoint(checkpoint, cfg: dict) -> Path:
     mlflow.log_artifact(str(local / ck.STATE_FILE), artifact_path="checkpoint")
     method = build_method(cfg)
     method.backbone.load_state_dict(ck.backbone_state(state))
-    size = cfg["augment"]["size"]
+    from pipeline.augment.view_maker import eval_settings
+
+    size = eval_settings(cfg["augment"])[0]
     example = torch.zeros(1, 3, size, size).numpy()
     mlflow.pytorch.log_model(method.backbone.eval(), name="backbone", input_example=example)
     return local

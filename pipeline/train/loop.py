@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pipeline import dist
-from pipeline.augment.view_maker import build_view_maker
+from pipeline.augment.view_maker import build_view_maker, eval_settings
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
@@ -57,7 +57,7 @@ class _KnnMonitor:
         self.bank = load_split(data["train"], self.task, targets, limit=k["bank_size"])
         self.val = load_split(data["val"], self.task, targets, limit=k["val_size"])
         aug = cfg["augment"]
-        self.pre = eval_preprocess(aug["size"], aug["mean"], aug["std"])
+        self.pre = eval_preprocess(*eval_settings(aug))
 
     def __call__(self, backbone, device) -> dict[str, float]:
         fb, kb = extract(backbone, self.bank.encoded, self.pre, device=device)
