@@ -168,10 +168,7 @@ def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
         inputs.update(_BLUR_INPUTS)
     if spec.p_solarize > 0:
         inputs["solarize_on"] = (types.BOOL, 0)
-    if spec.strong_ops:
-        from .strong_dali import strong_inputs
-        inputs.update(strong_inputs(spec.strong_ops))
-    return inputs
+    return inputs  # strong-op slots have their own sources: strong_dali.strong_inputs
 
 
 @pipeline_def(enable_conditionals=True)
@@ -208,8 +205,9 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
             if p["solarize_on"]:
                 img = _solarize(img, 255.0 * spec.solarize_threshold)
         if spec.strong_ops:
-            from .strong_dali import apply_strong_dali
-            img = apply_strong_dali(img, p, spec.strong_ops)
+            from .strong_dali import apply_strong_dali, strong_inputs
+            op, on, mag = strong_inputs(prefix=f"v{v}_")
+            img = apply_strong_dali(img, op, on, mag, spec.strong_ops)
         outputs.append(_normalize(img, recipe, spec, mirror=mirror))
     return tuple(outputs)
 
@@ -249,11 +247,12 @@ def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.
         feed.update({f"order{k}": np.ascontiguousarray(order[:, k]) for k in range(4)})
     if spec.p_solarize > 0:
         feed["solarize_on"] = params["solarize_on"][idx] > 0
+    used = _view_inputs(spec)
+    feed = {k: v for k, v in feed.items() if k in used}
     if spec.strong_ops:
         from .strong_dali import strong_feed
         feed.update(strong_feed(params, idx))
-    used = _view_inputs(spec)
-    return {k: v for k, v in feed.items() if k in used}
+    return feed
 
 
 def _pil_decodes(encoded: bytes) -> bool:
@@ -289,6 +288,12 @@ class DaliExecutor:
         self.recipe, self.batch_size = recipe, int(batch_size)
         self.num_threads, self.seed = int(num_threads), int(seed)
         self.gpu = device == "gpu" or (device == "auto" and _cuda_usable())
+        if self.gpu and any(v.strong_ops for v in recipe.views):
+            # strong_dali is a CPU graph fragment (Equalize runs as a python_function on the host)
+            if device == "gpu":
+                raise ValueError("recipes with strong-pool views run on the DALI CPU backend: use augment.device=cpu")
+            log.warning("strong-pool views: DALI runs this recipe on its CPU backend")
+            self.gpu = False
         self.skipped = 0
         self._eval_pipes: dict[int, Pipeline] = {}
         try:

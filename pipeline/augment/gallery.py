@@ -18,6 +18,14 @@ from pipeline.augment.views import Views
 _JITTER_NAMES = ("b", "c", "s", "h")
 
 
+def _short(op: str) -> str:
+    """ShearX -> ShX, TranslateY -> TrY, AutoContrast -> AutoC, Posterize -> Poste ..."""
+    for long, short in (("Shear", "Sh"), ("Translate", "Tr")):
+        if op.startswith(long):
+            return short + op[len(long):]
+    return op[:5]
+
+
 def display_images(views: Views, aug: Mapping[str, Any]) -> list[torch.Tensor]:
     """Each view's images as float [B, 3, H, W] in [0, 1] (undoing the normalisation)."""
     from pipeline.augment.view_maker import eval_settings, image_recipe
@@ -60,8 +68,8 @@ def describe(p: Mapping[str, np.ndarray], i: int, pool: Sequence[str] | None = N
     if "strong_op" in v:
         from pipeline.augment.strong import OPS
 
-        ops = [f"{OPS[int(o)][:6]}{float(m):+.2g}" for o, on, m in zip(v["strong_op"], v["strong_on"], v["strong_mag"])
-               if on]
+        ops = [f"{_short(OPS[int(o)])}{float(m):+.2g}" for o, on, m in zip(v["strong_op"], v["strong_on"],
+                                                                           v["strong_mag"]) if on]
         for k in range(0, len(ops), 2):
             lines.append(" ".join(ops[k:k + 2]))
         if not ops:
