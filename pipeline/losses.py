@@ -49,3 +49,191 @@ def nt_xent_anchors(
     pos_cols = torch.cat([local + n, local])
     logits = logits.masked_fill(F.one_hot(self_cols, 2 * n).bool(), float("-inf"))
     return F.cross_entropy(logits, pos_cols)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plug-in regularisers: CO2 (Wei et al. 2021), CLSA's DDM (Wang & Qi 2021), InvCLR (Foster et al. 2021).
+# Tested in tests/test_plugin_losses.py.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _kl_terms(log_p: torch.Tensor, log_q: torch.Tensor, divergence: str) -> torch.Tensor:
+    """Per-row divergence between two log-distributions: "symmetric" = ½KL(P‖Q) + ½KL(Q‖P), "forward" = KL(P‖Q),
+    "reverse" = KL(Q‖P)."""
+    fwd = lambda: (log_p.exp() * (log_p - log_q)).sum(dim=1)  # noqa: E731
+    rev = lambda: (log_q.exp() * (log_q - log_p)).sum(dim=1)  # noqa: E731
+    if divergence == "symmetric":
+        return 0.5 * fwd() + 0.5 * rev()
+    if divergence == "forward":
+        return fwd()
+    if divergence == "reverse":
+        return rev()
+    raise ValueError(f"divergence must be 'symmetric', 'forward' or 'reverse', got {divergence!r}")
+
+
+def co2_consistency(
+    q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *, divergence: str = "symmetric"
+) -> torch.Tensor:
+    """CO2's consistency term (Wei et al. 2021, Eqs. 2-4; specs/co2.md §1.3), mean over the batch.
+
+    q: [B, D] L2-normalised queries; k: [B, D] L2-normalised positive keys (the paper's p); queue: [K, D]
+    L2-normalised negatives n_1..n_K. Both distributions run over the K negatives ONLY (the positive logit is not in
+    either softmax, sums k=1..K):
+        Q(i) = softmax_i(q·n_i/τ_con)   (Eq. 2, the prediction)
+        P(i) = softmax_i(p·n_i/τ_con)   (Eq. 3, the pseudo label)
+        L_con = ½ KL(P‖Q) + ½ KL(Q‖P)   (Eq. 4; a half-sum, not a plain sum)
+    P is a constant target: k and the queue are detached (MoCo: "only q can propagate gradients", §1.3), so the
+    gradient reaches q only. The batch reduction is not stated in the paper; per-sample divergence averaged over the
+    batch, like L_ins (§6 item 2). `divergence="forward"|"reverse"` gives the Table 4 ablations KL(P‖Q) / KL(Q‖P).
+    """
+    k = k.detach()
+    queue = queue.detach()
+    log_q = F.log_softmax(q @ queue.t() / temperature, dim=1)
+    log_p = F.log_softmax(k @ queue.t() / temperature, dim=1)
+    return _kl_terms(log_p, log_q, divergence).mean()
+
+
+def co2_consistency_inbatch(
+    z1: torch.Tensor, z2: torch.Tensor, temperature: float, *, detach_target: bool = False,
+    divergence: str = "symmetric",
+) -> torch.Tensor:
+    """CO2's consistency term on SimCLR (specs/co2.md §5 "SimCLR + CO2 variant"), mean over the 2B anchors.
+
+    z1, z2: [B, D] projections of the two views (normalised here, as in `nt_xent`). Every one of the 2B views is a
+    query once; its twin is the positive p. Q and P are softmaxes over the SAME negatives, those of `nt_xent`: the
+    2B-2 other views (both sides) of the other images. L = mean over anchors of ½KL(P‖Q) + ½KL(Q‖P) (Eq. 4).
+
+    The paper leaves the SimCLR negative set and the stop-gradient unspecified (§1.3, §6 item 4). Choices: negatives
+    as in NT-Xent; by default P is NOT detached ("p and q are exchangeable" with an end-to-end encoder).
+    `detach_target=True` treats each anchor's P as a constant. Because the negative set of anchor (view 1, i) equals
+    that of (view 2, i) and Eq. 4 is symmetric, both choices give the same value; with `detach_target=True` the
+    gradient is exactly half that of the default.
+    """
+    b = z1.shape[0]
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    n = 2 * b
+    idx = torch.arange(n, device=z.device)
+    twin = (idx + b) % n
+    keep = ~(F.one_hot(idx, n).bool() | F.one_hot(twin, n).bool())  # drop self and twin
+    neg_logits = (z @ z.t() / temperature)[keep].view(n, n - 2)  # column order is the same for i and its twin
+    log_q = F.log_softmax(neg_logits, dim=1)
+    log_p = log_q[twin]
+    if detach_target:
+        log_p = log_p.detach()
+    return _kl_terms(log_p, log_q, divergence).mean()
+
+
+def ddm(
+    q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
+    batch_keys: bool = False,
+) -> torch.Tensor:
+    """CLSA's distributional divergence minimisation L_D (Wang & Qi 2021, Eq. 6; specs/clsa.md §1.5), batch mean.
+
+    q_weak: [B, D] weak queries z'; q_strong: [B, D] strong queries z''; k: [B, D] positive keys z; queue: [K, D];
+    all L2-normalised. Over the support {z_i} ∪ queue (K+1 entries, positive first; Eqs. 3 and 5, k=1..K):
+        L_D = mean_i [ -Σ_j p(z_j|z'_i) log p(z_j|z''_i) ],  p(·|z) = softmax([z·z_i, z·queue] / τ).
+    The weak distribution includes the positive, uses the same τ as the strong one (no sharpening) and is
+    stop-gradient ("the gradient is only propagated through p(·|z''_i)"); k and the queue are keys and carry no
+    gradient either. For CLSA* (several strong views) the paper SUMS L_D over them (§1.6): call once per view.
+
+    Paper vs code (§5 [CODE] 1, §6 item 2): the official code scores every query against ALL the batch's keys (label =
+    own index) plus the queue, so other images' current keys are extra negatives. Default follows the paper (own
+    positive + queue); `batch_keys=True` gives the code's support [k_1..k_B, queue] (B+K entries, not gathered across
+    ranks here).
+    """
+    k = k.detach()
+    queue = queue.detach()
+    q_weak = q_weak.detach()
+
+    def logits(z):
+        pos = z @ k.t() if batch_keys else (z * k).sum(dim=1, keepdim=True)
+        return torch.cat([pos, z @ queue.t()], dim=1) / temperature
+
+    target = F.softmax(logits(q_weak), dim=1)
+    return -(target * F.log_softmax(logits(q_strong), dim=1)).sum(dim=1).mean()
+
+
+def scalar_projection(z: torch.Tensor, e: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
+    """InvCLR's F (Foster et al. 2021, Eq. 5; specs/invariance.md §1.1): F = e · z/‖z‖₂.
+
+    z: [K, D] (one view per sample) or [K, L, D] (L augmentations per sample); e: [K, D], one direction per sample,
+    shared by that sample's L views (Eq. 7 fixes x_i, β_i, e_i and varies α). Returns [K] or [K, L].
+    `normalize=False` drops the L2 normalisation (the code's --no-gp-normalization; the paper normalises).
+    """
+    if z.dim() == e.dim() + 1:
+        e = e.unsqueeze(-2)
+    if normalize:
+        z = F.normalize(z, dim=-1)
+    return (e * z).sum(dim=-1)
+
+
+def rademacher(shape, *, generator: torch.Generator | None = None, dtype=torch.float32, device=None) -> torch.Tensor:
+    """Independent ±1 entries with probability ½ each (InvCLR's p(e), specs/invariance.md §1.1)."""
+    bits = torch.randint(0, 2, tuple(shape), generator=generator, device=device)
+    return (2 * bits - 1).to(dtype)
+
+
+def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
+    """InvCLR's nested Monte Carlo estimate of V (Foster et al. 2021, Eq. 7; specs/invariance.md §1.1).
+
+    F_values: [K, L], F(α_ij, β_i, x_i, e_i) for L draws of α per sample (build it with `scalar_projection`).
+        V ≈ (1/K) Σ_i [ (1/(L-1)) Σ_j F_ij² - (1/(L(L-1))) (Σ_j F_ij)² ],
+    i.e. the unbiased (Bessel-corrected) within-sample variance, averaged over samples. Needs L >= 2.
+    """
+    if F_values.dim() != 2 or F_values.shape[1] < 2:
+        raise ValueError(f"F_values must be [K, L] with L >= 2, got {tuple(F_values.shape)}")
+    return F_values.var(dim=1, correction=1).mean()
+
+
+def projection_alpha_grad(
+    z: torch.Tensor, alpha: torch.Tensor, e: torch.Tensor, *, normalize: bool = True, create_graph: bool = True
+) -> torch.Tensor:
+    """Per-sample ∇_α F(α_i) for F_i = e_i · z_i/‖z_i‖ (specs/invariance.md §1.2, "random vector" trick), [K, d_α].
+
+    One reverse pass of the scalar Σ_i e_i·ẑ_i w.r.t. the batch tensor alpha [K, d_α] gives row i = e_iᵀ ∂ẑ_i/∂α_i,
+    a vector-Jacobian product, PROVIDED z_i depends on α_i only. BatchNorm in training mode (or anything else that
+    mixes samples) breaks this: the batched gradient then carries cross-sample terms and is not the per-sample
+    ∇_α F_i (§7 item 5; the paper and the code ignore this). If z does not depend on alpha the gradient is zero.
+    `create_graph=True` keeps the graph so a penalty on the result back-propagates into the network (double backprop).
+    """
+    total = scalar_projection(z, e, normalize=normalize).sum()
+    if not total.requires_grad:
+        return torch.zeros_like(alpha)
+    (grad,) = torch.autograd.grad(total, alpha, create_graph=create_graph, retain_graph=True, allow_unused=True)
+    return torch.zeros_like(alpha) if grad is None else grad
+
+
+def gradient_penalty(
+    z: torch.Tensor, alpha: torch.Tensor, alpha_prime: torch.Tensor, e: torch.Tensor | None = None, *,
+    generator: torch.Generator | None = None, clip: float | None = 1.0, lam: float = 0.1, normalize: bool = True,
+    halve: bool = False,
+) -> torch.Tensor:
+    """InvCLR's gradient regulariser, the λ term of Eq. 13 (Foster et al. 2021; specs/invariance.md §1.2):
+        λ · clip( (1/(LK)) Σ_i Σ_j [ ∇_α F(α_i) · (α'_ij - α_i) ]² ),   F_i = e_i · z_i/‖z_i‖  (Eq. 5).
+
+    z: [K, D] representations (the encoder output, not the projection head's) of views rendered from alpha [K, d_α];
+    alpha must require grad and z must depend on it differentiably. alpha_prime: [K, L, d_α] fresh draws from the
+    same augmentation law (never encoded). e: [K, D] Rademacher directions, one per sample; drawn here with
+    `generator` when None. The gradient comes from `projection_alpha_grad` (one batched backward with
+    create_graph=True, so the result is differentiable w.r.t. the network): exact only if z_i depends on α_i alone,
+    so BatchNorm in training mode couples samples and makes it approximate (§7 item 5).
+
+    Choices (§1.2, §7 items 2-3):
+    - No ½: Eq. 13 (the training loss) and the code use λ/(LK); Eq. 12, the estimator of V, has 1/(2L).
+      `halve=True` gives Eq. 12's scale.
+    - Clipping: the paper "clip[s] the penalty from above"; the batch-mean penalty (before λ) is clamped at `clip`
+      (the code's `.clamp(max=gp_upper_limit)`), so while it is above `clip` its gradient is zero. clip=1 (CIFAR),
+      1000 (Spirograph); None disables it. λ = 0.1 (CIFAR), 0.01 (Spirograph).
+    - `normalize=False` drops ‖z‖ from F (code flag --no-gp-normalization; the paper normalises).
+    Which view to regularise is the caller's choice (the code penalises view 1 only, §7 item 4).
+    """
+    if e is None:
+        e = rademacher(z.shape, generator=generator, dtype=z.dtype, device=z.device)
+    grad = projection_alpha_grad(z, alpha, e, normalize=normalize, create_graph=True)  # [K, d_α]
+    proj = ((alpha_prime - alpha.unsqueeze(1)) * grad.unsqueeze(1)).sum(dim=-1)  # [K, L]
+    penalty = proj.pow(2).mean()
+    if halve:
+        penalty = 0.5 * penalty
+    if clip is not None:
+        penalty = penalty.clamp(max=clip)
+    return lam * penalty

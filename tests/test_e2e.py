@@ -55,7 +55,9 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     assert len(knn) == 2  # one per epoch
     assert {"probe_pretrained_r2_m", "probe_random_r2_m"} <= set(run.data.metrics)
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "checkpoint", "probe"} <= arts
+    assert {"config.yaml", "checkpoint", "probe", "gallery"} <= arts
+    gallery = client.list_artifacts(run.info.run_id, "gallery")
+    assert [a.path for a in gallery] == ["gallery/mocov2-spirograph.png"] and gallery[0].file_size > 10_000
     assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")] == ["checkpoint/state.pt"]
     # through the client: mlflow.set_tracking_uri would export MLFLOW_TRACKING_URI to later subprocesses
     models = client.search_logged_models(experiment_ids=[run.info.experiment_id])
