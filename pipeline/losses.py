@@ -123,6 +123,29 @@ def co2_consistency_inbatch(
     return _kl_terms(log_p, log_q, divergence).mean()
 
 
+def co2_consistency_anchors(
+    a1: torch.Tensor, a2: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, temperature: float, offset: int = 0, *,
+    detach_target: bool = False, divergence: str = "symmetric",
+) -> torch.Tensor:
+    """`co2_consistency_inbatch` for a slice of anchors against candidates gathered from every worker (the
+    `nt_xent_anchors` layout): a1, a2 [b, D] this rank's views, c1, c2 [N, D] all ranks' views with this rank's rows
+    at offset..offset+b. Negatives of an anchor: the 2N-2 candidates other than itself and its twin. With one rank
+    (offset 0, a == c) this is exactly `co2_consistency_inbatch`; averaged over ranks it is the global loss."""
+    b, n = a1.shape[0], c1.shape[0]
+    anchors = F.normalize(torch.cat([a1, a2]), dim=1)
+    cands = F.normalize(torch.cat([c1, c2]), dim=1)
+    local = torch.arange(b, device=a1.device) + offset
+    self_cols, twin_cols = torch.cat([local, local + n]), torch.cat([local + n, local])
+    drop = F.one_hot(self_cols, 2 * n).bool() | F.one_hot(twin_cols, 2 * n).bool()
+    neg_logits = (anchors @ cands.t() / temperature)[~drop].view(2 * b, 2 * n - 2)
+    log_q = F.log_softmax(neg_logits, dim=1)
+    twin_rows = torch.cat([torch.arange(b, 2 * b), torch.arange(b)]).to(a1.device)
+    log_p = log_q[twin_rows]  # an anchor and its twin share the negative set, in the same column order
+    if detach_target:
+        log_p = log_p.detach()
+    return _kl_terms(log_p, log_q, divergence).mean()
+
+
 def ddm(
     q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
     batch_keys: bool = False,

@@ -405,3 +405,17 @@ def test_conditional_variance_zero_for_constant_rows():
 def test_conditional_variance_rejects_single_draw():
     with pytest.raises(ValueError):
         conditional_variance(torch.zeros(4, 1))
+
+
+def test_co2_anchor_slices_match_the_inbatch_loss():
+    from pipeline.losses import co2_consistency_anchors, co2_consistency_inbatch
+
+    g = torch.Generator().manual_seed(4)
+    z1, z2 = torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(8, 5, generator=g, dtype=torch.float64)
+    full = co2_consistency_inbatch(z1, z2, 0.5)
+    assert torch.allclose(co2_consistency_anchors(z1, z2, z1, z2, 0.5), full, rtol=1e-12)
+    # two "ranks" of 4 anchors each, scored against all 8 candidates: their mean is the global loss
+    halves = [co2_consistency_anchors(z1[r * 4:(r + 1) * 4], z2[r * 4:(r + 1) * 4], z1, z2, 0.5, offset=4 * r)
+              for r in range(2)]
+    assert torch.allclose(sum(halves) / 2, full, rtol=1e-12)
+    assert not torch.allclose(halves[0], halves[1])

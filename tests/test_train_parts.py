@@ -6,21 +6,27 @@ from pipeline.train.precision import autocast, resolve_precision
 
 
 def _views(start, n):
-    x = torch.arange(start, start + n, dtype=torch.float32).view(n, 1, 1, 1)
-    return [x, -x]
+    x = torch.arange(start, start + n, dtype=torch.float32)
+    images = [x.view(n, 1, 1, 1), -x.view(n, 1, 1, 1)]
+    params = [{"crop": torch.stack([x, x + 1], 1)}, {"crop": torch.stack([-x, x], 1), "flip": x > start}]
+    return images, params
 
 
 def test_pending_tops_up_short_batches_in_order():
     p = _Pending(4)
-    p.add(_views(0, 3))          # a batch that lost one corrupt sample
+    p.add(*_views(0, 3))         # a batch that lost one corrupt sample
     assert len(p) == 3
-    p.add(_views(10, 4))
+    p.add(*_views(10, 4))
     assert len(p) == 7
-    a, b = p.take()
+    (a, b), (pa, pb) = p.take()
     assert a.flatten().tolist() == [0, 1, 2, 10] and torch.equal(b, -a)
+    # each view's parameters stay aligned with its images
+    assert pa["crop"][:, 0].tolist() == [0, 1, 2, 10] and pb["crop"][:, 1].tolist() == [0, 1, 2, 10]
+    assert pb["flip"].tolist() == [False, True, True, False]
     assert len(p) == 3
-    assert p.take()[0].flatten().tolist() == [11, 12, 13]
-    p.add(_views(0, 0))          # a batch where every sample was dropped adds nothing
+    (a2, _), (pa2, _) = p.take()
+    assert a2.flatten().tolist() == [11, 12, 13] and pa2["crop"][:, 1].tolist() == [12, 13, 14]
+    p.add(*_views(0, 0))         # a batch where every sample was dropped adds nothing
     assert len(p) == 0
 
 

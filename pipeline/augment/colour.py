@@ -127,3 +127,34 @@ def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
     m = x.new_tensor(mean).view(1, 3, 1, 1)
     s = x.new_tensor(std).view(1, 3, 1, 1)
     return (x - m) / s
+
+
+ALPHA_KEYS = ("brightness", "contrast", "saturation", "hue")  # InvCLR's differentiable alpha, in this order
+
+
+class ModelColourStage:
+    """The colour stage of views whose recipe leaves it to the method (color_stage=model, InvCLR): jitter and
+    grayscale from each view's recorded parameters, then normalisation, inside the training step. With
+    `grad_views`, those views' alpha = (brightness, contrast, saturation, hue) is a leaf tensor requiring grad,
+    so the loss can be differentiated with respect to it."""
+
+    def __init__(self, recipe):
+        self.views = [(v, spec.hue_mode) for v, spec in enumerate(recipe.views) if spec.color_stage == "model"]
+        self.mean, self.std = recipe.mean, recipe.std
+
+    def __bool__(self) -> bool:
+        return bool(self.views)
+
+    def __call__(self, images: list[Tensor], params: list[dict], grad_views: Sequence[int] = ()
+                 ) -> tuple[list[Tensor], dict[int, Tensor]]:
+        images, alphas = list(images), {}
+        for v, hue_mode in self.views:
+            x, p = images[v], params[v]
+            p = {k: t.to(x.device) for k, t in p.items()}
+            alpha = torch.stack([p[k].float() for k in ALPHA_KEYS], 1)
+            if v in grad_views:
+                alpha = alpha.clone().requires_grad_(True)
+                alphas[v] = alpha
+            p.update(zip(ALPHA_KEYS, alpha.unbind(1)))
+            images[v] = normalize(colour_distort(x, p, hue_mode), self.mean, self.std)
+        return images, alphas

@@ -56,7 +56,8 @@ class SpirographViewMaker:
     def __call__(self, batch: Mapping[str, np.ndarray], rng: np.random.Generator) -> Views:
         x = factors(list(batch["json"]))
         images, params = render_views(x, self.recipe, generator_from(rng))
-        return Views(images=images, params=params, kept=np.arange(images[0].shape[0]))
+        # each view's parameters: its nuisance alpha plus the sample's factors (InvCLR re-renders from both)
+        return Views(images=images, params=[{**x, **p} for p in params], kept=np.arange(images[0].shape[0]))
 
 
 def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0):

@@ -12,4 +12,16 @@ def build_method(cfg: dict) -> Method:
     kind = cfg["method"]["kind"]
     if kind not in METHODS:
         raise ValueError(f"unknown method kind {kind!r}; known: {sorted(METHODS)}")
-    return METHODS[kind](cfg)
+    method = METHODS[kind](cfg)
+    aug = cfg.get("augment") or {}
+    if aug.get("kind", "views") == "views" and aug:
+        from pipeline.augment.colour import ModelColourStage
+        from pipeline.augment.view_maker import image_recipe
+
+        stage = ModelColourStage(image_recipe(aug))
+        method.colour_stage = stage if stage else None
+    from pipeline.plugins import build_plugin
+
+    for name in (cfg.get("plugin") or {}):
+        method.plugins.append(build_plugin(name, cfg))
+    return method

@@ -16,8 +16,12 @@ class Encoder(nn.Module):
         self.backbone = backbone
         self.projector = projector
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.projector(self.backbone(x))
+    def forward(self, x: torch.Tensor, with_features: bool = False):
+        """The projection, or (backbone features, projection): through DDP's forward either way, so gradient
+        synchronisation sees every use."""
+        h = self.backbone(x)
+        z = self.projector(h)
+        return (h, z) if with_features else z
 
 
 def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
@@ -44,9 +48,34 @@ class Method(nn.Module):
     online: nn.Module
     n_views: int = 2
 
-    def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Return a dict with at least "loss"; other entries are logged."""
+    def __init__(self):
+        super().__init__()
+        self.plugins = nn.ModuleList()
+        self.colour_stage = None  # set by build_method for recipes whose colour stage runs in the model
+
+    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        """Return a dict with at least "loss"; other 0-dim entries are logged. Tensors plug-ins read (queries,
+        keys, the queue before this step's keys joined it, features) go in out["ctx"]."""
         raise NotImplementedError
+
+    def step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        """training_step with the plug-ins: each may rewrite the views first (InvCLR's differentiable colour
+        stage) and adds weighted loss terms after; every term is logged under its own name."""
+        params = params or [{} for _ in images]
+        alphas = {}
+        if self.colour_stage:
+            grad_views = [0] if any(getattr(p, "needs_alpha_grad", False) for p in self.plugins) else []
+            images, alphas = self.colour_stage(images, params, grad_views)
+        for plugin in self.plugins:
+            images = plugin.prepare(self, images, params, alphas)
+        out = self.training_step(images, params)
+        ctx = out.pop("ctx", {})
+        ctx["alphas"] = alphas
+        for plugin in self.plugins:
+            for name, (value, weight) in plugin.loss(self, images, params, ctx).items():
+                out["loss"] = out["loss"] + weight * value
+                out[name] = value.detach()
+        return out
 
     def after_step(self, progress: float) -> None:
         """Called after every optimiser step with progress in [0, 1] (momentum schedules)."""

@@ -44,23 +44,33 @@ class MoCo(Method):
         unshuffled[perm] = k_all
         return unshuffled[r * b:(r + 1) * b]
 
-    def _query(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.online(x).float(), dim=1)  # the loss runs in float32 under autocast
+    def query(self, x: torch.Tensor, with_features: bool = False):
+        """L2-normalised query projections (float32: losses run in float32 under autocast); with_features also
+        returns the backbone features."""
+        h, z = self.online(x, with_features=True)
+        q = F.normalize(z.float(), dim=1)
+        return (h, q) if with_features else q
 
-    def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         x1, x2 = images[0], images[1]
         queue = self.queue.keys.clone()  # the loss must see the queue before this step's keys join it
-        q1, k2 = self._query(x1), self._keys(x2)
+        h1, q1 = self.query(x1, with_features=True)
+        k2 = self._keys(x2)
         loss = info_nce(q1, k2, queue, self.temperature)
         keys = k2
+        # pairs (query, its positive key) for plug-ins that add terms per pair (CO2, CLSA)
+        ctx = {"pairs": [(q1, k2)], "queue": queue, "features": [h1]}
         if self.symmetric:
             # both views serve as query and key (as in MoCo v3 and MoCo's CIFAR demo): twice the signal a step.
             # Two forwards through DDP are fine: autograd sums both uses before each gradient hook fires.
-            q2, k1 = self._query(x2), self._keys(x1)
+            h2, q2 = self.query(x2, with_features=True)
+            k1 = self._keys(x1)
             loss = loss + info_nce(q2, k1, queue, self.temperature)
             keys = torch.cat([k1, k2])
+            ctx["pairs"].append((q2, k1))
+            ctx["features"].append(h2)
         self.queue.push(dist.gather_nograd(keys))
-        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean()}
+        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(), "ctx": ctx}
 
     def after_step(self, progress: float) -> None:
         if self.momentum_cosine:  # BYOL-style schedule towards 1

@@ -15,11 +15,14 @@ class SimCLR(Method):
         self.temperature = float(m["temperature"])
         self.online = build_encoder(cfg["model"], m["head"])
 
-    def training_step(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         b = images[0].shape[0]
         # one forward over both views: DDP expects a single forward per backward
-        z = self.online(torch.cat([images[0], images[1]])).float()  # loss in float32 under autocast
+        h, z = self.online(torch.cat([images[0], images[1]]), with_features=True)
+        z = z.float()  # loss in float32 under autocast
         z1, z2 = z[:b], z[b:]
         c1, c2 = dist.gather_grad(z1), dist.gather_grad(z2)
         loss = nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)
-        return {"loss": loss}
+        # the gathered projections let in-batch plug-ins (CO2 on SimCLR) see every worker's negatives
+        ctx = {"z": (z1, z2), "gathered": (c1, c2), "offset": dist.rank() * b, "features": [h[:b], h[b:]]}
+        return {"loss": loss, "ctx": ctx}

@@ -25,6 +25,12 @@ def resolve(cfg: dict) -> dict:
     if m["kind"] not in METHODS:
         raise ConfigError(f"unknown method kind {m['kind']!r}; known: {sorted(METHODS)}")
     check_augment(cfg["augment"])
+    from pipeline.plugins import check_plugins
+
+    try:
+        check_plugins(cfg)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"plugin: {e}") from None
     if t["precision"] not in ("auto", "bf16", "fp32"):
         raise ConfigError(f"train.precision must be auto, bf16 or fp32, not {t['precision']!r}")
     workers = int(tr["num_workers"])

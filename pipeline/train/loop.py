@@ -26,25 +26,29 @@ from pipeline.train.precision import autocast, resolve_precision
 
 class _Pending:
     """Views left over after corrupt samples were dropped, topped up from the next raw batch so every step
-    still sees exactly `batch` samples (DDP collectives need equal shapes on every rank)."""
+    still sees exactly `batch` samples (DDP collectives need equal shapes on every rank). Each view's images
+    travel with its parameters."""
 
     def __init__(self, batch: int):
         self.batch = batch
-        self.parts: list[list[torch.Tensor]] = []
+        self.parts: list[tuple[list[torch.Tensor], list[dict]]] = []
 
-    def add(self, images: list[torch.Tensor]) -> None:
+    def add(self, images: list[torch.Tensor], params: list[dict] | None = None) -> None:
         if images[0].shape[0]:
-            self.parts.append(images)
+            self.parts.append((images, params if params is not None else [{} for _ in images]))
 
     def __len__(self) -> int:
-        return sum(p[0].shape[0] for p in self.parts)
+        return sum(p[0][0].shape[0] for p in self.parts)
 
-    def take(self) -> list[torch.Tensor]:
-        views = [torch.cat([p[v] for p in self.parts]) for v in range(len(self.parts[0]))]
-        head, tail = [v[:self.batch] for v in views], [v[self.batch:] for v in views]
+    def take(self) -> tuple[list[torch.Tensor], list[dict]]:
+        n_views = len(self.parts[0][0])
+        images = [torch.cat([imgs[v] for imgs, _ in self.parts]) for v in range(n_views)]
+        params = [{k: torch.cat([ps[v][k] for _, ps in self.parts]) for k in self.parts[0][1][v]}
+                  for v in range(n_views)]
+        b = self.batch
         self.parts = []
-        self.add(tail)
-        return head
+        self.add([x[b:] for x in images], [{k: t[b:] for k, t in p.items()} for p in params])
+        return [x[:b] for x in images], [{k: t[:b] for k, t in p.items()} for p in params]
 
 
 class _KnnMonitor:
@@ -104,12 +108,12 @@ class _Trainer:
         self.step = state["step"]
         return state["epoch"] + 1
 
-    def train_step(self, images: list[torch.Tensor]) -> dict[str, float]:
+    def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
         lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
         set_lr(self.optimizer, lr)
         with autocast(self.precision, self.device):
-            out = self.method.training_step([v.to(self.device, non_blocking=True) for v in images])
+            out = self.method.step([v.to(self.device, non_blocking=True) for v in images], params)
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         self.optimizer.step()
@@ -130,7 +134,8 @@ class _Trainer:
         t = time.monotonic()
         for raw in raw_batches:
             t_views = time.monotonic()
-            pending.add(self.views_of(raw, rng).images)
+            views = self.views_of(raw, rng)
+            pending.add(views.images, views.params)
             self.timing["data_s"] += t_views - t
             self.timing["views_s"] += time.monotonic() - t_views
             ready = torch.tensor(float(len(pending) >= self.local_bs))
@@ -196,8 +201,8 @@ def train_loop_per_worker(cfg: dict) -> None:
         tr.timing = dict.fromkeys(tr.timing, 0.0)
         t0 = t_log = time.monotonic()
         steps_since_log = 0
-        for images in tr.batches(shard, epoch):
-            out = tr.train_step(images)
+        for images, params in tr.batches(shard, epoch):
+            out = tr.train_step(images, params)
             losses.append(out["loss"])
             steps_since_log += 1
             if logger and tr.step % log_every == 0:

@@ -1,0 +1,24 @@
+"""A plug-in adds views and loss terms to a framework (CO2, CLSA, InvCLR; CoCor later).
+
+`Method.step` calls `prepare` before the framework's forward (a plug-in may rewrite the views, e.g. InvCLR's
+differentiable colour stage) and `loss` after it, with the tensors the framework left in its context (queries,
+keys, the queue before this step's keys joined it, backbone features). `loss` returns {name: (term, weight)}.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Plugin(nn.Module):
+    name = "plugin"
+    frameworks: tuple[str, ...] = ()   # method kinds it plugs into
+
+    needs_alpha_grad = False           # ask the model-side colour stage for alpha tensors requiring grad
+
+    def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
+        """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""
+        return images
+
+    def loss(self, method, images: list[torch.Tensor], params: list[dict], ctx: dict) -> dict:
+        raise NotImplementedError

@@ -1,0 +1,231 @@
+"""Plug-ins on their frameworks: each adds exactly its paper's term to the framework's loss, on 1 worker and on
+N, and the InvCLR penalty differentiates through the views' augmentation parameters."""
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.config import ConfigError, compose_config
+from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
+from pipeline.methods import build_method
+from pipeline.methods.base import Encoder
+
+MOCO = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
+        "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.9, "queue_size": 32,
+                   "bn_splits": 1, "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": False}}}
+SIMCLR = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
+          "method": {"kind": "simclr", "name": "simclr", "temperature": 0.5,
+                     "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True}}}
+
+
+def _linear_encoder():
+    torch.manual_seed(0)
+    return Encoder(nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 12)), nn.Linear(12, 16))
+
+
+def _batch(n=8, views=2):
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(n, 3, 4, 4, generator=g) for _ in range(views)]
+
+
+def _with_plugins(cfg, **plugins):
+    return {**cfg, "plugin": plugins}
+
+
+# ----------------------------------------------------------------------------- CO2
+def test_co2_on_moco_adds_alpha_times_the_consistency_term():
+    m = build_method(_with_plugins(MOCO, co2={"alpha": None, "temperature": None}))
+    m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
+    queue = m.queue.keys.clone()
+    x1, x2 = _batch()
+    out = m.step([x1, x2])
+    with torch.no_grad():
+        q, k = F.normalize(m.online(x1), dim=1), F.normalize(m.key_encoder(x2), dim=1)
+    term = co2_consistency(q, k, queue, 0.05)  # MoCo v2's tau_con
+    assert out["co2_consistency"].item() == pytest.approx(term.item(), rel=1e-5)
+    assert out["loss"].item() == pytest.approx((info_nce(q, k, queue, 0.2) + 0.3 * term).item(), rel=1e-5)
+    out["loss"].backward()
+    assert all(p.grad is not None for p in m.online.parameters())
+
+
+def test_co2_on_simclr_uses_the_in_batch_negatives():
+    m = build_method(_with_plugins(SIMCLR, co2={"alpha": 2.0, "temperature": 0.7}))
+    m.online = _linear_encoder()
+    x1, x2 = _batch()
+    out = m.step([x1, x2])
+    with torch.no_grad():
+        z1, z2 = m.online(x1), m.online(x2)
+    term = co2_consistency_inbatch(z1, z2, 0.7)
+    assert out["co2_consistency"].item() == pytest.approx(term.item(), rel=1e-5)
+    assert out["loss"].item() == pytest.approx((nt_xent(z1, z2, 0.5) + 2.0 * term).item(), rel=1e-5)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _simclr_co2_step(images, distributed):
+    m = build_method(_with_plugins(SIMCLR, co2={"alpha": 2.0, "temperature": 0.7}))
+    m.online = _linear_encoder()
+    if distributed:
+        m.online = nn.parallel.DistributedDataParallel(m.online)
+    out = m.step(images)
+    out["loss"].backward()
+    enc = getattr(m.online, "module", m.online)
+    return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
+
+
+def _worker(rank, world, port, q):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    loss, grads = _simclr_co2_step([v.chunk(world)[rank] for v in _batch()], True)
+    q.put((rank, loss, grads))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_co2_on_simclr_same_gradient_on_one_and_two_workers():
+    loss1, grads1 = _simclr_co2_step(_batch(), False)
+    ctx = mp.get_context("spawn")
+    q, port = ctx.Queue(), _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted(q.get(timeout=120) for _ in range(2))
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert sum(r[1] for r in results) / 2 == pytest.approx(loss1, rel=1e-5)
+    for g1, g2 in zip(grads1, results[0][2]):
+        torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- CLSA
+def test_clsa_adds_beta_times_ddm_summed_over_strong_views():
+    m = build_method(_with_plugins(MOCO, clsa={"beta": 0.5}))
+    m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
+    queue = m.queue.keys.clone()
+    x1, x2, s1, s2 = _batch(views=4)
+    out = m.step([x1, x2, s1, s2])
+    with torch.no_grad():
+        q, k = F.normalize(m.online(x1), dim=1), F.normalize(m.key_encoder(x2), dim=1)
+        qs = [F.normalize(m.online(s), dim=1) for s in (s1, s2)]
+    term = ddm(q, qs[0], k, queue, 0.2) + ddm(q, qs[1], k, queue, 0.2)
+    assert out["clsa_ddm"].item() == pytest.approx(term.item(), rel=1e-5)
+    assert out["loss"].item() == pytest.approx((info_nce(q, k, queue, 0.2) + 0.5 * term).item(), rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- InvCLR
+def _invclr_cfg(**over):
+    cfg = compose_config(["method=simclr", "augment=invclr", "data=cifar10", "plugin=[invclr]", "model.width=8",
+                          "data.image_size=16", *[f"{k}={v}" for k, v in over.items()]])
+    cfg["method"]["head"]["bn"] = False
+    return cfg
+
+
+def _colour_batch(cfg, n=6, seed=0):
+    from pipeline.augment.params import sample_view_params
+    from pipeline.augment.view_maker import image_recipe
+
+    recipe = image_recipe(cfg["augment"])
+    rng = np.random.default_rng(seed)
+    g = torch.Generator().manual_seed(seed)
+    images = [torch.rand(n, 3, 16, 16, generator=g) for _ in range(2)]
+    params = [{k: torch.from_numpy(v) for k, v in sample_view_params([(16, 16)] * n, spec, rng).items()}
+              for spec in recipe.views]
+    for p in params:
+        p["jitter_on"][:] = 1  # every sample jittered, so every alpha matters
+    return images, params
+
+
+def _grads(m):
+    return torch.cat([p.grad.flatten() for p in m.online.parameters() if p.grad is not None])
+
+
+def test_invclr_colour_penalty_reaches_the_network():
+    torch.manual_seed(0)
+    cfg = _invclr_cfg()
+    m = build_method(cfg)
+    m.eval()  # BN in eval mode: samples do not couple, the per-sample gradient trick is exact
+    images, params = _colour_batch(cfg)
+    out = m.step(images, params)
+    assert out["invclr_penalty"].item() > 0
+    out["loss"].backward()
+    with_pen = _grads(m)
+
+    torch.manual_seed(0)
+    cfg0 = _invclr_cfg(**{"plugin.invclr.lam": 0.0})
+    m0 = build_method(cfg0)
+    m0.eval()
+    out0 = m0.step(images, params)
+    assert out0["loss"].item() == pytest.approx(out["loss"].item() - 0.1 * out["invclr_penalty"].item(), rel=1e-4)
+    out0["loss"].backward()
+    assert not torch.allclose(with_pen, _grads(m0))  # the penalty contributes gradient through create_graph
+
+
+def test_model_colour_stage_is_the_executors_colour_then_normalisation():
+    from pipeline.augment import colour
+
+    cfg = _invclr_cfg()
+    cfg["plugin"] = {}
+    m = build_method(cfg)
+    images, params = _colour_batch(cfg)
+    staged, alphas = m.colour_stage(images, params)
+    assert alphas == {}
+    mean, std = cfg["data"]["mean"], cfg["data"]["std"]
+    for v in range(2):
+        want = colour.normalize(colour.colour_distort(images[v], params[v], "yiq"), mean, std)
+        torch.testing.assert_close(staged[v], want)
+    assert not torch.allclose(staged[0], colour.normalize(images[0], mean, std))
+
+
+def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
+    from pipeline.augment.spirograph_views import SpirographRecipe, render_views
+    from pipeline.data.spirograph import TARGETS, sample_params
+
+    cfg = compose_config(["+experiment=invclr_spirograph", "model.width=8"])
+    cfg["method"]["head"]["bn"] = False
+    torch.manual_seed(0)
+    m = build_method(cfg)
+    m.eval()
+    x = {k: v for k, v in sample_params(6, torch.Generator().manual_seed(2)).items() if k in TARGETS}
+    images, alphas = render_views(x, SpirographRecipe(size=32), torch.Generator().manual_seed(3))
+    params = [{**x, **a} for a in alphas]
+    seen = {}
+    plugin = m.plugins[0]
+    orig = plugin.prepare
+
+    def spy(method, imgs, ps, al):
+        out = orig(method, imgs, ps, al)
+        seen["view0"] = out[0].detach().clone()
+        return out
+
+    plugin.prepare = spy
+    out = m.step(images, params)
+    torch.testing.assert_close(seen["view0"], images[0])  # the same image, now a function of alpha
+    assert out["invclr_penalty"].item() > 0
+    out["loss"].backward()
+    assert torch.isfinite(_grads(m)).all()
+
+
+# ----------------------------------------------------------------------------- config checks
+@pytest.mark.parametrize("overrides, message", [
+    (["plugin=[clsa]"], "plugin clsa needs strong views"),
+    (["plugin=[invclr]", "augment=mocov2", "data=cifar10"], "colour stage runs in the model"),
+    (["method=simclr", "plugin=[clsa]", "augment=clsa"], "does not plug into method kind 'simclr'"),
+])
+def test_plugin_misfits_fail_before_work(overrides, message, tmp_path):
+    from pipeline.train.launch import resolve
+
+    cfg = compose_config([*overrides, f"paths.root={tmp_path}"])
+    with pytest.raises(ConfigError, match=message):
+        resolve(cfg)
