@@ -116,11 +116,21 @@ def solarize(x: Tensor, threshold: float) -> Tensor:
 
 def colour_distort(x: Tensor, params: dict[str, Tensor], hue_mode: str = "hsv") -> Tensor:
     """The view's jitter (gated by jitter_on) then grayscale (gated by gray), differentiable in the factors:
-    what the executors skip for views with color_stage=model."""
-    j = jitter(x, params["brightness"], params["contrast"], params["saturation"], params["hue"],
-               params.get("jitter_order"), hue_mode)
-    x = gate(params["jitter_on"], j, x)
-    return gate(params["gray"], grayscale(x).expand_as(x), x)
+    what the executors skip for views with color_stage=model. Only the gated-on samples are computed (the
+    others are passed through), which is also InvCLR's y*ind + (1-ind)*x for ind in {0, 1}."""
+    on = params["jitter_on"].to(torch.bool).to(x.device)
+    if bool(on.any()):
+        idx = torch.nonzero(on).flatten()
+        f = {k: params[k].to(x.device)[idx] for k in JITTER_OPS}
+        order = params.get("jitter_order")
+        j = jitter(x[idx], f["brightness"], f["contrast"], f["saturation"], f["hue"],
+                   None if order is None else order.to(x.device)[idx], hue_mode)
+        x = x.index_copy(0, idx, j)
+    gray = params["gray"].to(torch.bool).to(x.device)
+    if bool(gray.any()):
+        idx = torch.nonzero(gray).flatten()
+        x = x.index_copy(0, idx, grayscale(x[idx]).expand(-1, 3, -1, -1))
+    return x
 
 
 def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
