@@ -148,3 +148,24 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
                          timeout=120, env=job_env())
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
 
+
+
+def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
+    for sub in ("invclr", "clsa"):
+        (tmp_path / sub).mkdir()
+    # InvCLR: double backward (create_graph) through DDP on two workers, Spirograph nuisance re-rendered with grad
+    r = pretrain(tmp_path / "invclr", "+experiment=invclr_spirograph", "trainer.num_workers=2", "train.epochs=1",
+                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "plugin.invclr.n_samples=8")
+    client, runs = mlflow_runs(tmp_path / "invclr")
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.params["plugin.invclr.lam"] == "0.01"
+    pen = client.get_metric_history(run.info.run_id, "invclr_penalty")
+    assert pen and all(m.value > 0 and m.value == m.value for m in pen)
+    assert "world_size=2" in r.stdout + r.stderr
+    # CLSA: the strong view (pool ops, Equalize as a DALI python_function) made by DALI inside the worker
+    r = pretrain(tmp_path / "clsa", "+experiment=clsa_mocov2", "augment.executor=dali", "train.epochs=1",
+                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "method.queue_size=256")
+    client, runs = mlflow_runs(tmp_path / "clsa")
+    ddm = client.get_metric_history(runs[0].info.run_id, "clsa_ddm")
+    assert ddm and all(m.value > 0 for m in ddm)
+    assert "DALI on cpu" in r.stdout + r.stderr

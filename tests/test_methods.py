@@ -1,16 +1,13 @@
 """Methods on one process and on two gloo processes: the same global batch must give the same loss
 gradients, keys and queue (BN-free encoders, so per-rank batch statistics cannot differ)."""
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from pipeline.methods import build_method
 from pipeline.methods.base import Encoder
+from helpers import init_gloo, run_process_group
 
 CFG = {
     "seed": 0,
@@ -33,12 +30,6 @@ def _batch(n=8):
     return [torch.randn(n, 3, 4, 4, generator=g), torch.randn(n, 3, 4, 4, generator=g)]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _simclr_step(images, distributed):
     m = build_method(CFG)
     m.online = _linear_encoder()
@@ -50,10 +41,8 @@ def _simclr_step(images, distributed):
     return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
 
 
-def _worker(rank, world, port, kind, q):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
+def _worker(rank, world, port, q, kind):
+    init_gloo(rank, world, port)
     images = [v.chunk(world)[rank] for v in _batch()]
     if kind == "simclr":
         loss, grads = _simclr_step(images, True)
@@ -69,17 +58,7 @@ def _worker(rank, world, port, kind, q):
 
 
 def _run(kind, world=2):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, kind, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = sorted(q.get(timeout=120) for _ in range(world))
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    return results
+    return run_process_group(_worker, world, (kind,))
 
 
 def test_simclr_gradient_same_on_one_and_two_workers():

@@ -1,13 +1,9 @@
 """Plug-ins on their frameworks: each adds exactly its paper's term to the framework's loss, on 1 worker and on
 N, and the InvCLR penalty differentiates through the views' augmentation parameters."""
-import os
-import socket
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
@@ -15,6 +11,7 @@ from pipeline.config import ConfigError, compose_config
 from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
 from pipeline.methods import build_method
 from pipeline.methods.base import Encoder
+from helpers import init_gloo, run_process_group
 
 MOCO = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
         "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.9, "queue_size": 32,
@@ -66,12 +63,6 @@ def test_co2_on_simclr_uses_the_in_batch_negatives():
     assert out["loss"].item() == pytest.approx((nt_xent(z1, z2, 0.5) + 2.0 * term).item(), rel=1e-5)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _simclr_co2_step(images, distributed):
     m = build_method(_with_plugins(SIMCLR, co2={"alpha": 2.0, "temperature": 0.7}))
     m.online = _linear_encoder()
@@ -84,9 +75,7 @@ def _simclr_co2_step(images, distributed):
 
 
 def _worker(rank, world, port, q):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
+    init_gloo(rank, world, port)
     loss, grads = _simclr_co2_step([v.chunk(world)[rank] for v in _batch()], True)
     q.put((rank, loss, grads))
     dist.barrier()
@@ -95,15 +84,7 @@ def _worker(rank, world, port, q):
 
 def test_co2_on_simclr_same_gradient_on_one_and_two_workers():
     loss1, grads1 = _simclr_co2_step(_batch(), False)
-    ctx = mp.get_context("spawn")
-    q, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = sorted(q.get(timeout=120) for _ in range(2))
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    results = run_process_group(_worker)
     assert sum(r[1] for r in results) / 2 == pytest.approx(loss1, rel=1e-5)
     for g1, g2 in zip(grads1, results[0][2]):
         torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-6)

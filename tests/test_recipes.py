@@ -2,7 +2,6 @@
 order, solarize, joint samplers), the differentiable colour ops, and the gallery."""
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 
@@ -18,34 +17,15 @@ from pipeline.augment.recipe import Recipe, TwoViewRecipe, ViewSpec, recipe_from
 from pipeline.augment.view_maker import image_recipe
 from pipeline.augment.views import make_executor
 from pipeline.config import CONF_DIR, compose_config
+from helpers import encode, natural
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 IMAGE_RECIPES = sorted(p.stem for p in (CONF_DIR / "augment").glob("*.yaml") if p.stem != "spirograph")
 
 
-def encode(arr: np.ndarray, fmt: str = "JPEG") -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
-    return buf.getvalue()
-
-
-def photo(h: int, w: int, seed: int) -> np.ndarray:
-    r = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
-    img = np.zeros((h, w, 3))
-    for c in range(3):
-        for _ in range(3):
-            img[..., c] += np.sin(2 * np.pi * (r.uniform(0.5, 5) * yy + r.uniform(0.5, 5) * xx) + r.uniform(0, 6))
-    img = (img - img.min()) / (img.max() - img.min()) * 255
-    for _ in range(3):
-        y0, x0 = r.integers(0, h - 20), r.integers(0, w - 20)
-        img[y0:y0 + r.integers(5, 40), x0:x0 + r.integers(5, 40)] = r.integers(0, 256, 3)
-    return img.astype(np.uint8)
-
-
 @pytest.fixture(scope="module")
 def photos() -> list[bytes]:
-    return [encode(photo(120, 160, s)) for s in range(3)] + [encode(photo(100, 90, 9), "PNG")]
+    return [encode(natural(120, 160, s), "JPEG") for s in range(3)] + [encode(natural(100, 90, 9), "PNG")]
 
 
 def recipe_of(name: str, data: str = "cifar10", *overrides: str) -> Recipe:
@@ -96,7 +76,7 @@ def test_recipe_errors_are_clear():
         ViewSpec(jitter_order="shuffled")
     with pytest.raises(ValueError, match="JointCrop needs the first two views to share scale"):
         r = recipe_from_dict({"views": [{"scale": [0.2, 1]}, {"scale": [0.05, 0.4]}], "joint": {"crop": {"beta": 1}}})
-        sample_views([encode(photo(50, 50, 0))], r, np.random.default_rng(0))
+        sample_views([encode(natural(50, 50, 0))], r, np.random.default_rng(0))
 
 
 # ----------------------------------------------------------------------------- both executors, every recipe
@@ -180,7 +160,7 @@ def _log_area_ratio(params) -> np.ndarray:
 
 
 def test_joint_crop_blur_color_reach_the_views():
-    encoded = [encode(photo(300, 400, 0))] * 2000
+    encoded = [encode(natural(300, 400, 0))] * 2000
     indep = recipe_from_dict({"p_blur": 1.0, "p_jitter": 1.0})
     tight = recipe_from_dict({"p_blur": 1.0, "p_jitter": 1.0,
                               "joint": {"crop": {"beta": 20}, "blur": {"beta": 20},
@@ -204,7 +184,7 @@ def test_joint_crop_blur_color_reach_the_views():
 
 # ----------------------------------------------------------------------------- differentiable colour ops
 def _batch(n: int = 4, seed: int = 0) -> torch.Tensor:
-    return torch.from_numpy(np.stack([photo(24, 32, seed + i) for i in range(n)])).permute(0, 3, 1, 2).float() / 255
+    return torch.from_numpy(np.stack([natural(24, 32, seed + i) for i in range(n)])).permute(0, 3, 1, 2).float() / 255
 
 
 def test_colour_ops_equal_torchvision():
@@ -266,7 +246,7 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
     for c in ("a", "b"):
         (root / c).mkdir(parents=True)
         for i in range(3):
-            Image.fromarray(photo(60, 80, i + (10 if c == "b" else 0))).save(root / c / f"{i}.jpg")
+            Image.fromarray(natural(60, 80, i + (10 if c == "b" else 0))).save(root / c / f"{i}.jpg")
     make_imagefolder_split(root, tmp_path / "shards", "train", maxcount=10, progress=False)
     out = tmp_path / "g.png"
     job = Path(__file__).resolve().parents[1] / "jobs" / "gallery.py"

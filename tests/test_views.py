@@ -20,6 +20,7 @@ from pipeline.augment.params import (blur_window, eval_geometry, image_size, sam
                                      sample_view_params, sample_views)
 from pipeline.augment.recipe import TwoViewRecipe, ViewSpec, recipe_from_dict
 from pipeline.augment.views import Views, make_executor, make_views
+from helpers import encode, natural
 
 dali = pytest.importorskip("nvidia.dali")
 # torchvision 0.29 deprecates torchvision.io decoding (torch_exec filters it; pytest resets filters).
@@ -30,31 +31,9 @@ H, W = 150, 200  # coordinate image: R = row, G = col (both < 256, so k = 1 and 
 
 
 # ----------------------------------------------------------------------------- helpers
-def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
-    return buf.getvalue()
-
-
 def coord_image() -> np.ndarray:
     yy, xx = np.mgrid[0:H, 0:W]
     return np.stack([yy, xx, np.full_like(yy, 77)], axis=-1).astype(np.uint8)
-
-
-def natural(h: int, w: int, seed: int) -> np.ndarray:
-    """Smooth colour waves plus a few hard-edged rectangles: like a photo, but deterministic."""
-    r = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
-    img = np.zeros((h, w, 3))
-    for c in range(3):
-        for _ in range(3):
-            fy, fx, ph = r.uniform(0.5, 6), r.uniform(0.5, 6), r.uniform(0, 6)
-            img[..., c] += np.sin(2 * np.pi * (fy * yy + fx * xx) + ph)
-    img = (img - img.min()) / (img.max() - img.min()) * 255
-    for _ in range(4):
-        y0, x0 = r.integers(0, h - 20), r.integers(0, w - 20)
-        img[y0:y0 + r.integers(5, 50), x0:x0 + r.integers(5, 50)] = r.integers(0, 256, 3)
-    return img.astype(np.uint8)
 
 
 def denorm(x: torch.Tensor, recipe: TwoViewRecipe) -> np.ndarray:

@@ -1,0 +1,63 @@
+"""Shared test helpers: photo-like images, encoding, and spawning gloo process groups."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+
+import numpy as np
+from PIL import Image
+
+
+def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+def natural(h: int, w: int, seed: int, waves: int = 3, rects: int = 4) -> np.ndarray:
+    """Smooth colour waves plus a few hard-edged rectangles: like a photo, but deterministic."""
+    r = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    img = np.zeros((h, w, 3))
+    for c in range(3):
+        for _ in range(waves):
+            fy, fx, ph = r.uniform(0.5, 6), r.uniform(0.5, 6), r.uniform(0, 6)
+            img[..., c] += np.sin(2 * np.pi * (fy * yy + fx * xx) + ph)
+    img = (img - img.min()) / (img.max() - img.min()) * 255
+    for _ in range(rects):
+        y0, x0 = r.integers(0, max(1, h - 20)), r.integers(0, max(1, w - 20))
+        img[y0:y0 + r.integers(5, 50), x0:x0 + r.integers(5, 50)] = r.integers(0, 256, 3)
+    return img.astype(np.uint8)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_process_group(target, world: int = 2, args: tuple = ()) -> list:
+    """Run target(rank, world, port, queue, *args) in `world` spawned processes; returns what they put on the
+    queue, sorted (put tuples starting with the rank)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q, port = ctx.Queue(), free_port()
+    procs = [ctx.Process(target=target, args=(r, world, port, q, *args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = sorted(q.get(timeout=120) for _ in range(world))
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return results
+
+
+def init_gloo(rank: int, world: int, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
