@@ -28,12 +28,13 @@ def artifact_root(cfg: dict) -> str | None:
 
 def setup(cfg: dict) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns the experiment id."""
+    root = artifact_root(cfg)  # before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide ours
     mlflow.set_tracking_uri(tracking_uri(cfg))
     name = cfg["tracking"]["experiment"]
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
-    return mlflow.create_experiment(name, artifact_location=artifact_root(cfg))
+    return mlflow.create_experiment(name, artifact_location=root)
 
 
 def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:

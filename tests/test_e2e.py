@@ -56,6 +56,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     assert {"probe_pretrained_r2_m", "probe_random_r2_m"} <= set(run.data.metrics)
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "checkpoint", "probe", "gallery"} <= arts
+    assert run.info.artifact_uri.startswith((tmp_path / "runs" / "mlartifacts").as_uri())  # not ./mlruns
     gallery = client.list_artifacts(run.info.run_id, "gallery")
     assert [a.path for a in gallery] == ["gallery/mocov2-spirograph.png"] and gallery[0].file_size > 10_000
     assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")] == ["checkpoint/state.pt"]
@@ -84,6 +85,43 @@ def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     epochs = client.get_metric_history(runs[0].info.run_id, "epoch_loss")
     assert len(epochs) == 3 and len({m.step for m in epochs}) == 3
+
+
+def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
+    """SIGINT to the driver mid-run (what Ctrl-C sends): the job stops, the checkpoints it reported load, and the
+    same command resumes after the last one."""
+    import signal
+    import time
+
+    import torch
+
+    args = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}", *SPIRO, *SMALL,
+            "run.name=ctrl-c", "eval.knn.every=0", "eval.probe.after_pretrain=false", "train.epochs=30"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=job_env())
+    storage = tmp_path / "runs" / "ray"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and len(list(storage.glob("*/checkpoint_*/state.pt"))) < 2:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the job did not stop within 3 minutes of SIGINT")
+    assert proc.returncode != 0
+    states = sorted(storage.glob("*/checkpoint_*/state.pt"))
+    assert states, out[-3000:]
+    last = max(torch.load(p, map_location="cpu", weights_only=False)["epoch"] for p in states)
+    assert last >= 1
+    client, runs = mlflow_runs(tmp_path)
+    assert runs[0].info.status == "KILLED"
+    # the same run (run.name) with a shorter budget: it resumes after the last reported epoch
+    again = subprocess.run([*args[:-1], f"train.epochs={last + 2}"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=900, env=job_env())
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resumed from epoch {last}" in again.stdout + again.stderr
 
 
 def test_worker_failure_restarts_from_checkpoint(tmp_path):

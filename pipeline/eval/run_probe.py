@@ -1,4 +1,12 @@
-"""Linear probe of a pretrained backbone, and the same probe on a randomly initialised twin."""
+"""Linear probe of a pretrained backbone, and the same probe on a randomly initialised twin.
+
+Optional, both off by default (specs/invariance.md 1.3, 4.2, 4.4):
+* eval.feature_averaging.m > 0: the probe is also trained and tested on feature-averaged representations
+  z^(m) (Eq. 14, m transformed copies through the training transformations, train and test splits, both
+  backbones); reported beside the single-sample probe as "<backbone>, FA m=<m>" (metrics probe_<backbone>_fa_*).
+* eval.invariance.enabled: conditional variance V (Eq. 7) and the test MSE of a linear regression of alpha
+  from z, with its reference Mean_i Var(alpha_i), for both backbones (metrics invariance_*).
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +16,8 @@ import torch
 from pipeline.augment.view_maker import eval_settings
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
+from pipeline.eval.invariance import (alpha_names, alpha_reference, alpha_regression, averaged_features,
+                                      conditional_variance_of, split_targets, transformed_features)
 from pipeline.eval.linear_probe import probe
 from pipeline.models.backbones import build_backbone
 from pipeline.train import checkpoint as ck
@@ -58,14 +68,68 @@ def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
                  p["steps"], p["weight_decay"], num_classes)
 
 
+# Seed offsets of the transformation draws; the same for both backbones (common random numbers).
+FA_TRAIN_SEED, FA_TEST_SEED, INV_TRAIN_SEED, INV_TEST_SEED = 1, 2, 3, 4
+
+
+def _transform_splits(cfg: dict, train_size, val_size):
+    """Train and val splits for the transformed-feature paths (Spirograph: with all four factors loaded)."""
+    data = cfg["data"]
+    targets = split_targets(cfg)
+    return (load_split(data["train"], data["task"], targets, limit=train_size),
+            load_split(data["val"], data["task"], targets, limit=val_size))
+
+
+def _probe_y(split, cfg: dict):
+    """The probe's targets of a split loaded by _transform_splits: data.targets' columns, in their order."""
+    targets = cfg["data"].get("targets")
+    if cfg["data"]["task"] != "regression" or not targets:
+        return split.y
+    return split.y[:, [split.names.index(t) for t in targets]]
+
+
+def probe_backbone_fa(backbone: torch.nn.Module, cfg: dict, m: int) -> dict[str, float]:
+    """probe_backbone on feature-averaged representations (Eq. 14, 1.3/4.4): the probe is fitted on the
+    m-averaged train features and scored on the m-averaged test features, both made with the training
+    transformations (Spirograph: re-renders with fresh nuisance; images: the recipe's first view)."""
+    data, p = cfg["data"], cfg["eval"]["probe"]
+    train, test = _transform_splits(cfg, p["train_size"], p["val_size"])
+    seed = int(cfg["seed"])
+    ftr, ktr = averaged_features(backbone, train, cfg, m, seed=seed + FA_TRAIN_SEED, batch_size=p["batch_size"])
+    fte, kte = averaged_features(backbone, test, cfg, m, seed=seed + FA_TEST_SEED, batch_size=p["batch_size"])
+    names = list(data.get("targets") or []) if data["task"] == "regression" else test.names
+    num_classes = len(train.names) or None
+    return probe(ftr, torch.as_tensor(_probe_y(train, cfg)[ktr]), fte, torch.as_tensor(_probe_y(test, cfg)[kte]),
+                 data["task"], names, p["steps"], p["weight_decay"], num_classes)
+
+
+def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
+    """V (Eq. 7) and the alpha regression (4.2) of one backbone on `eval.invariance.samples` samples of each
+    split with `eval.invariance.copies` copies: the regression is fitted on the train split's (sample, copy)
+    rows and scored on the val split's, whose copies also give V. For image recipes beta is fixed per sample
+    and only alpha varies across the copies, as Eq. 6 conditions on beta."""
+    inv, p = cfg["eval"]["invariance"], cfg["eval"]["probe"]
+    train, test = _transform_splits(cfg, inv["samples"], inv["samples"])
+    seed, copies = int(cfg["seed"]), int(inv["copies"])
+    kw = {"batch_size": p["batch_size"], "fix_beta": True}
+    ftr, atr = transformed_features(backbone, train, cfg, copies, seed=seed + INV_TRAIN_SEED, **kw)
+    fte, ate = transformed_features(backbone, test, cfg, copies, seed=seed + INV_TEST_SEED, **kw)
+    v = conditional_variance_of(fte, torch.Generator().manual_seed(seed))
+    ref, _ = alpha_reference(cfg["augment"])
+    reg = alpha_regression(ftr, atr, fte, ate, ref, alpha_names(cfg["augment"]), p["steps"], p["weight_decay"])
+    return {"conditional_variance": v, "alpha_mse": reg["mse"], "alpha_reference": reg["reference"],
+            "alpha_reference_empirical": reg["reference_empirical"]}
+
+
 def format_table(results: dict[str, dict[str, float]]) -> str:
     """Rows: metrics; columns: backbones (e.g. pretrained, random)."""
     cols = list(results)
     keys = list(next(iter(results.values())))
     w = max(len(k) for k in keys) + 2
-    lines = ["metric".ljust(w) + "".join(c.rjust(12) for c in cols)]
+    cw = {c: max(12, len(c) + 2) for c in cols}
+    lines = ["metric".ljust(w) + "".join(c.rjust(cw[c]) for c in cols)]
     for k in keys:
-        lines.append(k.ljust(w) + "".join(f"{results[c][k]:12.4f}" for c in cols))
+        lines.append(k.ljust(w) + "".join(f"{results[c][k]:{cw[c]}.4f}" for c in cols))
     return "\n".join(lines)
 
 
@@ -92,18 +156,65 @@ def plot_comparison(results: dict[str, dict[str, float]], path: Path, title: str
 
 
 def compare_with_random(cfg: dict, ckpt: str | Path) -> dict[str, dict[str, float]]:
-    """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow."""
+    """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
+
+    Returns {"pretrained": ..., "random": ...}; with eval.feature_averaging.m > 0 also "pretrained_fa" and
+    "random_fa" (metrics probe_<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
+    keyed by the logged metric names (invariance_<backbone>_conditional_variance, ..._alpha_mse,
+    invariance_alpha_reference)."""
     import mlflow
 
     state = ck.load(ckpt) if Path(ckpt).is_dir() else torch.load(ckpt, map_location="cpu", weights_only=False)
-    results = {"pretrained": probe_backbone(backbone_from(state), cfg),
-               "random": probe_backbone(random_backbone(state["cfg"]["model"], cfg["seed"]), cfg)}
-    table = format_table(results)
+    ev = cfg["eval"]
+    m = int((ev.get("feature_averaging") or {}).get("m") or 0)
+    inv_on = bool((ev.get("invariance") or {}).get("enabled"))
+    backbones = {"pretrained": lambda: backbone_from(state),
+                 "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"])}
+    results, labels, invariance = {}, {}, {}
+    for name, build in backbones.items():
+        net = build()
+        results[name], labels[name] = probe_backbone(net, cfg), name
+        if m > 0:
+            results[f"{name}_fa"], labels[f"{name}_fa"] = probe_backbone_fa(net, cfg, m), f"{name}, FA m={m}"
+        if inv_on:
+            invariance[name] = invariance_metrics(net, cfg)
+    shown = {labels[k]: v for k, v in results.items()}
+    table = format_table(shown)
     print(f"\nLinear probe on {cfg['data']['name']} (frozen features, L-BFGS):\n{table}\n", flush=True)
+    if inv_on:
+        inv_table, inv_metrics = _invariance_report(invariance, cfg)
+        print(inv_table + "\n", flush=True)
+        results["invariance"] = inv_metrics
     if mlflow.active_run():
         for name, res in results.items():
-            mlflow.log_metrics({f"probe_{name}_{k}": v for k, v in res.items()})
+            if name != "invariance":
+                mlflow.log_metrics({f"probe_{name}_{k}": v for k, v in res.items()})
+        if m > 0:
+            mlflow.log_metric("probe_fa_m", m)
         mlflow.log_text(table, "probe/table.txt")
+        if inv_on:
+            mlflow.log_metrics(results["invariance"])
+            mlflow.log_text(inv_table, "probe/invariance.txt")
         out = Path(cfg["paths"]["runs"]) / "probe.png"
-        mlflow.log_artifact(str(plot_comparison(results, out, f"linear probe: {cfg['data']['name']}")), "probe")
+        mlflow.log_artifact(str(plot_comparison(shown, out, f"linear probe: {cfg['data']['name']}")), "probe")
     return results
+
+
+def _invariance_report(invariance: dict[str, dict[str, float]], cfg: dict) -> tuple[str, dict[str, float]]:
+    """The printed invariance table and its metrics (invariance_<backbone>_<metric>, invariance_alpha_*)."""
+    inv = cfg["eval"]["invariance"]
+    _, source = alpha_reference(cfg["augment"])
+    first = next(iter(invariance.values()))
+    ref, ref_emp = first["alpha_reference"], first["alpha_reference_empirical"]
+    rows = {name: {"conditional_variance": r["conditional_variance"], "alpha_mse": r["alpha_mse"]}
+            for name, r in invariance.items()}
+    alpha = ", ".join(alpha_names(cfg["augment"]))
+    text = (f"Invariance on {cfg['data']['name']} ({inv['samples']} samples x {inv['copies']} copies per split): "
+            f"conditional variance V (Eq. 7), test MSE of a linear regression of alpha = ({alpha}) from z "
+            f"(higher = more invariant)\n{format_table(rows)}\n"
+            f"alpha reference Mean_i Var(alpha_i) = {ref:.4f} ({source}; empirical on the val copies "
+            f"{ref_emp:.4f})")
+    metrics = {f"invariance_{name}_{k}": v for name, r in rows.items() for k, v in r.items()}
+    metrics["invariance_alpha_reference"] = ref
+    metrics["invariance_alpha_reference_empirical"] = ref_emp
+    return text, metrics
