@@ -57,3 +57,16 @@ def test_knn_metrics_keys():
     bank = torch.randn(20, 4)
     out = knn_metrics(bank, torch.randn(20, 2), bank[:5], torch.randn(5, 2), "regression", 3, 0.1, ["m", "b"])
     assert set(out) == {"knn_r2", "knn_r2_m", "knn_r2_b"}
+
+
+def test_probe_is_not_blown_up_by_near_constant_features():
+    from pipeline.eval.linear_probe import probe
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 8, generator=g)
+    y = (x[:, :2] @ torch.tensor([[1.0], [0.5]])).squeeze(1) + 0.01 * torch.randn(400, generator=g)
+    dead_train = 1e-7 * torch.randn(300, 1, generator=g)   # a unit that is (almost) constant in training
+    dead_test = 1e-3 * torch.randn(100, 1, generator=g)    # and merely small at test time
+    xtr, xte = torch.cat([x[:300], dead_train], 1), torch.cat([x[300:], dead_test], 1)
+    res = probe(xtr, y[:300, None], xte, y[300:, None], "regression", ["t"], steps=100, weight_decay=1e-5)
+    assert res["r2"] > 0.95

@@ -13,7 +13,12 @@ from pipeline.eval.knn import r2_score
 
 
 def _standardise(train: torch.Tensor, test: torch.Tensor):
-    mu, sd = train.mean(0), train.std(0).clamp_min(1e-6)
+    """Per-feature z-scores from the train split. Near-constant features (std below 1% of the median std: dead
+    units, or directions an invariant encoder averaged away) are not blown up: dividing test-time noise by
+    a tiny train std made the probe's predictions explode (seen with feature-averaged InvCLR features)."""
+    mu, sd = train.mean(0), train.std(0)
+    floor = max(1e-6, 1e-2 * float(sd.median())) if sd.numel() else 1e-6
+    sd = sd.clamp_min(floor)
     return (train - mu) / sd, (test - mu) / sd
 
 

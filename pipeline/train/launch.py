@@ -174,7 +174,8 @@ def pretrain(cfg: dict) -> dict:
     t0 = time.monotonic()
     try:
         result = build_trainer(cfg).fit()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
+        # Ctrl-C: Ray Train aborts the run gracefully and the driver exits; checkpoints already reported stay
         _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
         mlflow.end_run(status="KILLED")
         raise

@@ -120,7 +120,7 @@ class _Trainer:
         self.step += 1
         self.method.after_step(min(1.0, self.step / self.total_steps))
         self.timing["step_s"] += time.monotonic() - t0
-        return {"lr": lr, **{k: float(v) for k, v in out.items()}}
+        return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
     def batches(self, shard, epoch: int):
         """Full batches of views for this epoch, in lockstep across ranks: a rank short of samples after

@@ -1,0 +1,157 @@
+"""Reproductions at a scale that runs on this 2-core CPU; writes docs/reproductions.md.
+
+Each suite pretrains a baseline and the seed method on the same data and budget (Spirograph, the
+ResNet-18 layout with CIFAR stem at `model.width`, `data.generate.n_train` images, `train.epochs`
+epochs), probes both with the linear probe (and, for InvCLR, feature averaging and the invariance
+metrics), and tabulates the result next to the paper's, with the MLflow run ids.
+
+  python jobs/reproductions.py                                   # every suite at the default scale
+  python jobs/reproductions.py suites=[invclr] scale=[train.epochs=2,model.width=8]   # a quick look
+
+Suites: invclr (SimCLR vs SimCLR + gradient penalty: V, alpha regression against 0.0806, per-target MSE
+with and without feature averaging; the paper's Tables 8 and 9), co2 (MoCo v2 vs MoCo v2 + CO2),
+clsa (MoCo v2 vs MoCo v2 + CLSA, both on image recipes over the Spirograph PNGs: CLSA needs strong
+image views).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.config import ConfigError, cli, compose_config, fail  # noqa: E402
+
+# the paper's numbers (specs/invariance.md Tables 8, 9): Spirograph, ResNet-18, 100k images, 50 epochs
+PAPER_INVCLR = {
+    "no regularization": {"conditional_variance": 0.789, "alpha_mse": 0.0751, "mse_m": 0.0006773,
+                          "mse_b": 0.011248, "mse_sigma": 0.0000914, "mse_f_r": 0.0000232},
+    "gradient regularization": {"conditional_variance": 0.0016, "alpha_mse": 0.0808, "mse_m": 0.0005073,
+                                "mse_b": 0.0073607, "mse_sigma": 0.0000527, "mse_f_r": 0.0000028},
+}
+TARGETS = ("m", "b", "sigma", "f_r")
+
+SUITES = {
+    "invclr": [("SimCLR", ["method=simclr"]),
+               ("SimCLR + InvCLR", ["+experiment=invclr_spirograph"])],
+    "co2": [("MoCo v2", ["method=mocov2"]),
+            ("MoCo v2 + CO2", ["method=mocov2", "plugin=[co2]"])],
+    "clsa": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
+             ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2"])],
+}
+
+
+def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
+    from pipeline.train.launch import pretrain, resolve
+
+    try:
+        # plugin.<name>.* settings apply only to the runs that use that plug-in
+        plugins = compose_config([*overrides, *scale]).get("plugin") or {}
+        extra = [e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins]
+        cfg = compose_config([*overrides, *scale, *extra])
+        cfg = resolve(cfg)
+    except ConfigError as e:
+        fail(f"{label}: {e}")
+    t0 = time.monotonic()
+    print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
+    out = pretrain(cfg)
+    out["minutes"] = (time.monotonic() - t0) / 60
+    out["label"], out["overrides"], out["extra"] = label, overrides, extra
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) >= 1e-3 else f"{x:.2e}"
+
+
+def probe_table(runs: list[dict], fa: bool) -> list[str]:
+    keys = [k for k in ("pretrained", "pretrained_fa") if fa or k == "pretrained"]
+    head = "| run | " + " | ".join(f"{'FA ' if k.endswith('_fa') else ''}MSE {t}" for k in keys for t in TARGETS)
+    head += " | R² m / b / σ / f_r |"
+    lines = [head, "|" + " --- |" * (1 + len(keys) * len(TARGETS) + 1)]
+    for r in runs:
+        p = r["probe"]
+        cells = [_fmt(p[k][f"mse_{t}"]) for k in keys for t in TARGETS]
+        r2 = " / ".join(f"{p['pretrained'][f'r2_{t}']:.3f}" for t in TARGETS)
+        lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r2} |")
+    rnd = runs[0]["probe"]
+    lines.append("| random init | " + " | ".join(_fmt(rnd[k.replace('pretrained', 'random')][f"mse_{t}"])
+                                                for k in keys for t in TARGETS)
+                 + " | " + " / ".join(f"{rnd['random'][f'r2_{t}']:.3f}" for t in TARGETS) + " |")
+    return lines
+
+
+def invclr_section(runs: list[dict]) -> list[str]:
+    base, reg = runs
+    inv = {r["label"]: r["probe"]["invariance"] for r in runs}
+    ref = base["probe"]["invariance"]["invariance_alpha_reference"]
+    out = ["| | conditional variance V | α-regression test MSE | reference |", "| --- | --- | --- | --- |"]
+    for r in runs:
+        i = inv[r["label"]]
+        out.append(f"| {r['label']} | {_fmt(i['invariance_pretrained_conditional_variance'])} | "
+                   f"{_fmt(i['invariance_pretrained_alpha_mse'])} | {_fmt(ref)} |")
+    for name, p in PAPER_INVCLR.items():
+        out.append(f"| paper, {name} | {p['conditional_variance']} | {p['alpha_mse']} | 0.0806 |")
+    out += ["", "Direction of each change (penalty against no penalty), here and in the paper:", "",
+            "| quantity | here | paper | same direction |", "| --- | --- | --- | --- |"]
+    b, g = inv[base["label"]], inv[reg["label"]]
+    pb, pg = PAPER_INVCLR["no regularization"], PAPER_INVCLR["gradient regularization"]
+    rows = [("V", b["invariance_pretrained_conditional_variance"], g["invariance_pretrained_conditional_variance"],
+             pb["conditional_variance"], pg["conditional_variance"]),
+            ("α-regression MSE", b["invariance_pretrained_alpha_mse"], g["invariance_pretrained_alpha_mse"],
+             pb["alpha_mse"], pg["alpha_mse"])]
+    for t in TARGETS:
+        rows.append((f"probe MSE {t}", base["probe"]["pretrained"][f"mse_{t}"], reg["probe"]["pretrained"][f"mse_{t}"],
+                     pb[f"mse_{t}"], pg[f"mse_{t}"]))
+        if "pretrained_fa" in base["probe"]:
+            rows.append((f"FA probe MSE {t} (vs single-sample, penalty run)", reg["probe"]["pretrained"][f"mse_{t}"],
+                         reg["probe"]["pretrained_fa"][f"mse_{t}"], None, None))
+    for name, here0, here1, paper0, paper1 in rows:
+        here = f"{_fmt(here0)} → {_fmt(here1)} ({(here1 / here0 - 1) * 100:+.0f} %)"
+        if paper0 is None:
+            out.append(f"| {name} | {here} | lower (Fig. 5) | {'yes' if here1 < here0 else 'no'} |")
+            continue
+        paper = f"{_fmt(paper0)} → {_fmt(paper1)} ({(paper1 / paper0 - 1) * 100:+.0f} %)"
+        same = (here1 - here0) * (paper1 - paper0) > 0
+        out.append(f"| {name} | {here} | {paper} | {'yes' if same else 'no'} |")
+    return out
+
+
+def write_report(results: dict[str, list[dict]], scale: list[str], path: Path) -> None:
+    lines = ["# Reproductions at CPU scale", "",
+             "Generated by `python jobs/reproductions.py " + " ".join(sys.argv[1:]) + "` on "
+             + time.strftime("%Y-%m-%d") + ". Every number below comes from that command; rerun it to check.", "",
+             "Scale: `" + " ".join(scale) + "` (Spirograph, ResNet-18 layout with CIFAR stem). The papers "
+             "train on 100k images for 50 epochs (InvCLR) or on ImageNet for 200 epochs (CO2, CLSA); this is a "
+             "small fraction of that, so what matters is the direction of each change, not its size.", ""]
+    for suite, runs in results.items():
+        lines += [f"## {suite}", ""]
+        lines += [f"- {r['label']}: `python jobs/pretrain.py {' '.join(r['overrides'] + scale + r['extra'])}` — MLflow run "
+                  f"`{r['run_id']}`, {r['minutes']:.1f} min" for r in runs]
+        lines.append("")
+        lines += probe_table(runs, fa="pretrained_fa" in runs[0]["probe"])
+        lines.append("")
+        if suite == "invclr":
+            lines += invclr_section(runs)
+            lines.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"[reproductions] wrote {path}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    cfg = cli(argv, __doc__, config_name="reproductions")
+    unknown = sorted(set(cfg["suites"]) - set(SUITES))
+    if unknown:
+        fail(f"unknown suites {unknown}; known: {sorted(SUITES)}")
+    scale, results = list(cfg["scale"]), {}
+    for suite in cfg["suites"]:
+        extra = list(cfg["extra"].get(suite) or [])
+        results[suite] = [run_one(label, ov, scale, extra) for label, ov in SUITES[suite]]
+    write_report(results, scale, Path(cfg["out"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
