@@ -56,7 +56,11 @@ def test_resolve_derives_runtime(tmp_path):
     cfg = compose_config([f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100",
                           "train.batch_size=128"])
     out = resolve(cfg)
-    assert out["runtime"]["steps_per_epoch"] == 600 // 128
-    assert out["method"]["bn_splits"] == 4
+    assert out["trainer"]["num_workers"] == 2  # the embedded default: two workers, one thread each
+    assert out["runtime"]["steps_per_epoch"] == (600 // 2) // 64
+    assert out["method"]["bn_splits"] == 1     # shuffle-BN across the two workers
+    one = resolve(compose_config([f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100",
+                                  "train.batch_size=128", "trainer.num_workers=1"]))
+    assert one["method"]["bn_splits"] == 4     # one worker: split-BN groups
     assert out["runtime"]["lr"] == pytest.approx(out["optim"]["base_lr"] * 128 / 256)
     assert (tmp_path / "data" / "spirograph" / "train" / "manifest.json").exists()

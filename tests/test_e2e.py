@@ -96,7 +96,8 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     import torch
 
     args = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}", *SPIRO, *SMALL,
-            "run.name=ctrl-c", "eval.knn.every=0", "eval.probe.after_pretrain=false", "train.epochs=30"]
+            "trainer.num_workers=1", "run.name=ctrl-c", "eval.knn.every=0", "eval.probe.after_pretrain=false",
+            "train.epochs=30"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=job_env())
     storage = tmp_path / "runs" / "ray"
