@@ -122,7 +122,12 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     again = subprocess.run([*args[:-1], f"train.epochs={last + 2}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=900, env=job_env())
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert f"resumed from epoch {last}" in again.stdout + again.stderr
+    # it resumes from the last checkpoint Ray registered: the newest state.pt on disk, or the one before it
+    # when the interrupt landed while that one was being reported
+    import re
+
+    resumed = re.search(r"resumed from epoch (\d+)", again.stdout + again.stderr)
+    assert resumed and last - 1 <= int(resumed.group(1)) <= last, again.stdout[-2000:]
 
 
 def test_worker_failure_restarts_from_checkpoint(tmp_path):
