@@ -19,10 +19,13 @@ def test_views_render_stored_factors_with_their_own_nuisance():
     p, batch = _batch(6)
     views = build_view_maker({"kind": "spirograph", "size": 32, "n_views": 2}, 6)(batch, np.random.default_rng(0))
     assert len(views.images) == 2 and views.images[0].shape == (6, 3, 32, 32)
-    for img, alpha in zip(views.images, views.params):
-        assert set(alpha) == set(NUISANCE)
+    for img, params in zip(views.images, views.params):
+        # each view records its nuisance alpha and the sample's factors (InvCLR re-renders from both)
+        assert set(params) == set(NUISANCE) | set(TARGETS)
+        for t in TARGETS:
+            torch.testing.assert_close(params[t], p[t])
         # re-rendering the stored factors with the recorded nuisance gives the view back exactly
-        expected = render_flat({**{t: p[t] for t in TARGETS}, **alpha}, 32)
+        expected = render_flat({**{t: p[t] for t in TARGETS}, **{k: params[k] for k in NUISANCE}}, 32)
         torch.testing.assert_close(img, expected)
     # the two views differ in nuisance, so in pixels
     assert not torch.equal(views.params[0]["h"], views.params[1]["h"])
