@@ -11,7 +11,11 @@ metrics), and tabulates the result next to the paper's, with the MLflow run ids.
 Suites: invclr (SimCLR vs SimCLR + gradient penalty: V, alpha regression against 0.0806, per-target MSE
 with and without feature averaging; the paper's Tables 8 and 9), co2 (MoCo v2 vs MoCo v2 + CO2),
 clsa (MoCo v2 vs MoCo v2 + CLSA, both on image recipes over the Spirograph PNGs: CLSA needs strong
-image views).
+image views), cocor (MoCo v2 vs MoCo v2 + CoCor with fixed and with learned targets, image recipes; the learned
+targets per length over training go in as a PNG).
+
+A run whose exact configuration already finished in the MLflow store (same run name: the config hash) is not
+trained again: its logged probe results are read back, so an interrupted reproduction resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -34,11 +38,15 @@ TARGETS = ("m", "b", "sigma", "f_r")
 
 SUITES = {
     "invclr": [("SimCLR", ["method=simclr"]),
-               ("SimCLR + InvCLR", ["+experiment=invclr_spirograph"])],
+               ("SimCLR + InvCLR", ["+experiment=invclr_spirograph"]),
+               ("SimCLR + InvCLR, λ=0.001", ["+experiment=invclr_spirograph", "plugin.invclr.lam=0.001"])],
     "co2": [("MoCo v2", ["method=mocov2"]),
             ("MoCo v2 + CO2", ["method=mocov2", "plugin=[co2]"])],
     "clsa": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
              ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2"])],
+    "cocor": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
+              ("MoCo v2 + CoCor, fixed targets (Table 9)", ["+experiment=cocor_mocov2", "plugin.cocor.target=fixed"]),
+              ("MoCo v2 + CoCor, learned targets (1 % labels)", ["+experiment=cocor_mocov2"])],
 }
 
 
@@ -55,10 +63,47 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
         fail(f"{label}: {e}")
     t0 = time.monotonic()
     print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
-    out = pretrain(cfg)
-    out["minutes"] = (time.monotonic() - t0) / 60
+    out = finished_run(cfg)
+    if out is None:
+        out = pretrain(cfg)
+        out["minutes"] = (time.monotonic() - t0) / 60
+    else:
+        print(f"[reproductions] {label}: finished before as MLflow run {out['run_id']}; reusing its results", flush=True)
+    out["run_name"] = cfg["run"]["name"]
+    out["curves"] = Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png"
     out["label"], out["overrides"], out["extra"] = label, overrides, extra
     return out
+
+
+PROBE_KINDS = ("pretrained_fa", "random_fa", "pretrained", "random")
+
+
+def finished_run(cfg: dict) -> dict | None:
+    """The results of a FINISHED run of this exact configuration, read back from its MLflow metrics, or None."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline import tracking
+
+    exp_id = tracking.setup(cfg)
+    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{cfg['run']['name']}'",
+                                       max_results=1, order_by=["attributes.start_time DESC"])
+    if not found or found[0].info.status != "FINISHED":
+        return None
+    metrics = found[0].data.metrics
+    probe: dict = {"invariance": {}}
+    for key, value in metrics.items():
+        if key.startswith("invariance_"):
+            probe["invariance"][key] = value
+        elif key.startswith("probe_"):
+            rest = key[len("probe_"):]
+            kind = next((k for k in PROBE_KINDS if rest.startswith(k + "_")), None)
+            if kind:
+                probe.setdefault(kind, {})[rest[len(kind) + 1:]] = value
+    if "pretrained" not in probe:
+        return None  # trained, but never probed: run it again
+    if not probe["invariance"]:
+        del probe["invariance"]
+    return {"run_id": found[0].info.run_id, "probe": probe, "minutes": metrics.get("train_minutes", float("nan"))}
 
 
 def _fmt(x: float) -> str:
@@ -83,8 +128,16 @@ def probe_table(runs: list[dict], fa: bool) -> list[str]:
 
 
 def invclr_section(runs: list[dict]) -> list[str]:
-    base, reg = runs
+    out = invariance_table(runs)
+    for reg in runs[1:]:
+        out += ["", f"Direction of each change ({reg['label']} against {runs[0]['label']}), here and in the paper:", ""]
+        out += direction_table(runs[0], reg)
+    return out
+
+
+def invariance_table(runs: list[dict]) -> list[str]:
     inv = {r["label"]: r["probe"]["invariance"] for r in runs}
+    base = runs[0]
     ref = base["probe"]["invariance"]["invariance_alpha_reference"]
     out = ["| | conditional variance V | α-regression test MSE | reference |", "| --- | --- | --- | --- |"]
     for r in runs:
@@ -93,9 +146,12 @@ def invclr_section(runs: list[dict]) -> list[str]:
                    f"{_fmt(i['invariance_pretrained_alpha_mse'])} | {_fmt(ref)} |")
     for name, p in PAPER_INVCLR.items():
         out.append(f"| paper, {name} | {p['conditional_variance']} | {p['alpha_mse']} | 0.0806 |")
-    out += ["", "Direction of each change (penalty against no penalty), here and in the paper:", "",
-            "| quantity | here | paper | same direction |", "| --- | --- | --- | --- |"]
-    b, g = inv[base["label"]], inv[reg["label"]]
+    return out
+
+
+def direction_table(base: dict, reg: dict) -> list[str]:
+    out = ["| quantity | here | paper | same direction |", "| --- | --- | --- | --- |"]
+    b, g = base["probe"]["invariance"], reg["probe"]["invariance"]
     pb, pg = PAPER_INVCLR["no regularization"], PAPER_INVCLR["gradient regularization"]
     rows = [("V", b["invariance_pretrained_conditional_variance"], g["invariance_pretrained_conditional_variance"],
              pb["conditional_variance"], pg["conditional_variance"]),
@@ -118,6 +174,35 @@ def invclr_section(runs: list[dict]) -> list[str]:
     return out
 
 
+def baseline_deltas(runs: list[dict]) -> list[str]:
+    """Each method's probe MSE against the baseline's (first run), per target: the paper claims improvement."""
+    base = runs[0]["probe"]["pretrained"]
+    out = ["Probe MSE change against " + runs[0]["label"] + " (negative = better):", "",
+           "| run | " + " | ".join(TARGETS) + " | targets improved |", "|" + " --- |" * (len(TARGETS) + 2)]
+    for r in runs[1:]:
+        p = r["probe"]["pretrained"]
+        change = [(p[f"mse_{t}"] / base[f"mse_{t}"] - 1) * 100 for t in TARGETS]
+        out.append(f"| {r['label']} | " + " | ".join(f"{c:+.0f} %" for c in change)
+                   + f" | {sum(c < 0 for c in change)} of {len(TARGETS)} |")
+    return out
+
+
+def cocor_curves(runs: list[dict], docs: Path) -> list[str]:
+    """The learned run's per-length targets and similarities over training, copied next to the report."""
+    import shutil
+
+    out = []
+    for r in runs:
+        if "learned" in r["label"] and Path(r["curves"]).exists():
+            img = docs / "img" / "cocor_learned_targets.png"
+            img.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(r["curves"], img)
+            out += [f"Training curves of {r['label']} (MLflow run `{r['run_id']}`, artifact `curves/`): the "
+                    "learned target g(v) per composite length (solid) and the batch-mean latent similarity it "
+                    "constrains (dashed).", "", f"![CoCor learned targets](img/{img.name})"]
+    return out
+
+
 def write_report(results: dict[str, list[dict]], scale: list[str], path: Path) -> None:
     lines = ["# Reproductions at CPU scale", "",
              "Generated by `python jobs/reproductions.py " + " ".join(sys.argv[1:]) + "` on "
@@ -134,6 +219,12 @@ def write_report(results: dict[str, list[dict]], scale: list[str], path: Path) -
         lines.append("")
         if suite == "invclr":
             lines += invclr_section(runs)
+            lines.append("")
+        else:
+            lines += baseline_deltas(runs)
+            lines.append("")
+        if suite == "cocor":
+            lines += cocor_curves(runs, path.parent)
             lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

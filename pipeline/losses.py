@@ -260,3 +260,121 @@ def gradient_penalty(
     if clip is not None:
         penalty = penalty.clamp(max=clip)
     return lam * penalty
+
+
+COCOR_FORMS = ("code", "eq11", "eq7", "eq2")
+
+
+def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], form: str = "code") -> torch.Tensor:
+    """CoCor's consistency loss over composite lengths (specs/cocor.md 1.3-1.4, §7 item 2).
+
+    sims[l], targets[l]: [B] latent similarities f(x)ᵀf(A_l(x)) and targets g(v(A_l)) of the composites of the
+    l-th length. The paper writes the loss three ways; `form` picks one:
+    - "code" (default): Σ_l softplus(mean_i g − mean_i s). A similarity below its target is pulled up; one above
+      it gets a small gradient, so the less distorted views are not pushed away from the original: the reading of
+      Appendix A's motivation and the only sign under which the target is a monotone floor (stronger composite,
+      lower target, weaker constraint).
+    - "eq11": mean_l softplus(mean_i s − mean_i g) (Appendix B as printed: pushes similarities down to the target).
+    - "eq7": mean_l softplus(mean_i |s − g|) (Appendix A).
+    - "eq2": mean_l mean_i |s − g| (the DA consistency level, Eq. 1-2).
+    """
+    if form not in COCOR_FORMS:
+        raise ValueError(f"unknown CoCor consistency form {form!r}; choose from {COCOR_FORMS}")
+    if form == "code":
+        return sum(F.softplus(g.mean() - s.mean()) for s, g in zip(sims, targets))
+    if form == "eq11":
+        terms = [F.softplus(s.mean() - g.mean()) for s, g in zip(sims, targets)]
+    elif form == "eq7":
+        terms = [F.softplus((s - g).abs().mean()) for s, g in zip(sims, targets)]
+    else:
+        terms = [(s - g).abs().mean() for s, g in zip(sims, targets)]
+    return sum(terms) / len(terms)
+
+
+def cocor_target_surrogate(
+    g_bar: torch.Tensor, s_before: torch.Tensor, s_after: torch.Tensor, ce_before: float, ce_after: float,
+    lu_before: float, lu_after: float, *, min_denominator: float = 1e-4, sign: float = -1.0,
+) -> torch.Tensor:
+    """A scalar whose gradient w.r.t. the target network is CoCor's finite-difference hypergradient (Eq. 20):
+        ∇θd CE ≈ sign · Σ_l σ'(k_l) · (CE' − CE)/(L_u' − L_u) · (s'_l − s_l) · ∂ḡ_l/∂θd,   k_l = s'_l − ḡ_l,
+    σ'(k) = e^k/(1+e^k)². g_bar [L] carries the graph to θd; everything else is a detached scalar (or [L]) from the
+    forward passes before (θe) and after (θe') the encoder step. The denominator is clamped to |·| >= min_denominator,
+    keeping its sign (the code's guard).
+
+    sign: differentiating the one-step update θe' = θe − η∇L_u exactly gives ∂θe'/∂θd = +η σ'(k) ∂s/∂θe ∂ḡ/∂θd for
+    either softplus form (Eq. 13 prints a minus), and the secant estimates then give sign = −1: if a step that raised
+    s also lowered CE, the target should rise. sign = +1 is Eq. 20 as printed (and the code).
+    """
+    denom = float(lu_after) - float(lu_before)
+    if abs(denom) < min_denominator:
+        denom = min_denominator if denom >= 0 else -min_denominator
+    ratio = (float(ce_after) - float(ce_before)) / denom
+    k = (s_after - g_bar).detach()
+    slope = torch.sigmoid(k) * (1 - torch.sigmoid(k))
+    coef = (sign * slope * ratio * (s_after - s_before)).detach()
+    return (coef * g_bar).sum()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Non-contrastive and supervised frameworks: BYOL (Grill et al. 2020), SimSiam (Chen & He 2021),
+# SupCon (Khosla et al. 2020). Tested in tests/test_frameworks.py.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """BYOL's regression loss (Grill et al. 2020, Eq. 2), mean over the batch.
+
+    p: [B, D] online predictions q_θ(z_θ); z: [B, D] target projections z'_ξ of the other view (not necessarily
+    normalised; both are L2-normalised here).
+        L = ‖p̄ − z̄'‖² = 2 − 2·⟨p, z'⟩ / (‖p‖·‖z'‖).
+    The target is a stop-gradient (z is detached): only the online side is trained. The symmetric BYOL loss is
+    byol_loss(p1, z2') + byol_loss(p2, z1') (Eq. 2's L + L̃).
+    """
+    p = F.normalize(p, dim=1)
+    z = F.normalize(z.detach(), dim=1)
+    return (2 - 2 * (p * z).sum(dim=1)).mean()
+
+
+def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """SimSiam's D(p, stopgrad(z)) (Chen & He 2021, Eqs. 1 and 3), mean over the batch.
+
+    p: [B, D] predictions; z: [B, D] projections of the other view. D(p, z) = −⟨p/‖p‖, z/‖z‖⟩; z is detached
+    (the stop-gradient that prevents collapse). The symmetric SimSiam loss is
+    ½ negative_cosine(p1, z2) + ½ negative_cosine(p2, z1) (Eq. 2/3), minimum −1.
+    """
+    p = F.normalize(p, dim=1)
+    z = F.normalize(z.detach(), dim=1)
+    return -(p * z).sum(dim=1).mean()
+
+
+def supcon_loss(
+    z: torch.Tensor, labels: torch.Tensor, temperature: float, *, candidates: torch.Tensor | None = None,
+    candidate_labels: torch.Tensor | None = None, self_index: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """SupCon's L^sup_out (Khosla et al. 2020, Eq. 2), mean over the anchors.
+
+    z: [M, D] anchor embeddings (every view of every image, e.g. cat([view1, view2]); normalised here);
+    labels: [M] int class of each anchor. Over candidates A(i) = every embedding except the anchor itself and
+    positives P(i) = the candidates of A(i) that share i's label (the other views of the same image included):
+        L_i = −1/|P(i)| Σ_{p∈P(i)} log( exp(z_i·z_p/τ) / Σ_{a∈A(i)} exp(z_i·z_a/τ) ).
+    The paper sums L_i over anchors; here they are averaged (as the authors' code does, without its extra
+    τ/base_τ factor) so the value does not grow with the batch. An anchor with no positive contributes 0.
+
+    Gathered negatives: candidates [N, D] / candidate_labels [N] hold every worker's embeddings, and self_index [M]
+    gives each local anchor's own row in candidates (excluded from A(i)). Defaults: candidates = z,
+    self_index = arange(M). Averaged over equal-sized workers this is the loss of the global batch.
+    """
+    if candidates is None:
+        candidates, candidate_labels = z, labels
+    if candidate_labels is None:
+        raise ValueError("candidate_labels are needed with candidates")
+    if self_index is None:
+        self_index = torch.arange(z.shape[0], device=z.device)
+    anchors = F.normalize(z, dim=1)
+    cands = F.normalize(candidates, dim=1)
+    is_self = F.one_hot(self_index, cands.shape[0]).bool()
+    logits = (anchors @ cands.t() / temperature).masked_fill(is_self, float("-inf"))
+    log_prob = F.log_softmax(logits, dim=1)  # the softmax runs over A(i): the anchor itself is -inf
+    positive = (labels.view(-1, 1) == candidate_labels.view(1, -1)) & ~is_self
+    pos_log_prob = torch.where(positive, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
+    return (-pos_log_prob / positive.sum(dim=1).clamp(min=1)).mean()

@@ -49,7 +49,7 @@ def test_empty_dataset_is_refused(tmp_path):
 def test_help_lists_groups(tmp_path):
     r = _run(["--help"], tmp_path)
     assert r.returncode == 0
-    assert "method: mocov1, mocov2, simclr" in r.stdout and "key=value" in r.stdout
+    assert "method: byol, mocov1, mocov2, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
 
 
 def test_resolve_derives_runtime(tmp_path):

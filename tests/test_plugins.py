@@ -105,6 +105,32 @@ def test_clsa_adds_beta_times_ddm_summed_over_strong_views():
     assert out["loss"].item() == pytest.approx((info_nce(q, k, queue, 0.2) + 0.5 * term).item(), rel=1e-5)
 
 
+def test_clsa_on_byol_uses_the_batch_targets_as_support():
+    cfg = compose_config(["+experiment=clsa_byol", "data=spirograph", "model.width=8", "plugin.clsa.beta=0.5"])
+    m = build_method(cfg)
+    x1, x2, s1 = [torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    out = m.step([x1, x2, s1])
+    assert out["clsa_ddm"].item() > 0 and torch.isfinite(out["loss"])
+    # the term is DDM over [k_1..k_B] at plugin.clsa.temperature (0.2): check it against a direct computation
+    # from the same forward, captured through the context BYOL hands to plug-ins
+    captured = {}
+    plugin = m.plugins[0]
+    original = plugin.loss
+
+    def spy(method, images, params, ctx):
+        captured.update(ctx)
+        return original(method, images, params, ctx)
+
+    plugin.loss = spy
+    out = m.step([x1, x2, s1])
+    (q, k), queue = captured["pairs"][0], captured["queue"]
+    assert queue.shape[0] == 0
+    qs = m.query(s1)  # train-mode BN on the same batch: the same strong prediction the step used
+    logits = lambda z: z @ k.t() / 0.2  # noqa: E731
+    expected = -(F.softmax(logits(q), 1) * F.log_softmax(logits(qs), 1)).sum(1).mean()
+    assert out["clsa_ddm"].item() == pytest.approx(expected.item(), rel=1e-4)
+
+
 # ----------------------------------------------------------------------------- InvCLR
 def _invclr_cfg(**over):
     cfg = compose_config(["method=simclr", "augment=invclr", "data=cifar10", "plugin=[invclr]", "model.width=8",

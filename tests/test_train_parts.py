@@ -41,3 +41,36 @@ def test_precision_choice():
     if resolve_precision("auto", cpu) == "bf16":
         with autocast("bf16", cpu):
             assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
+    """Resume prefers the newest complete state.pt in the run folder and skips one cut short by an interrupt."""
+    import os
+
+    from pipeline.train import checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert checkpoint.newest_on_disk(tmp_path / "absent") is None
+    for epoch in range(3):
+        folder = tmp_path / f"checkpoint_{epoch}"
+        folder.mkdir()
+        checkpoint.save(folder, model, opt, epoch=epoch, step=10 * epoch, cfg={})
+        os.utime(folder / "state.pt", (1000 + epoch, 1000 + epoch))
+    assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 2
+    newest = tmp_path / "checkpoint_2" / "state.pt"
+    newest.write_bytes(newest.read_bytes()[:100])  # a copy cut short
+    os.utime(newest, (2000, 2000))
+    assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 1
+    assert checkpoint.newest_on_disk("s3://bucket/run") is None
+
+
+def test_curve_panels_group_what_was_logged():
+    from pipeline.train.curves import panels
+
+    keys = ["loss", "lr", "cocor_consistency", "cocor_target_l1", "cocor_sim_l1", "cocor_target_l3", "knn_r2_m",
+            "cocor_outer_loss"]
+    p = panels(keys)
+    assert list(p.values()) == [["loss", "cocor_consistency"], ["knn_r2_m"],
+                                ["cocor_sim_l1", "cocor_target_l1", "cocor_target_l3"]]
+    assert panels(["lr"]) == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
+import torch
 
 from pipeline.augment.recipe import recipe_from_dict
 from pipeline.augment.spirograph_views import SpirographRecipe, factors, generator_from, render_views
@@ -44,7 +45,17 @@ class ImageViewMaker:
         return self.executor.skipped
 
     def __call__(self, batch: Mapping[str, np.ndarray], rng: np.random.Generator) -> Views:
-        return make_views(list(batch[image_key(batch)]), self.recipe, self.executor, rng)
+        views = make_views(list(batch[image_key(batch)]), self.recipe, self.executor, rng)
+        if "cls" in batch:  # class labels travel with every view (SupCon, CoCor's labelled loss)
+            labels = torch.as_tensor(class_labels(batch["cls"])[views.kept])
+            views.params = [{**p, "label": labels} for p in views.params]
+        return views
+
+
+def class_labels(column) -> np.ndarray:
+    """A shard's `cls` column as int64: raw bytes (b"3") when Ray reads with decoder=None, ints otherwise."""
+    return np.array([int(v.decode() if isinstance(v, (bytes, bytearray, np.bytes_)) else v) for v in column],
+                    dtype=np.int64)
 
 
 class SpirographViewMaker:

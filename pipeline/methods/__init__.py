@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from pipeline.methods.base import Method
+from pipeline.methods.byol import BYOL
 from pipeline.methods.moco import MoCo
 from pipeline.methods.simclr import SimCLR
+from pipeline.methods.simsiam import SimSiam
+from pipeline.methods.supcon import SupCon
 
-METHODS: dict[str, type[Method]] = {"moco": MoCo, "simclr": SimCLR}
+METHODS: dict[str, type[Method]] = {"moco": MoCo, "simclr": SimCLR, "byol": BYOL, "simsiam": SimSiam,
+                                    "supcon": SupCon}
 
 
 def build_method(cfg: dict) -> Method:
@@ -23,5 +27,7 @@ def build_method(cfg: dict) -> Method:
     from pipeline.plugins import build_plugin
 
     for name in (cfg.get("plugin") or {}):
-        method.plugins.append(build_plugin(name, cfg))
+        plugin = build_plugin(name, cfg)
+        method.plugins.append(plugin)
+        plugin.attach(method)
     return method

@@ -73,12 +73,33 @@ class Method(nn.Module):
         ctx["alphas"] = alphas
         for plugin in self.plugins:
             for name, (value, weight) in plugin.loss(self, images, params, ctx).items():
-                out["loss"] = out["loss"] + weight * value
+                if weight is not None:  # None: logged only
+                    out["loss"] = out["loss"] + weight * value
                 out[name] = value.detach()
         return out
 
+    def after_update(self, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
+        """Called after the optimiser step with the step's views and outputs: plug-ins that update their own
+        networks from the encoder step's effect (CoCor's bi-level target update) do it here. Returns logged
+        scalars."""
+        logged = {}
+        for plugin in self.plugins:
+            logged.update(plugin.after_update(self, images, params, out, progress))
+        return logged
+
     def after_step(self, progress: float) -> None:
         """Called after every optimiser step with progress in [0, 1] (momentum schedules)."""
+
+    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """CoCor: the L2-normalised float32 embedding of augmented views, WITH gradient. Default: the online
+        encoder's projection (MoCo's query encoder, SimCLR/SupCon's encoder); BYOL and SimSiam add the predictor."""
+        return nn.functional.normalize(self.online(x).float(), dim=1)
+
+    @torch.no_grad()
+    def anchor_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """CoCor: the L2-normalised float32 embedding of the original image, without gradient. Default: the
+        online encoder's projection (for SimSiam and BYOL: stop-gradient backbone + projector, no predictor)."""
+        return nn.functional.normalize(self.online(x).float(), dim=1)
 
     @property
     def backbone(self) -> nn.Module:

@@ -1,13 +1,14 @@
 """Plug-ins: add views and loss terms to a framework, composed by config (`plugin=[co2]`, `plugin=[clsa]`,
-`plugin=[invclr]`); their constants live in conf/plugin/<name>.yaml."""
+`plugin=[invclr]`, `plugin=[cocor]`); their constants live in conf/plugin/<name>.yaml."""
 from __future__ import annotations
 
 from pipeline.plugins.base import Plugin
 from pipeline.plugins.clsa import CLSA
 from pipeline.plugins.co2 import CO2
+from pipeline.plugins.cocor import CoCor
 from pipeline.plugins.invclr import InvCLR
 
-PLUGINS: dict[str, type[Plugin]] = {"co2": CO2, "clsa": CLSA, "invclr": InvCLR}
+PLUGINS: dict[str, type[Plugin]] = {"co2": CO2, "clsa": CLSA, "invclr": InvCLR, "cocor": CoCor}
 
 
 def check_plugins(cfg: dict) -> None:

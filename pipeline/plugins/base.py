@@ -2,7 +2,8 @@
 
 `Method.step` calls `prepare` before the framework's forward (a plug-in may rewrite the views, e.g. InvCLR's
 differentiable colour stage) and `loss` after it, with the tensors the framework left in its context (queries,
-keys, the queue before this step's keys joined it, backbone features). `loss` returns {name: (term, weight)}.
+keys, the queue before this step's keys joined it, backbone features). `loss` returns {name: (term, weight)} (weight None: logged, not added). `after_update` runs after the encoder's
+optimiser step (CoCor's bi-level update of its own networks).
 """
 from __future__ import annotations
 
@@ -22,3 +23,11 @@ class Plugin(nn.Module):
 
     def loss(self, method, images: list[torch.Tensor], params: list[dict], ctx: dict) -> dict:
         raise NotImplementedError
+
+    def attach(self, method) -> None:
+        """Called once the method exists (networks sized by the backbone, e.g. CoCor's classifier)."""
+
+    def after_update(self, method, images: list[torch.Tensor], params: list[dict], out: dict,
+                     progress: float) -> dict:
+        """After the encoder's optimiser step; returns scalars to log."""
+        return {}

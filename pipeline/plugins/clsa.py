@@ -1,7 +1,10 @@
 """CLSA (Wang & Qi 2021, specs/clsa.md): strong views go through the query encoder; the weak query's distribution
 over [positive key, queue] is the (detached) target of each strong query's (DDM, Eq. 6), weight beta, summed over
 the strong views as the paper does (CLSA*). The strong views are every view after the first two (augment=clsa or
-clsa_multi)."""
+clsa_multi).
+
+On BYOL (the paper's Table 8 gives a result but not the attachment, §7 item 16) there is no queue: the support is the
+batch's target projections (the code's batch-keys form) and the temperature is plugin.clsa.temperature."""
 from __future__ import annotations
 
 from pipeline.losses import ddm
@@ -10,15 +13,19 @@ from pipeline.plugins.base import Plugin
 
 class CLSA(Plugin):
     name = "clsa"
-    frameworks = ("moco",)
+    frameworks = ("moco", "byol")
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
         self.beta = float(pcfg.get("beta", 1.0))
         self.batch_keys = bool(pcfg.get("batch_keys", False))
+        self.temperature = pcfg.get("temperature")  # null: the framework's (MoCo's tau)
+        if cfg["method"]["kind"] == "byol" and self.temperature is None:
+            self.temperature = 0.2
 
     def loss(self, method, images, params, ctx):
         (q_weak, k), queue = ctx["pairs"][0], ctx["queue"]
-        terms = [ddm(q_weak, method.query(x), k, queue, method.temperature, batch_keys=self.batch_keys)
-                 for x in images[2:]]
+        t = float(self.temperature if self.temperature is not None else method.temperature)
+        batch_keys = self.batch_keys or queue.shape[0] == 0  # BYOL: the batch's keys are the only support
+        terms = [ddm(q_weak, method.query(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
         return {"clsa_ddm": (sum(terms), self.beta)}

@@ -36,6 +36,23 @@ def load(directory: str | Path) -> dict:
     return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
+def newest_on_disk(run_dir: str | Path) -> dict | None:
+    """The newest loadable state under a Ray run folder (checkpoint_*/state.pt), or None.
+
+    Ray registers a checkpoint only once the controller has processed the worker's report, so an interrupt
+    (Ctrl-C, a killed driver) can leave newer, complete checkpoints on disk that Ray's own restore would
+    skip. A file cut short by the interrupt fails to load and the next newest one is taken."""
+    folder = Path(run_dir)
+    if "://" in str(run_dir) or not folder.is_dir():
+        return None
+    for path in sorted(folder.glob(f"checkpoint_*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:  # a truncated copy: fall back to the one before it
+            continue
+    return None
+
+
 def backbone_state(state: dict) -> dict:
     """The online backbone's weights from a checkpoint state: what linear probes and detection load."""
     prefix = "online.backbone."

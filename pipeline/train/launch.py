@@ -187,6 +187,7 @@ def pretrain(cfg: dict) -> dict:
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
     mlflow.log_metric("train_minutes", minutes)
+    _log_curves(cfg, run_id)
     ckpt_dir = _log_checkpoint(result.checkpoint, cfg)
     out = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
@@ -213,6 +214,19 @@ def _log_gallery(cfg: dict) -> None:
     write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
     mlflow.log_artifact(str(path), artifact_path="gallery")
     _log(f"views gallery {path}")
+
+
+def _log_curves(cfg: dict, run_id: str) -> None:
+    """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
+    import mlflow
+
+    from pipeline.train.curves import write_curves
+
+    client = mlflow.MlflowClient(cfg["runtime"]["tracking_uri"])
+    path = write_curves(client, run_id, Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png")
+    if path:
+        mlflow.log_artifact(str(path), artifact_path="curves")
+        _log(f"training curves {path}")
 
 
 def _log_checkpoint(checkpoint, cfg: dict) -> Path:

@@ -112,13 +112,17 @@ class _Trainer:
         t0 = time.monotonic()
         lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
         set_lr(self.optimizer, lr)
+        images = [v.to(self.device, non_blocking=True) for v in images]
         with autocast(self.precision, self.device):
-            out = self.method.step([v.to(self.device, non_blocking=True) for v in images], params)
+            out = self.method.step(images, params)
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         self.optimizer.step()
         self.step += 1
-        self.method.after_step(min(1.0, self.step / self.total_steps))
+        progress = min(1.0, self.step / self.total_steps)
+        self.method.after_step(progress)
+        with autocast(self.precision, self.device):
+            out.update(self.method.after_update(images, params, out, progress))
         self.timing["step_s"] += time.monotonic() - t0
         return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
@@ -179,10 +183,17 @@ def train_loop_per_worker(cfg: dict) -> None:
     epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
 
     start_epoch = 0
+    state = None
     ckpt = ray.train.get_checkpoint()
     if ckpt:
         with ckpt.as_directory() as d:
-            start_epoch = tr.restore(checkpoint.load(d))
+            state = checkpoint.load(d)
+    # a newer complete checkpoint than Ray registered (the run was interrupted while reporting it)
+    on_disk = checkpoint.newest_on_disk(os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]))
+    if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
+        state = on_disk
+    if state:
+        start_epoch = tr.restore(state)
         if rank == 0:
             print(f"[train] resumed from epoch {start_epoch - 1} (step {tr.step})", flush=True)
 

@@ -1,0 +1,65 @@
+"""SimSiam (Chen & He 2021): a Siamese network with a predictor and a stop-gradient; no negatives, no momentum
+encoder."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.losses import negative_cosine
+from pipeline.methods.base import Method, build_encoder
+from pipeline.methods.byol import PredictorEncoder
+from pipeline.models.heads import mlp_head
+
+
+def simsiam_projector(head: nn.Sequential, bn: bool) -> nn.Sequential:
+    """SimSiam's projection MLP from an `mlp_head`: with `bn`, BN also follows the output fc (no ReLU, no affine
+    parameters, as in the paper's code), so that fc's bias, which BN would cancel, is dropped."""
+    if not bn:
+        return head
+    last = head[-1]
+    head[-1] = nn.Linear(last.in_features, last.out_features, bias=False)
+    head.append(nn.BatchNorm1d(last.out_features, affine=False))
+    return head
+
+
+class SimSiam(Method):
+    """SimSiam (Chen & He 2021, "Exploring Simple Siamese Representation Learning"). `online` = backbone +
+    projector (3 fc layers, BN on each including the output) + predictor (the bottleneck MLP 2048→512→2048: BN on
+    the hidden fc, none on the output). Loss: L = ½D(p1, sg(z2)) + ½D(p2, sg(z1)) with D the negative cosine
+    (Eq. 3). Paper optimiser: SGD, lr 0.05·batch/256 (cosine), wd 1e-4, momentum 0.9."""
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        m = cfg["method"]
+        head = m["head"]
+        encoder = build_encoder(cfg["model"], head)
+        projector = simsiam_projector(encoder.projector, bool(head.get("bn", True)))
+        pred = m.get("predictor") or {}
+        out_dim = int(head["out_dim"])
+        hidden = int(pred.get("hidden_dim") or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
+        predictor = mlp_head(out_dim, hidden, out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
+        self.online = PredictorEncoder(encoder.backbone, projector, predictor)
+
+    def query(self, x: torch.Tensor, with_features: bool = False):
+        """The L2-normalised float32 prediction p = h(f(x)); with_features also returns backbone features."""
+        h, _, p = self.online(x, with_features=True, predict=True)
+        q = F.normalize(p.float(), dim=1)
+        return (h, q) if with_features else q
+
+    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """CoCor's augmented-view embedding: backbone, projector and predictor, with gradient (the original image
+        goes through the stop-gradient backbone + projector: the base `anchor_embed`)."""
+        return self.query(x)
+
+    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        # one forward per view (per-view BN statistics, as in the paper's pseudocode); two forwards through DDP
+        # are fine: autograd sums both uses before each gradient hook fires
+        h1, z1, p1 = self.online(images[0], with_features=True, predict=True)
+        h2, z2, p2 = self.online(images[1], with_features=True, predict=True)
+        z1, z2, p1, p2 = z1.float(), z2.float(), p1.float(), p2.float()  # losses in float32 under autocast
+        loss = 0.5 * negative_cosine(p1, z2) + 0.5 * negative_cosine(p2, z1)
+        # the paper's collapse monitor (Fig. 2): per-dimension std of the normalised projection, 1/sqrt(d) when
+        # the outputs spread over the sphere, 0 when they collapse
+        z_std = F.normalize(z1.detach(), dim=1).std(dim=0).mean()
+        return {"loss": loss, "z_std": z_std, "ctx": {"features": [h1, h2]}}
