@@ -397,3 +397,18 @@ def test_make_executor():
     assert make_executor("dali", recipe, 4, device="auto").device == ("gpu" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError):
         make_executor("pil", recipe, 4)
+
+
+def test_class_labels_travel_with_every_view_and_skip_dropped_samples():
+    """SupCon and CoCor's labelled loss read params[v]["label"]: aligned with the kept samples when one is corrupt."""
+    from pipeline.augment.view_maker import build_view_maker, class_labels
+
+    aug = {"kind": "views", "executor": "torch", "device": "cpu", "mean": [0.5] * 3, "std": [0.25] * 3,
+           "view": {"size": 16}, "views": [{"name": "view", "count": 2}]}
+    encoded = [encode(natural(24, 24, s)) for s in range(4)]
+    encoded[1] = b"not an image"
+    batch = {"png": np.array(encoded, dtype=object), "cls": np.array([b"3", b"7", b"0", b"12"], dtype=object)}
+    views = build_view_maker(aug, 4)(batch, np.random.default_rng(0))
+    assert views.kept.tolist() == [0, 2, 3]
+    assert all(p["label"].tolist() == [3, 0, 12] for p in views.params) and len(views.params) == 2
+    assert class_labels([5, b"6", np.bytes_(b"7")]).tolist() == [5, 6, 7]
