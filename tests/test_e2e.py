@@ -227,9 +227,9 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
     its per-length curves in MLflow; then SimSiam + CoCor with fixed targets on one worker."""
     for sub in ("moco", "simsiam"):
         (tmp_path / sub).mkdir()
-    r = pretrain(tmp_path / "moco", "+experiment=cocor_mocov2", "trainer.num_workers=2", "train.epochs=2",
+    r = pretrain(tmp_path / "moco", "+experiment=cocor_mocov2", "trainer.num_workers=2", "train.epochs=1",
                  "eval.probe.after_pretrain=false", "eval.knn.every=0", "method.queue_size=256",
-                 "plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=1", "tracking.log_every=2")
+                 "plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0", "tracking.log_every=2")
     client, runs = mlflow_runs(tmp_path / "moco")
     run = runs[0]
     assert run.info.status == "FINISHED" and "world_size=2" in r.stdout + r.stderr
