@@ -23,8 +23,8 @@ def _ray(*args, env, timeout=300, check=True):
 
 def _submit(args, cwd, env, timeout):
     """`ray job submit`, retried while the head's dashboard agent is still starting (it answers
-    "No available agent" for a few seconds after `ray start`)."""
-    deadline = time.monotonic() + 120
+    "No available agent" for a few seconds after `ray start`; over two minutes on a loaded 2-core machine)."""
+    deadline = time.monotonic() + 360
     while True:
         r = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8365",
                             "--working-dir", ".", "--", *args], cwd=cwd, env=env, capture_output=True, text=True,
