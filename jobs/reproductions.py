@@ -45,8 +45,8 @@ SUITES = {
     "clsa": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
              ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2"])],
     "cocor": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
-              ("MoCo v2 + CoCor, fixed targets (Table 9)", ["+experiment=cocor_mocov2", "plugin.cocor.target=fixed"]),
-              ("MoCo v2 + CoCor, learned targets (1 % labels)", ["+experiment=cocor_mocov2"])],
+              ("MoCo v2 + CoCor, learned targets (1 % labels)", ["+experiment=cocor_mocov2"]),
+              ("MoCo v2 + CoCor, fixed targets (Table 9)", ["+experiment=cocor_mocov2", "plugin.cocor.target=fixed"])],
 }
 
 
