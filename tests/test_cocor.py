@@ -302,3 +302,15 @@ def test_cocor_misconfigurations_fail_with_one_line():
         build_method(_cfg("plugin.cocor.form=abs"))
     with pytest.raises(ValueError, match="no target for composite lengths"):
         build_method(_cfg("plugin.cocor.target=fixed", "plugin.cocor.fixed_targets=[0.8]"))
+
+
+def test_a_non_finite_outer_loss_never_reaches_the_target_network():
+    m, plugin = _learned()
+    with torch.no_grad():
+        plugin.classifier.weight.fill_(float("inf"))
+    images, params = _views()
+    target0 = [p.detach().clone() for p in plugin.target.parameters()]
+    out = m.step(images, params)
+    logged = m.after_update(images, params, out, progress=0.5)
+    assert logged["cocor_skipped_updates"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(target0, plugin.target.parameters()))

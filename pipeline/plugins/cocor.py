@@ -83,6 +83,7 @@ class CoCor(Plugin):
         self._labelled = None
         self._pending: dict | None = None
         self.updates = 0
+        self.skipped = 0  # bi-level steps skipped for a non-finite outer loss
 
     # -- networks sized by the backbone ------------------------------------------------------------------------
     def attach(self, method) -> None:
@@ -180,7 +181,9 @@ class CoCor(Plugin):
         with torch.no_grad():
             h = backbone(x.to(next(backbone.parameters()).device)).float()
         backbone.train(was)
-        pred = self.classifier(h)
+        # unit-length features: the head's step size (the code's lr 0.4) then does not depend on the backbone's
+        # feature scale, which at CPU scale made an MSE head diverge
+        pred = self.classifier(F.normalize(h, dim=1))
         y = y.to(pred.device)
         return F.cross_entropy(pred, y) if self.task == "classification" else F.mse_loss(pred, y)
 
@@ -218,17 +221,23 @@ class CoCor(Plugin):
         self.classifier_opt.zero_grad(set_to_none=True)
         (surrogate + ce_after).backward()
         _average_grads([*self.target.parameters(), *self.classifier.parameters()])
+        self.updates += 1
+        # a non-finite outer loss on any rank (averaged in) must not reach the target network: skip the step
+        grads = [p.grad for p in [*self.target.parameters(), *self.classifier.parameters()] if p.grad is not None]
+        if not all(torch.isfinite(g).all() for g in grads):
+            self.skipped += 1
+            return {"cocor_skipped_updates": float(self.skipped)}
         lr = self._target_lr()
         for g in self.target_opt.param_groups:
             g["lr"] = lr
         for g in self.classifier_opt.param_groups:
             g["lr"] = self.classifier_lr * 0.5 * (1 + math.cos(math.pi * progress))
-        self.target_opt.step()
+        if lr > 0:  # frozen: not even momentum moves it
+            self.target_opt.step()
         self.classifier_opt.step()
-        self.updates += 1
         ce_after = float(ce_after.detach())
         return {"cocor_outer_loss": ce_after, "cocor_outer_gain": float(pending["ce"]) - ce_after,
-                "cocor_target_lr": lr}
+                "cocor_target_lr": lr, "cocor_skipped_updates": float(self.skipped)}
 
 
 def _average_grads(params: list[torch.Tensor]) -> None:
