@@ -226,6 +226,9 @@ def write_report(results: dict[str, list[dict]], scale: list[str], path: Path) -
         if suite == "cocor":
             lines += cocor_curves(runs, path.parent)
             lines.append("")
+    notes = path.with_name(path.stem + "_notes.md")  # hand-written reading of the numbers, kept across reruns
+    if notes.exists():
+        lines += ["", notes.read_text().strip()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(f"[reproductions] wrote {path}", flush=True)
