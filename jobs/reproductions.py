@@ -80,16 +80,12 @@ PROBE_KINDS = ("pretrained_fa", "random_fa", "pretrained", "random")
 
 def finished_run(cfg: dict) -> dict | None:
     """The results of a FINISHED run of this exact configuration, read back from its MLflow metrics, or None."""
-    from mlflow.tracking import MlflowClient
-
     from pipeline import tracking
 
-    exp_id = tracking.setup(cfg)
-    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{cfg['run']['name']}'",
-                                       max_results=1, order_by=["attributes.start_time DESC"])
-    if not found or found[0].info.status != "FINISHED":
+    found = tracking.find_run(tracking.setup(cfg), cfg["run"]["name"])
+    if found is None or found.info.status != "FINISHED":
         return None
-    metrics = found[0].data.metrics
+    metrics = found.data.metrics
     probe: dict = {"invariance": {}}
     for key, value in metrics.items():
         if key.startswith("invariance_"):
@@ -103,7 +99,7 @@ def finished_run(cfg: dict) -> dict | None:
         return None  # trained, but never probed: run it again
     if not probe["invariance"]:
         del probe["invariance"]
-    return {"run_id": found[0].info.run_id, "probe": probe, "minutes": metrics.get("train_minutes", float("nan"))}
+    return {"run_id": found.info.run_id, "probe": probe, "minutes": metrics.get("train_minutes", float("nan"))}
 
 
 def _fmt(x: float) -> str:

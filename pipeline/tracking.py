@@ -37,13 +37,19 @@ def setup(cfg: dict) -> str:
     return mlflow.create_experiment(name, artifact_location=root)
 
 
+def find_run(exp_id: str, run_key: str):
+    """The newest run tagged with `run_key`, or None."""
+    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1,
+                                       order_by=["attributes.start_time DESC"])
+    return found[0] if found else None
+
+
 def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
     """The MLflow run tagged with `run_key` (resume) or a new one; returns its run id."""
     exp_id = setup(cfg)
-    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1,
-                                       order_by=["attributes.start_time DESC"])
+    found = find_run(exp_id, run_key)
     if found:
-        run_id = found[0].info.run_id
+        run_id = found.info.run_id
         mlflow.start_run(run_id=run_id)
         return run_id
     run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags={"run_key": run_key, "job": job})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.data.reader import Split, image_key, iter_samples, targets_of
+from pipeline.data.reader import Split, image_key, iter_samples, make_split, targets_of
 from pipeline.data.shards import read_manifest
 
 
@@ -40,6 +40,4 @@ def labelled_subset(root: str, task: str, targets: list[str] | None, fraction: f
         if i in keep:
             encoded.append(s[image_key(s)])
             chosen.append(ys[i])
-    names = list(targets or []) if task == "regression" else list(manifest.get("class_names") or [])
-    y = np.asarray(chosen, dtype=np.int64 if task == "classification" else np.float32)
-    return Split(encoded, y, names)
+    return make_split(encoded, chosen, task, targets, manifest)

@@ -103,6 +103,11 @@ def load_split(root: str, task: str, targets: list[str] | None = None, limit: in
         ys.append(targets_of(s, task, targets))
         if limit and len(encoded) >= limit:
             break
+    return make_split(encoded, ys, task, targets, manifest)
+
+
+def make_split(encoded: list[bytes], ys: list, task: str, targets: list[str] | None, manifest: dict) -> Split:
+    """A Split from images and their labels (int classes) or regression targets, named from the manifest."""
     names = list(targets or []) if task == "regression" else list(manifest.get("class_names") or [])
     y = np.asarray(ys, dtype=np.int64 if task == "classification" else np.float32)
     return Split(encoded, y, names)

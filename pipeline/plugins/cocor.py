@@ -27,6 +27,7 @@ from pipeline import dist
 from pipeline.losses import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
 from pipeline.plugins.base import Plugin
+from pipeline.train.optim import lr_at
 
 # Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
 TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 0.60}}
@@ -144,7 +145,7 @@ class CoCor(Plugin):
         if self.mode == "learned":
             x, y = self._labelled_batch()
             self._pending = {"x": x, "y": y, "s": torch.stack([s.detach().mean() for s in sims]),
-                             "ce": self._outer_loss(method, x, y).detach()}
+                             "targets": targets, "ce": self._outer_loss(method, x, y).detach()}
         return out
 
     # -- the upper-level step -----------------------------------------------------------------------------------
@@ -188,14 +189,11 @@ class CoCor(Plugin):
         return F.cross_entropy(pred, y) if self.task == "classification" else F.mse_loss(pred, y)
 
     def _target_lr(self) -> float:
-        """Zero for the first epochs, a linear warm-up, then cosine (the code's MMNN schedule)."""
-        s = self.updates
-        if s < self.freeze_steps:
+        """Zero for the first epochs, then the encoder's own schedule (warm-up, cosine): the code's MMNN schedule."""
+        if self.updates < self.freeze_steps:
             return 0.0
-        if s < self.freeze_steps + self.warmup_steps:
-            return self.target_lr * (s - self.freeze_steps + 1) / self.warmup_steps
-        t = (s - self.freeze_steps - self.warmup_steps) / max(1, self.total_steps - self.freeze_steps - self.warmup_steps)
-        return self.target_lr * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+        return lr_at(self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps,
+                     self.target_lr)
 
     def after_update(self, method, images, params, out, progress):
         if self.mode != "learned" or self._pending is None:
@@ -206,8 +204,7 @@ class CoCor(Plugin):
         with torch.no_grad():
             after = method.training_step(images, params)
             sims = self._similarities(method, images)
-            targets = self._targets(params, sims[0].device)
-            lu_after = after["loss"] + self.weight * cocor_consistency(sims, targets, self.form)
+            lu_after = after["loss"] + self.weight * cocor_consistency(sims, pending["targets"], self.form)
         for name, b in method.named_buffers():
             b.copy_(buffers[name])
         s_after = torch.stack([s.mean() for s in sims]).float()

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 LOSS_TERMS = ("loss", "co2_consistency", "clsa_ddm", "invclr_penalty", "cocor_consistency")
+PER_LENGTH = re.compile(r"cocor_(?:target|sim)_l(\d+)")  # CoCor's per-composite-length target and similarity
 
 
 def panels(keys: list[str]) -> dict[str, list[str]]:
@@ -13,7 +14,7 @@ def panels(keys: list[str]) -> dict[str, list[str]]:
     out = {"training loss and its terms": [k for k in LOSS_TERMS if k in keys],
            "kNN monitor": sorted(k for k in keys if k.startswith("knn_")),
            "CoCor: target g(v) (solid) and latent similarity (dashed) per composite length":
-               sorted(k for k in keys if re.fullmatch(r"cocor_(target|sim)_l\d+", k))}
+               sorted(k for k in keys if PER_LENGTH.fullmatch(k))}
     return {title: ks for title, ks in out.items() if ks}
 
 
@@ -29,10 +30,10 @@ def write_curves(client, run_id: str, path: str | Path) -> Path | None:
         return None
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 3.2 * len(groups)), squeeze=False)
     for ax, (title, ks) in zip(axes[:, 0], groups.items()):
-        for i, k in enumerate(ks):
+        for k in ks:
             hist = sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)
             style = "--" if k.startswith("cocor_sim_") else "-"
-            length = re.fullmatch(r"cocor_(?:target|sim)_l(\d+)", k)
+            length = PER_LENGTH.fullmatch(k)
             color = f"C{int(length.group(1)) % 10}" if length else None  # a length's target and sim share a colour
             ax.plot([m.step for m in hist], [m.value for m in hist], style, color=color, label=k, lw=1.2)
         ax.set_title(title, fontsize=10)
