@@ -60,10 +60,16 @@ def _one_line(e: Exception) -> str:
     return msg[0] if msg else type(e).__name__
 
 
+SPEED_KEYS = ("channels_last", "compile")  # train.* keys that change how fast, not what is trained
+
+
 def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths",
                                                           "gallery")) -> str:
-    """A short hash of what determines the trained weights: same command, same run (and resume)."""
+    """A short hash of what determines the trained weights: same command, same run (and resume). Settings that
+    change only speed (SPEED_KEYS) do not count, so a run can be resumed with torch.compile turned on."""
     kept = {k: v for k, v in cfg.items() if k not in ignore}
+    if "train" in kept:
+        kept["train"] = {k: v for k, v in kept["train"].items() if k not in SPEED_KEYS}
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 

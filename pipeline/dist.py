@@ -42,3 +42,29 @@ def broadcast_(x: torch.Tensor, src: int = 0) -> torch.Tensor:
         dist.broadcast(x, src)
     return x
 
+
+
+_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX} if dist.is_available() else {}
+
+
+def reduce_scalar(x: float, op: str = "sum", device: torch.device | str = "cpu") -> float:
+    """`x` reduced over ranks (sum, min or max). The tensor handed to the collective is made on `device`, the
+    worker's own: nccl takes only CUDA tensors, gloo CPU ones."""
+    t = torch.tensor(float(x), dtype=torch.float64, device=device)
+    if is_dist():
+        dist.all_reduce(t, op=_OPS[op])
+    return float(t)
+
+
+@torch.no_grad()
+def average_(tensors: list[torch.Tensor]) -> None:
+    """Average tensors (all on one device) over ranks in place, in one flat all_reduce instead of one per tensor."""
+    if not is_dist() or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat /= world_size()
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()

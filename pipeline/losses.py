@@ -4,10 +4,34 @@ Each is tested against a direct float64 computation of its paper's equation (tes
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 
+def _f32(x):
+    if torch.is_tensor(x):
+        return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x  # float64 stays float64
+    if isinstance(x, (list, tuple)):
+        return type(x)(_f32(v) for v in x)
+    return x
+
+
+def float32(fn):
+    """Run a loss in float32 whatever the step's autocast says: under bf16 autocast the similarity matmuls would
+    otherwise run in bf16 (about 3 significant digits: at τ = 0.1 a logit of 10 is off by up to 0.06) and some
+    losses would come out in bf16. Float32 and float64 inputs pass through as the same tensors, so autograd.grad w.r.t. them
+    still works."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        device = next((t.device.type for t in (*args, *kwargs.values()) if torch.is_tensor(t)), "cpu")
+        with torch.autocast(device_type=device, enabled=False):
+            return fn(*_f32(args), **{k: _f32(v) for k, v in kwargs.items()})
+    return run
+
+
+@float32
 def info_nce(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float) -> torch.Tensor:
     """MoCo's InfoNCE (He et al. 2020, Eq. 1), mean over the batch.
 
@@ -23,6 +47,7 @@ def info_nce(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature:
     return F.cross_entropy(logits, labels)
 
 
+@float32
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """SimCLR's NT-Xent (Chen et al. 2020, Eq. 1) over the 2B views, symmetric, mean over the 2B anchors.
 
@@ -32,6 +57,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     return nt_xent_anchors(z1, z2, z1, z2, temperature)
 
 
+@float32
 def nt_xent_anchors(
     a1: torch.Tensor, a2: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, temperature: float, offset: int = 0
 ) -> torch.Tensor:
@@ -71,6 +97,7 @@ def _kl_terms(log_p: torch.Tensor, log_q: torch.Tensor, divergence: str) -> torc
     raise ValueError(f"divergence must be 'symmetric', 'forward' or 'reverse', got {divergence!r}")
 
 
+@float32
 def co2_consistency(
     q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *, divergence: str = "symmetric"
 ) -> torch.Tensor:
@@ -93,6 +120,7 @@ def co2_consistency(
     return _kl_terms(log_p, log_q, divergence).mean()
 
 
+@float32
 def co2_consistency_inbatch(
     z1: torch.Tensor, z2: torch.Tensor, temperature: float, *, detach_target: bool = False,
     divergence: str = "symmetric",
@@ -123,6 +151,7 @@ def co2_consistency_inbatch(
     return _kl_terms(log_p, log_q, divergence).mean()
 
 
+@float32
 def co2_consistency_anchors(
     a1: torch.Tensor, a2: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, temperature: float, offset: int = 0, *,
     detach_target: bool = False, divergence: str = "symmetric",
@@ -146,6 +175,7 @@ def co2_consistency_anchors(
     return _kl_terms(log_p, log_q, divergence).mean()
 
 
+@float32
 def ddm(
     q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
     batch_keys: bool = False,
@@ -176,6 +206,7 @@ def ddm(
     return -(target * F.log_softmax(logits(q_strong), dim=1)).sum(dim=1).mean()
 
 
+@float32
 def scalar_projection(z: torch.Tensor, e: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
     """InvCLR's F (Foster et al. 2021, Eq. 5; specs/invariance.md §1.1): F = e · z/‖z‖₂.
 
@@ -196,6 +227,7 @@ def rademacher(shape, *, generator: torch.Generator | None = None, dtype=torch.f
     return (2 * bits - 1).to(dtype)
 
 
+@float32
 def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
     """InvCLR's nested Monte Carlo estimate of V (Foster et al. 2021, Eq. 7; specs/invariance.md §1.1).
 
@@ -208,6 +240,7 @@ def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
     return F_values.var(dim=1, correction=1).mean()
 
 
+@float32
 def projection_alpha_grad(
     z: torch.Tensor, alpha: torch.Tensor, e: torch.Tensor, *, normalize: bool = True, create_graph: bool = True
 ) -> torch.Tensor:
@@ -226,6 +259,7 @@ def projection_alpha_grad(
     return torch.zeros_like(alpha) if grad is None else grad
 
 
+@float32
 def gradient_penalty(
     z: torch.Tensor, alpha: torch.Tensor, alpha_prime: torch.Tensor, e: torch.Tensor | None = None, *,
     generator: torch.Generator | None = None, clip: float | None = 1.0, lam: float = 0.1, normalize: bool = True,
@@ -265,6 +299,7 @@ def gradient_penalty(
 COCOR_FORMS = ("code", "eq11", "eq7", "eq2")
 
 
+@float32
 def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], form: str = "code") -> torch.Tensor:
     """CoCor's consistency loss over composite lengths (specs/cocor.md 1.3-1.4, §7 item 2).
 
@@ -291,6 +326,7 @@ def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], for
     return sum(terms) / len(terms)
 
 
+@float32
 def cocor_target_surrogate(
     g_bar: torch.Tensor, s_before: torch.Tensor, s_after: torch.Tensor, ce_before: float, ce_after: float,
     lu_before: float, lu_after: float, *, min_denominator: float = 1e-4, sign: float = -1.0,
@@ -321,6 +357,7 @@ def cocor_target_surrogate(
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@float32
 def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """BYOL's regression loss (Grill et al. 2020, Eq. 2), mean over the batch.
 
@@ -335,6 +372,7 @@ def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return (2 - 2 * (p * z).sum(dim=1)).mean()
 
 
+@float32
 def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """SimSiam's D(p, stopgrad(z)) (Chen & He 2021, Eqs. 1 and 3), mean over the batch.
 
@@ -347,6 +385,7 @@ def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return -(p * z).sum(dim=1).mean()
 
 
+@float32
 def supcon_loss(
     z: torch.Tensor, labels: torch.Tensor, temperature: float, *, candidates: torch.Tensor | None = None,
     candidate_labels: torch.Tensor | None = None, self_index: torch.Tensor | None = None,

@@ -189,12 +189,15 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
 
     # SupCon + CoCor: class labels ride from the shards' cls member through Ray Data into the views' parameters,
-    # and CoCor's outer loss is cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each)
+    # and CoCor's outer loss is cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each).
+    # Views by the batched gpu executor, on the worker's device (the CPU here), corrupt JPEG included.
     (tmp_path / "supcon").mkdir()
     r = pretrain(tmp_path / "supcon", *data, "+experiment=cocor_supcon", "train.epochs=1", "train.batch_size=29",
+                 "augment.executor=gpu",
                  "eval.knn.every=0", "eval.probe.after_pretrain=false", "plugin.cocor.target_freeze_epochs=0",
                  "plugin.cocor.target_warmup_epochs=0")
     assert "[cocor] labelled subset: 3 samples" in r.stdout + r.stderr
+    assert "views by GpuExecutor on cpu" in r.stdout + r.stderr
     client, runs = mlflow_runs(tmp_path / "supcon")
     outer = client.get_metric_history(runs[0].info.run_id, "cocor_outer_loss")
     assert outer and all(0 < m.value < 10 for m in outer)  # cross-entropy over 3 classes

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -52,3 +53,147 @@ def test_sgd_optimizer_groups():
     assert isinstance(opt, torch.optim.SGD)
     assert [g["weight_decay"] for g in opt.param_groups] == [1e-4, 0.0]
     assert not math.isnan(opt.param_groups[0]["lr"])
+
+
+# ----------------------------------------------------------------------------- multi-tensor LARS and SGD
+def _mixed_model() -> nn.Module:
+    torch.manual_seed(1)
+    m = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3), nn.Linear(3, 2, bias=False))
+    with torch.no_grad():
+        m[1].weight.uniform_(0.5, 1.5)
+        m[1].bias.normal_()
+        m[3].weight.zero_()  # ||w|| = 0: trust ratio 1
+    return m
+
+
+def _lars_reference(groups: list[dict], grads: list[list[torch.Tensor]], lr: float, momentum: float, eta: float,
+                    *, trust: str = "right", decay: str = "lars") -> list[torch.Tensor]:
+    """The LARS equations per tensor in float64: for lars groups d = g + wd*w, times eta*||w||/||d|| where both
+    norms are > 0 (else 1); lars=False groups: d = g; buf = d on the first step, then m*buf + d; w -= lr*buf.
+    `grads[t][i]` is parameter i's gradient at step t (None: skipped). The keyword arguments make the wrong
+    variants the test must tell apart: trust="gradient" (||g|| instead of ||g + wd*w||), trust="none",
+    decay="none" (no weight decay), decay="all" (weight decay on lars=False groups too)."""
+    flat = [(p.detach().double().clone(), g) for g in groups for p in g["params"]]
+    w = [p for p, _ in flat]
+    bufs: list[torch.Tensor | None] = [None] * len(w)
+    for step in grads:
+        for i, ((_, group), g) in enumerate(zip(flat, step)):
+            if g is None:
+                continue
+            g = g.double()
+            wd = group["weight_decay"] if (group["lars"] and decay == "lars") or decay == "all" else 0.0
+            d = g + wd * w[i]
+            if group["lars"] and trust != "none":
+                dn = (g if trust == "gradient" else d).norm()
+                wn = w[i].norm()
+                d = d * (eta * wn / dn if wn > 0 and dn > 0 else 1.0)
+            bufs[i] = d.clone() if bufs[i] is None else momentum * bufs[i] + d
+            w[i] = w[i] - lr * bufs[i]
+    return w
+
+
+def test_multi_tensor_lars_equals_the_per_tensor_equations():
+    """Three steps on a model with a lars group (two weights, one of them zero), a lars=False group with a
+    weight decay that must be ignored, and a parameter without a gradient at step 2."""
+    model = _mixed_model()
+    decay, no_decay = param_groups(model, 0.5)
+    no_decay["weight_decay"] = 0.3  # lars=False groups take no weight decay, whatever their setting
+    groups = [decay, no_decay]
+    lr, momentum, eta = 0.7, 0.9, 0.02
+    start = [{**g, "params": [p.detach().clone() for p in g["params"]]} for g in groups]
+    opt = LARS(groups, lr=lr, momentum=momentum, eta=eta)
+    params = [p for g in groups for p in g["params"]]
+    gen = torch.Generator().manual_seed(0)
+    grads = []
+    for t in range(3):
+        step = [torch.randn(p.shape, generator=gen) for p in params]
+        if t == 1:
+            step[len(decay["params"])] = None  # the first no-decay parameter sits this step out
+        for p, g in zip(params, step):
+            p.grad = None if g is None else g.clone()
+        opt.step()
+        grads.append(step)
+
+    got = [p.detach().double() for p in params]
+    expected = _lars_reference(start, grads, lr, momentum, eta)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # the test sees the mistakes it is there for
+    for wrong in ({"trust": "gradient"}, {"trust": "none"}, {"decay": "none"}, {"decay": "all"}):
+        off = _lars_reference(start, grads, lr, momentum, eta, **wrong)
+        assert max(float((a - b).abs().max()) for a, b in zip(got, off)) > 1e-3, wrong
+    # state_dict layout of torch's SGD; the skipped parameter got its buffer at step 1 and kept it
+    assert all("momentum_buffer" in opt.state[p] for p in params)
+    assert set(opt.state_dict()["state"][0]) == {"momentum_buffer"}
+
+
+def test_lars_leaves_gradients_alone_and_skips_params_without_grad():
+    w = nn.Parameter(torch.randn(4, 3))
+    idle = nn.Parameter(torch.randn(4))
+    w.grad = torch.randn(4, 3)
+    g0, idle0 = w.grad.clone(), idle.detach().clone()
+    opt = LARS([{"params": [w], "weight_decay": 0.0, "lars": True},
+                {"params": [idle], "weight_decay": 0.0, "lars": False}], lr=0.1, eta=0.01)
+    opt.step()
+    torch.testing.assert_close(w.grad, g0, rtol=0, atol=0)
+    torch.testing.assert_close(idle.detach(), idle0, rtol=0, atol=0)
+    assert idle not in opt.state
+
+
+def test_lars_state_dict_round_trip():
+    model = _mixed_model()
+    opt = build_optimizer(model, {"name": "lars", "weight_decay": 1e-3, "momentum": 0.9, "eta": 1e-3}, 0.5)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    twin = _mixed_model()
+    twin.load_state_dict(model.state_dict())
+    opt2 = build_optimizer(twin, {"name": "lars", "weight_decay": 1e-3, "momentum": 0.9, "eta": 1e-3}, 0.5)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))  # as from disk: torch shares same-device tensors
+    for m_, o in ((model, opt), (twin, opt2)):
+        for p in m_.parameters():
+            p.grad = torch.full_like(p, 0.5)
+        o.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_sgd_uses_foreach_on_cpu_and_matches_the_for_loop():
+    cfg = {"name": "sgd", "weight_decay": 5e-4, "momentum": 0.9}
+    model, ref_model = _mixed_model(), _mixed_model()
+    opt = build_optimizer(model, cfg, 0.3)
+    assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")
+    ref = torch.optim.SGD(
+        [{"params": [p for p in ref_model.parameters() if p.ndim > 1], "weight_decay": 5e-4},
+         {"params": [p for p in ref_model.parameters() if p.ndim <= 1], "weight_decay": 0.0}],
+        lr=0.3, momentum=0.9, foreach=False, fused=False)
+    x = torch.randn(16, 5, generator=torch.Generator().manual_seed(3))
+    for _ in range(3):
+        for m_, o in ((model, opt), (ref_model, ref)):
+            o.zero_grad()
+            m_(x).square().mean().backward()
+            o.step()
+    for a, b in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_sgd_kernel_choice_and_checkpoints_from_another_machine():
+    from types import SimpleNamespace
+
+    from pipeline.train.optim import sgd_kernels
+
+    on = lambda kind: SimpleNamespace(device=torch.device(kind))  # noqa: E731  (no GPU needed)
+    assert sgd_kernels([on("cuda"), on("cuda")]) == {"fused": True, "foreach": False}
+    assert sgd_kernels([on("cuda"), on("cpu")]) == {"foreach": True, "fused": False}
+    assert sgd_kernels([]) == {"foreach": True, "fused": False}
+    # a state dict saved with other kernels (e.g. fused, on a GPU) keeps this machine's choice
+    model = _mixed_model()
+    opt = build_optimizer(model, {"name": "sgd", "weight_decay": 1e-4, "momentum": 0.9}, 0.1)
+    state = opt.state_dict()
+    for g in state["param_groups"]:
+        g.update(fused=True, foreach=False)
+    opt.load_state_dict(state)
+    assert all(g["foreach"] is True and g["fused"] is False for g in opt.param_groups)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()

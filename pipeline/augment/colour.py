@@ -100,7 +100,7 @@ def jitter(x: Tensor, b: Tensor, c: Tensor, s: Tensor, h: Tensor, order: Tensor 
         y = x[idx]
         for k in perm.tolist():
             y = ops[k](y, idx)
-        out = out.index_copy(0, idx, y)
+        out = out.index_copy(0, idx, y.to(out.dtype))
     return out
 
 
@@ -117,7 +117,15 @@ def solarize(x: Tensor, threshold: float) -> Tensor:
 def colour_distort(x: Tensor, params: dict[str, Tensor], hue_mode: str = "hsv") -> Tensor:
     """The view's jitter (gated by jitter_on) then grayscale (gated by gray), differentiable in the factors:
     what the executors skip for views with color_stage=model. Only the gated-on samples are computed (the
-    others are passed through), which is also InvCLR's y*ind + (1-ind)*x for ind in {0, 1}."""
+    others are passed through), which is also InvCLR's y*ind + (1-ind)*x for ind in {0, 1}.
+
+    Always in x's own precision: under a training step's bf16 autocast, CUDA would run the YIQ einsum in bf16
+    (and index_copy refuses to mix dtypes); InvCLR differentiates these ops, so they stay float32."""
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return _colour_distort(x, params, hue_mode)
+
+
+def _colour_distort(x: Tensor, params: dict[str, Tensor], hue_mode: str) -> Tensor:
     on = params["jitter_on"].to(torch.bool).to(x.device)
     if bool(on.any()):
         idx = torch.nonzero(on).flatten()
@@ -125,11 +133,11 @@ def colour_distort(x: Tensor, params: dict[str, Tensor], hue_mode: str = "hsv") 
         order = params.get("jitter_order")
         j = jitter(x[idx], f["brightness"], f["contrast"], f["saturation"], f["hue"],
                    None if order is None else order.to(x.device)[idx], hue_mode)
-        x = x.index_copy(0, idx, j)
+        x = x.index_copy(0, idx, j.to(x.dtype))
     gray = params["gray"].to(torch.bool).to(x.device)
     if bool(gray.any()):
         idx = torch.nonzero(gray).flatten()
-        x = x.index_copy(0, idx, grayscale(x[idx]).expand(-1, 3, -1, -1))
+        x = x.index_copy(0, idx, grayscale(x[idx]).expand(-1, 3, -1, -1).to(x.dtype))
     return x
 
 

@@ -214,21 +214,29 @@ def affine_matrix(name: str, mag: float, h: int, w: int) -> np.ndarray:
     return np.concatenate([a, offset[:, None]], axis=1)
 
 
+def warp_affine(x: torch.Tensor, mtx: torch.Tensor) -> torch.Tensor:
+    """Batched inverse-map warp: x float [N, 3, H, W], mtx float64 [N, 2, 3] (affine_matrix's convention, one
+    matrix per sample); bilinear, out-of-image neighbours count as the grey FILL."""
+    n, _, h, w = x.shape
+    mtx = mtx.to(device=x.device, dtype=torch.float64)
+    ys = torch.arange(h, dtype=torch.float64, device=x.device) + 0.5
+    xs = torch.arange(w, dtype=torch.float64, device=x.device) + 0.5
+    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+    m = mtx[:, :, :, None, None]  # [N, 2, 3, 1, 1]: broadcast over the pixel grid
+    sx = m[:, 0, 0] * gx + m[:, 0, 1] * gy + m[:, 0, 2]
+    sy = m[:, 1, 0] * gx + m[:, 1, 1] * gy + m[:, 1, 2]
+    # grid_sample, align_corners=False: -1 and +1 are the outer edges of the border pixels.
+    grid = torch.stack([2.0 * sx / w - 1.0, 2.0 * sy / h - 1.0], dim=-1).to(x.dtype)
+    both = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # extra channel: weight inside
+    out = tnf.grid_sample(both, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    inside = out[:, 3:]
+    return out[:, :3] + (1.0 - inside) * (FILL / 255.0)
+
+
 def _affine(img: torch.Tensor, name: str, mag: float) -> torch.Tensor:
     _, h, w = img.shape
     mtx = torch.as_tensor(affine_matrix(name, mag, h, w), dtype=torch.float64)
-    ys = torch.arange(h, dtype=torch.float64) + 0.5
-    xs = torch.arange(w, dtype=torch.float64) + 0.5
-    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-    sx = mtx[0, 0] * gx + mtx[0, 1] * gy + mtx[0, 2]
-    sy = mtx[1, 0] * gx + mtx[1, 1] * gy + mtx[1, 2]
-    # grid_sample, align_corners=False: -1 and +1 are the outer edges of the border pixels.
-    grid = torch.stack([2.0 * sx / w - 1.0, 2.0 * sy / h - 1.0], dim=-1)[None].to(img.dtype)
-    both = torch.cat([img, torch.ones_like(img[:1])])[None]  # extra channel: weight inside
-    out = tnf.grid_sample(both, grid.to(img.device), mode="bilinear", padding_mode="zeros",
-                          align_corners=False)[0]
-    inside = out[3:]
-    return out[:3] + (1.0 - inside) * (FILL / 255.0)
+    return warp_affine(img[None], mtx[None])[0]
 
 
 # ----------------------------------------------------------------------------- colour
@@ -239,8 +247,9 @@ def _quantise(img: torch.Tensor) -> torch.Tensor:
 
 
 def _gray(img: torch.Tensor) -> torch.Tensor:
-    r, g, b = img[0], img[1], img[2]
-    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b)[None]
+    """PIL "L" of [..., 3, H, W] -> [..., 1, H, W]."""
+    r, g, b = img[..., 0, :, :], img[..., 1, :, :], img[..., 2, :, :]
+    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
 
 
 def _blend(degenerate: torch.Tensor, img: torch.Tensor, factor: float) -> torch.Tensor:
@@ -249,8 +258,9 @@ def _blend(degenerate: torch.Tensor, img: torch.Tensor, factor: float) -> torch.
 
 
 def _autocontrast(img: torch.Tensor) -> torch.Tensor:
-    lo = img.amin(dim=(1, 2), keepdim=True)
-    hi = img.amax(dim=(1, 2), keepdim=True)
+    """Per channel ([..., 3, H, W]: also a batch)."""
+    lo = img.amin(dim=(-2, -1), keepdim=True)
+    hi = img.amax(dim=(-2, -1), keepdim=True)
     valid = hi > lo  # flat channels stay as they are
     span = torch.where(valid, hi - lo, torch.ones_like(hi))
     lo = torch.where(valid, lo, torch.zeros_like(lo))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from torchvision.transforms import InterpolationMode
 
 from .params import Params, blur_window, eval_geometry, select, try_image_size, valid_samples
 from . import colour
+from .png_check import png_rows_readable
 from .recipe import IMAGENET_MEAN, IMAGENET_STD, Recipe, ViewSpec
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 def decode_rgb(encoded: bytes) -> torch.Tensor:
     """uint8 [3, H, W]; raises RuntimeError on undecodable bytes. No EXIF rotation (matches DALI
     and image_size)."""
+    if not png_rows_readable(encoded):
+        # torchvision's PNG decoder would crash the process on it (png_check.py); PIL raises instead
+        return _decode_with_pil(encoded)
     data = torch.frombuffer(bytearray(encoded), dtype=torch.uint8)
     try:
         img = decode_image(data, mode=ImageReadMode.RGB)
@@ -65,26 +69,47 @@ def crop_resize(img: torch.Tensor, crop: Sequence[int], size: int) -> torch.Tens
     return F.resize(out, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=True)
 
 
-def photometric(x: torch.Tensor, p: dict[str, torch.Tensor], spec: ViewSpec) -> torch.Tensor:
+def blur_per_sample(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Gaussian blur of the gated-on samples (sigma 0 also means no blur), one torchvision call per sample."""
+    blur = (p["blur_on"] > 0) & (p["sigma"] > 0)
+    if not bool(blur.any()):
+        return x
+    rows = []
+    for i in range(x.shape[0]):
+        s = float(p["sigma"][i])
+        rows.append(F.gaussian_blur(x[i], kernel_size=[blur_window(s)] * 2, sigma=[s, s]) if blur[i] else x[i])
+    return torch.stack(rows)
+
+
+def strong_per_sample(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The strong-pool slots, one sample at a time (strong.apply_strong_torch)."""
+    from .strong import apply_strong_torch
+    return torch.stack([apply_strong_torch(x[i], p["strong_op"][i], p["strong_on"][i], p["strong_mag"][i])
+                        for i in range(x.shape[0])])
+
+
+Stage = Callable[[torch.Tensor, dict], torch.Tensor]
+
+
+def photometric(x: torch.Tensor, p: dict[str, torch.Tensor], spec: ViewSpec,
+                blur: Stage = blur_per_sample, strong: Stage = strong_per_sample) -> torch.Tensor:
     """Everything after crop+resize on a batch [B,3,S,S] in [0, 1], un-normalised: flip, colour (unless the
-    view leaves it to the method), blur, solarize, strong ops. `p` holds this batch's rows as tensors."""
+    view leaves it to the method), blur, solarize, strong ops. `p` holds this batch's rows as tensors on x's
+    device. `blur` and `strong` apply those two stages (the gpu executor passes batched ones)."""
     x = torch.where(p["flip"].bool().view(-1, 1, 1, 1), x.flip(-1), x)
     if spec.color_stage == "executor":
         x = colour.colour_distort(x, p, spec.hue_mode)
-    blur = (p["blur_on"] > 0) & (p["sigma"] > 0)  # sigma 0 also means no blur
-    if bool(blur.any()):
-        rows = []
-        for i in range(x.shape[0]):
-            s = float(p["sigma"][i])
-            rows.append(F.gaussian_blur(x[i], kernel_size=[blur_window(s)] * 2, sigma=[s, s]) if blur[i] else x[i])
-        x = torch.stack(rows)
+    x = blur(x, p)
     if "solarize_on" in p:
         x = colour.gate(p["solarize_on"], colour.solarize(x, spec.solarize_threshold), x)
     if spec.strong_ops:
-        from .strong import apply_strong_torch
-        x = torch.stack([apply_strong_torch(x[i], p["strong_op"][i], p["strong_on"][i], p["strong_mag"][i])
-                         for i in range(x.shape[0])])
+        x = strong(x, p)
     return x
+
+
+def finish(x: torch.Tensor, spec: ViewSpec, recipe: Recipe, normalize: bool = True) -> torch.Tensor:
+    """Normalise with the recipe's mean / std, except views whose colour stage is the method's."""
+    return _normalize(x, recipe.mean, recipe.std) if normalize and spec.color_stage == "executor" else x
 
 
 def apply_views(images: Sequence[torch.Tensor], p: Params, spec: ViewSpec, recipe: Recipe,
@@ -94,7 +119,7 @@ def apply_views(images: Sequence[torch.Tensor], p: Params, spec: ViewSpec, recip
         return _empty(spec.size)
     x = torch.stack([crop_resize(img, c, spec.size) for img, c in zip(images, p["crop"])])
     x = photometric(x, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in p.items()}, spec)
-    return _normalize(x, recipe.mean, recipe.std) if normalize and spec.color_stage == "executor" else x
+    return finish(x, spec, recipe, normalize)
 
 
 def _decode_kept(encoded: Sequence[bytes], candidates: np.ndarray) -> tuple[list[torch.Tensor], np.ndarray]:
@@ -108,13 +133,15 @@ def _decode_kept(encoded: Sequence[bytes], candidates: np.ndarray) -> tuple[list
     return images, np.asarray(kept, dtype=np.int64)
 
 
-def _empty(size: int) -> torch.Tensor:
-    return torch.empty(0, 3, size, size)
+def _empty(size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    return torch.empty(0, 3, size, size, device=device)
 
 
 class TorchExecutor:
     """Applies views with torchvision. Same contract as DaliExecutor:
     __call__(encoded, params) -> (views, kept); `skipped` counts dropped samples."""
+
+    label = "torch executor"  # in the drop warning
 
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
@@ -124,8 +151,8 @@ class TorchExecutor:
         n_bad = n_in - len(kept)
         if n_bad:
             self.skipped += n_bad
-            log.warning("torch executor: dropped %d undecodable sample(s) of %d (total %d)",
-                        n_bad, n_in, self.skipped)
+            log.warning("%s: dropped %d undecodable sample(s) of %d (total %d)",
+                        self.label, n_bad, n_in, self.skipped)
 
     def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
         candidates = np.flatnonzero(valid_samples(encoded, params))
@@ -147,11 +174,22 @@ def eval_transform(encoded: Sequence[bytes], size: int,
                    ) -> tuple[torch.Tensor, np.ndarray]:
     """Eval view for kNN / linear probe features: float32 [B', 3, size, size] plus the indices
     of the samples that decoded (B' of them)."""
-    candidates = np.array([i for i, e in enumerate(encoded) if try_image_size(e)], dtype=np.int64)
-    images, kept = _decode_kept(encoded, candidates)
+    images, kept = _decode_kept(encoded, eval_candidates(encoded))
+    return eval_images(images, size, mean, std), kept
+
+
+def eval_candidates(encoded: Sequence[bytes]) -> np.ndarray:
+    """Indices of the samples whose header reads (the eval view needs no crop check)."""
+    return np.array([i for i, e in enumerate(encoded) if try_image_size(e)], dtype=np.int64)
+
+
+def eval_images(images: Sequence[torch.Tensor], size: int, mean: Sequence[float] = IMAGENET_MEAN,
+                std: Sequence[float] = IMAGENET_STD, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Decoded uint8 [3, H, W] images (on any device) -> the normalised eval view [B, 3, size, size]; `device`
+    only places the empty result of an empty batch."""
     rows = []
     for img in images:
         rh, rw, top, left = eval_geometry(img.shape[1], img.shape[2], size)
         x = F.resize(img.float() / 255.0, [rh, rw], interpolation=InterpolationMode.BILINEAR, antialias=True)
         rows.append(_normalize(x[:, top:top + size, left:left + size], mean, std))
-    return (torch.stack(rows) if rows else _empty(size)), kept
+    return torch.stack(rows) if rows else _empty(size, device)

@@ -1,7 +1,7 @@
 """From a raw batch of shard columns to Views, whichever recipe the config names.
 
-`augment.kind` picks the recipe family: `views` (image ops through the DALI or torch executor; the old
-old name `two_view` is gone) or
+`augment.kind` picks the recipe family: `views` (image ops through the DALI, batched gpu or torch executor;
+the old name `two_view` is gone) or
 `spirograph` (re-rendering the sample's factors with fresh nuisance parameters).
 """
 from __future__ import annotations
@@ -35,10 +35,11 @@ def eval_settings(aug: Mapping[str, Any]) -> tuple[int, list[float], list[float]
 
 
 class ImageViewMaker:
-    def __init__(self, aug: Mapping[str, Any], batch_size: int, num_threads: int, seed: int):
+    def __init__(self, aug: Mapping[str, Any], batch_size: int, num_threads: int, seed: int,
+                 device: torch.device | str | None = None):
         self.recipe = image_recipe(aug)
         self.executor = make_executor(aug["executor"], self.recipe, batch_size, device=aug["device"],
-                                      num_threads=num_threads, seed=seed)
+                                      num_threads=num_threads, seed=seed, torch_device=device)
 
     @property
     def skipped(self) -> int:
@@ -71,10 +72,13 @@ class SpirographViewMaker:
         return Views(images=images, params=[{**x, **p} for p in params], kept=np.arange(images[0].shape[0]))
 
 
-def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0):
+def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0,
+                     device: torch.device | str | None = None):
+    """`device`: the training worker's torch device; the gpu executor (and executor=auto's choice of it) makes
+    the views there. None: CUDA when available, else the CPU."""
     kind = aug.get("kind", "views")
     if kind == "views":
-        return ImageViewMaker(aug, batch_size, num_threads, seed)
+        return ImageViewMaker(aug, batch_size, num_threads, seed, device)
     if kind == "spirograph":
         return SpirographViewMaker(aug)
     raise ValueError(f"unknown augment.kind {kind!r}; choose views or spirograph")

@@ -42,17 +42,65 @@ def dali_available() -> bool:
     return True
 
 
+def cuda_usable_by_dali() -> bool:
+    """DALI importable and able to see a CUDA device (its mixed GPU pipeline can run)."""
+    if not (dali_available() and torch.cuda.is_available()):
+        return False
+    from .dali_exec import _cuda_usable
+    return _cuda_usable()
+
+
+EXECUTOR_KINDS = ("auto", "dali", "torch", "gpu")
+
+
+def _gpu_device(device: str, torch_device: torch.device | str | None) -> torch.device:
+    """Where the gpu executor runs: the CPU when augment.device=cpu asks for it, else `torch_device` (the
+    training worker's) when given, else CUDA when available, else the CPU."""
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"device must be auto|cpu|gpu, got {device!r}")
+    if device == "cpu":
+        return torch.device("cpu")
+    if torch_device is not None:
+        where = torch.device(torch_device)
+    else:
+        where = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "gpu" and where.type != "cuda":
+        raise ValueError(f"augment.device=gpu but the gpu executor would run on {where}: CUDA is not available "
+                         "or the worker's device is not a GPU")
+    return where
+
+
+def auto_kind(recipe: Recipe, device: str = "auto", torch_device: torch.device | str | None = None) -> str:
+    """What executor=auto resolves to. Where the views may go to a GPU (augment.device is not cpu, CUDA is
+    present, and the worker's device, when given, is CUDA): DALI's mixed GPU pipeline when DALI can use CUDA
+    and the recipe has no strong-pool views (those run on DALI's CPU backend only), else the batched gpu
+    executor. Otherwise DALI on the CPU when importable, else the torch reference executor."""
+    on_gpu = (device != "cpu" and torch.cuda.is_available()
+              and (torch_device is None or torch.device(torch_device).type == "cuda"))
+    if on_gpu:
+        strong = any(v.strong_ops for v in recipe.views)
+        return "dali" if not strong and cuda_usable_by_dali() else "gpu"
+    return "dali" if dali_available() else "torch"
+
+
 def make_executor(kind: str, recipe: Recipe, batch_size: int, device: str = "auto",
-                  num_threads: int = 1, seed: int = 0) -> Executor:
-    """kind: "dali" | "torch" | "auto" (DALI when importable, else torch)."""
-    if kind not in ("dali", "torch", "auto"):
-        raise ValueError(f"executor kind must be dali|torch|auto, got {kind!r}")
+                  num_threads: int = 1, seed: int = 0, torch_device: torch.device | str | None = None) -> Executor:
+    """kind: "dali" | "torch" | "gpu" | "auto" (see auto_kind). `device` is augment.device (auto | cpu | gpu:
+    DALI's backend); `torch_device` is where the gpu executor runs and puts its views (None: CUDA when
+    available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says)."""
+    if kind not in EXECUTOR_KINDS:
+        raise ValueError(f"executor kind must be one of {'|'.join(EXECUTOR_KINDS)}, got {kind!r}")
     if kind == "auto":
-        kind = "dali" if dali_available() else "torch"
+        kind = auto_kind(recipe, device, torch_device)
         log.info("view executor: %s (auto)", kind)
     if kind == "torch":
         from .torch_exec import TorchExecutor
         return TorchExecutor(recipe)
+    if kind == "gpu":
+        from .gpu_exec import GpuExecutor
+        executor = GpuExecutor(recipe, _gpu_device(device, torch_device))
+        log.info("view executor: gpu (batched torch) on %s", executor.device)
+        return executor
     from .dali_exec import DaliExecutor
     executor = DaliExecutor(recipe, batch_size, device=device, num_threads=num_threads, seed=seed)
     log.info("view executor: DALI on %s", executor.device)

@@ -87,8 +87,15 @@ def curve_points(m: Tensor, b: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
 def render(params: dict[str, Tensor], size: int = 32) -> Tensor:
     """Render images [N, 3, size, size] in [0, 1]; see the module docstring for the equations.
 
-    params: m, b, h, sigma as [N] tensors; fg, bg as [N, 3]. Differentiable in all of them.
+    params: m, b, h, sigma as [N] tensors; fg, bg as [N, 3]. Differentiable in all of them. Runs in the
+    parameters' precision even inside a bf16 autocast step (InvCLR re-renders views there): a bf16 einsum would
+    coarsen the image and the gradient the penalty takes through it.
     """
+    with torch.autocast(device_type=params["m"].device.type, enabled=False):
+        return _render(params, size)
+
+
+def _render(params: dict[str, Tensor], size: int) -> Tensor:
     m, b, h, sigma = params["m"], params["b"], params["h"], params["sigma"]
     x, y = curve_points(m, b, h)
     grid = torch.linspace(-GRID_LIMIT, GRID_LIMIT, size, dtype=m.dtype, device=m.device)

@@ -22,8 +22,13 @@ def ema_update(target: nn.Module, online: nn.Module, m: float) -> None:
     Buffers (BN running statistics) are left alone: the key encoder runs in train mode and keeps its own,
     as in MoCo.
     """
-    for t, o in zip(target.parameters(), online.parameters(), strict=True):
-        t.mul_(m).add_(o.detach(), alpha=1.0 - m)
+    pairs = list(zip(target.parameters(), online.parameters(), strict=True))
+    if not pairs:
+        return
+    targets, onlines = [t for t, _ in pairs], [o.detach() for _, o in pairs]
+    # one multi-tensor kernel per step instead of two small ones per parameter (hundreds on a ResNet-50)
+    torch._foreach_mul_(targets, m)
+    torch._foreach_add_(targets, onlines, alpha=1.0 - m)
 
 
 class Queue(nn.Module):

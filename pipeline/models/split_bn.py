@@ -26,10 +26,14 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         # sample i goes to group i % g: a [n/g, g*c] view puts each group's channels side by side
         mean = self.running_mean.repeat(g)
         var = self.running_var.repeat(g)
+        # reshape, not view: a channels_last batch (the CUDA default) cannot be viewed this way; hand the next
+        # convolution the layout it came in
+        fmt = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) and c > 1 else \
+            torch.contiguous_format
         out = F.batch_norm(
-            x.view(-1, c * g, h, w), mean, var, self.weight.repeat(g), self.bias.repeat(g),
+            x.reshape(-1, c * g, h, w), mean, var, self.weight.repeat(g), self.bias.repeat(g),
             True, self.momentum, self.eps,
-        ).view(n, c, h, w)
+        ).reshape(n, c, h, w).contiguous(memory_format=fmt)
         self.running_mean.copy_(mean.view(g, c).mean(0))
         self.running_var.copy_(var.view(g, c).mean(0))
         self.num_batches_tracked.add_(1)

@@ -240,10 +240,8 @@ class CoCor(Plugin):
 def _average_grads(params: list[torch.Tensor]) -> None:
     if not dist.is_dist():
         return
-    world = dist.world_size()
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        torch.distributed.all_reduce(p.grad)
-        p.grad /= world
+    dist.average_([p.grad for p in params])
 

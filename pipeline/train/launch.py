@@ -33,6 +33,11 @@ def resolve(cfg: dict) -> dict:
         raise ConfigError(f"plugin: {e}") from None
     if t["precision"] not in ("auto", "bf16", "fp32"):
         raise ConfigError(f"train.precision must be auto, bf16 or fp32, not {t['precision']!r}")
+    if t.get("channels_last", "auto") not in ("auto", True, False):
+        raise ConfigError(f"train.channels_last must be auto, true or false, not {t['channels_last']!r}")
+    if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
+        raise ConfigError("train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
+                          "backward): drop train.compile or set plugin.invclr.lam=0")
     workers = int(tr["num_workers"])
     if workers < 1:
         raise ConfigError("trainer.num_workers must be >= 1")
@@ -60,8 +65,8 @@ def resolve(cfg: dict) -> dict:
 def check_augment(aug: dict) -> None:
     from pipeline.augment.view_maker import image_recipe
 
-    if aug["executor"] not in ("auto", "dali", "torch"):
-        raise ConfigError(f"augment.executor must be auto, dali or torch, not {aug['executor']!r}")
+    if aug["executor"] not in ("auto", "dali", "torch", "gpu"):
+        raise ConfigError(f"augment.executor must be auto, dali, torch or gpu, not {aug['executor']!r}")
     kind = aug.get("kind", "views")
     if kind not in ("views", "spirograph"):
         raise ConfigError(f"augment.kind must be views or spirograph, not {kind!r}")
@@ -162,6 +167,9 @@ def pretrain(cfg: dict) -> dict:
     if "runtime" not in cfg:
         cfg = resolve(cfg)
     init_ray(cfg)
+    from pipeline.train.resources import check_resources
+
+    check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
     run_id = tracking.start_or_resume(cfg, cfg["run"]["name"], cfg["run"]["name"], job="pretrain")
     cfg["runtime"].update(mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg))
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
@@ -260,9 +268,9 @@ def main(argv: list[str], description: str = "") -> int:
     cfg = cli(argv, description or __doc__ or "")
     try:
         cfg = resolve(cfg)
+        pretrain(cfg)
     except ConfigError as e:
         fail(str(e))
-    pretrain(cfg)
     return 0
 
 

@@ -24,6 +24,53 @@ from pipeline.train import checkpoint
 from pipeline.train.optim import build_optimizer, lr_at, set_lr
 from pipeline.train.precision import autocast, resolve_precision
 
+def memory_format(train: dict, device: torch.device) -> torch.memory_format:
+    """channels_last where cuDNN's convolutions are fastest with it (CUDA, tensor cores); `train.channels_last`
+    true/false forces it."""
+    choice = train.get("channels_last", "auto")
+    on = device.type == "cuda" if choice == "auto" else bool(choice)
+    return torch.channels_last if on else torch.contiguous_format
+
+
+def compile_backbones(method) -> None:
+    """torch.compile every backbone in place (`Module.compile`): the state-dict keys stay as they are, so
+    checkpoints load with or without it. The heads and losses are small and stay eager."""
+    for name, module in method.named_modules():
+        if name.split(".")[-1] == "backbone":
+            module.compile()
+
+
+def to_device(images: list[torch.Tensor], params: list[dict] | None, device: torch.device,
+              fmt: torch.memory_format = torch.contiguous_format) -> tuple[list[torch.Tensor], list[dict] | None]:
+    """Views and their parameters on the worker's device. Host tensors bound for a GPU are pinned first so the
+    copies run asynchronously; views made on the device already (the gpu executor, DALI mixed) are not copied."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda" and t.device.type == "cpu":
+            t = t.pin_memory()
+        return t.to(device, non_blocking=True)
+
+    images = [move(v).contiguous(memory_format=fmt) if v.dim() == 4 else move(v) for v in images]
+    if params is not None:
+        params = [{k: move(t) for k, t in p.items()} for p in params]
+    return images, params
+
+
+def optimisation_step(method, optimizer, images: list[torch.Tensor], params: list[dict] | None, precision: str,
+                      device: torch.device, progress: float) -> dict:
+    """One step of any method with its plug-ins: loss under autocast, backward, optimiser step, momentum and
+    schedule updates, then the plug-ins' post-update work (CoCor's bi-level step). `progress` in [0, 1] is the
+    fraction of training done after this step. The benchmark times exactly this function."""
+    with autocast(precision, device):
+        out = method.step(images, params)
+    optimizer.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    optimizer.step()
+    method.after_step(progress)
+    with autocast(precision, device):
+        out.update(method.after_update(images, params, out, progress))
+    return out
+
+
 class _Pending:
     """Views left over after corrupt samples were dropped, topped up from the next raw batch so every step
     still sees exactly `batch` samples (DDP collectives need equal shapes on every rank). Each view's images
@@ -88,7 +135,9 @@ class _Trainer:
         self.cfg, self.rank, self.world, self.device = cfg, rank, world, device
         rt = cfg["runtime"]
         self.method = build_method(cfg)
-        self.method.to(device)
+        self.method.to(device, memory_format=memory_format(cfg["train"], device))
+        if cfg["train"].get("compile"):
+            compile_backbones(self.method)
         self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1
         self.local_bs = cfg["train"]["batch_size"] // world
         self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"])
@@ -98,8 +147,9 @@ class _Trainer:
         self.step = 0
         self.timing = {"data_s": 0.0, "views_s": 0.0, "step_s": 0.0}  # where an epoch's time goes (seconds)
         self.precision = resolve_precision(cfg["train"]["precision"], device)
+        self.memory_format = memory_format(cfg["train"], device)
         self.views_of = build_view_maker(cfg["augment"], self.local_bs, num_threads=max(1, torch.get_num_threads()),
-                                         seed=cfg["seed"] + rank)
+                                         seed=cfg["seed"] + rank, device=device)
 
     def restore(self, state: dict) -> int:
         """Load a checkpoint state; returns the epoch to start from."""
@@ -112,17 +162,10 @@ class _Trainer:
         t0 = time.monotonic()
         lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
         set_lr(self.optimizer, lr)
-        images = [v.to(self.device, non_blocking=True) for v in images]
-        with autocast(self.precision, self.device):
-            out = self.method.step(images, params)
-        self.optimizer.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        self.optimizer.step()
+        images, params = to_device(images, params, self.device, self.memory_format)
         self.step += 1
-        progress = min(1.0, self.step / self.total_steps)
-        self.method.after_step(progress)
-        with autocast(self.precision, self.device):
-            out.update(self.method.after_update(images, params, out, progress))
+        out = optimisation_step(self.method, self.optimizer, images, params, self.precision, self.device,
+                                min(1.0, self.step / self.total_steps))
         self.timing["step_s"] += time.monotonic() - t0
         return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
@@ -142,10 +185,7 @@ class _Trainer:
             pending.add(views.images, views.params)
             self.timing["data_s"] += t_views - t
             self.timing["views_s"] += time.monotonic() - t_views
-            ready = torch.tensor(float(len(pending) >= self.local_bs))
-            if dist.is_dist():
-                torch.distributed.all_reduce(ready, op=torch.distributed.ReduceOp.MIN)
-            if ready.item():
+            if dist.reduce_scalar(len(pending) >= self.local_bs, "min", self.device):
                 yield pending.take()
             t = time.monotonic()
 
@@ -163,13 +203,6 @@ class _Trainer:
             ray.train.report(metrics, checkpoint=ck)
 
 
-def _sum_over_ranks(x: float) -> float:
-    t = torch.tensor(float(x))
-    if dist.is_dist():
-        torch.distributed.all_reduce(t)
-    return float(t)
-
-
 def train_loop_per_worker(cfg: dict) -> None:
     import ray.train
     import ray.train.torch
@@ -179,7 +212,10 @@ def train_loop_per_worker(cfg: dict) -> None:
     threads = cfg["trainer"]["torch_threads"] or (os.cpu_count() or 1) // ctx.get_local_world_size()
     torch.set_num_threads(max(1, threads))
     torch.manual_seed(cfg["seed"])  # identical initialisation on every rank
-    tr = _Trainer(cfg, rank, world, ray.train.torch.get_device())
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
+    tr = _Trainer(cfg, rank, world, device)
     epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
 
     start_epoch = 0
@@ -192,6 +228,12 @@ def train_loop_per_worker(cfg: dict) -> None:
     on_disk = checkpoint.newest_on_disk(os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]))
     if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
         state = on_disk
+    if rank == 0:
+        views = getattr(tr.views_of, "executor", tr.views_of)
+        print(f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
+              f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
+              f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
+              f"{', compiled' if cfg['train'].get('compile') else ''}", flush=True)
     if state:
         start_epoch = tr.restore(state)
         if rank == 0:
@@ -224,7 +266,7 @@ def train_loop_per_worker(cfg: dict) -> None:
                 print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
                       f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
 
-        skipped = _sum_over_ranks(tr.views_of.skipped - skipped_before)
+        skipped = dist.reduce_scalar(tr.views_of.skipped - skipped_before, "sum", tr.device)
         metrics = {"epoch": epoch, "step": tr.step,
                    "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
                    "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),

@@ -1,6 +1,7 @@
 """Optimisers (SGD, LARS) and the per-step learning-rate schedule (linear warm-up, cosine decay)."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -9,33 +10,65 @@ from torch import nn
 
 class LARS(torch.optim.Optimizer):
     """SGD with momentum whose step for each weight tensor is scaled by the layer-wise trust ratio
-    eta * ||w|| / (||g|| + wd * ||w||) (You et al. 2017). Groups with `lars=False` (biases, norms) take
-    plain SGD steps without weight decay, the usual exclusion."""
+    eta * ||w|| / ||g + wd * w|| (You et al. 2017; 1 where either norm is 0). Groups with `lars=False` (biases,
+    norms) take plain momentum SGD steps without weight decay, the usual exclusion.
+
+    One step is a handful of multi-tensor kernels per (group, device, dtype), whatever the number of tensors:
+    the norms come from `torch._foreach_norm`, the trust ratios are one `torch.where` over the stacked norms
+    (tensors, never read back on the host), and the scaling, momentum and update are `torch._foreach_*` ops.
+    State: `state[p]["momentum_buffer"]`, as torch's SGD, so checkpoints load either way."""
 
     def __init__(self, params, lr: float, momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 1e-3):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta, lars=True))
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = closure() if closure is not None else None
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d = p.grad
-                if group["lars"]:
-                    d = d.add(p, alpha=group["weight_decay"])
-                    w_norm, g_norm = torch.linalg.norm(p), torch.linalg.norm(d)
-                    trust = torch.where((w_norm > 0) & (g_norm > 0), group["eta"] * w_norm / g_norm,
-                                        torch.ones_like(w_norm))
-                    d = d.mul(trust)
-                buf = self.state[p].get("momentum_buffer")
-                if buf is None:
-                    buf = self.state[p]["momentum_buffer"] = d.clone()
-                else:
-                    buf.mul_(group["momentum"]).add_(d)
-                p.add_(buf, alpha=-group["lr"])
+            for params in _by_device_and_dtype(p for p in group["params"] if p.grad is not None):
+                self._step_tensors(group, params)
         return loss
+
+    def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
+        """One group's parameters that share a device and dtype."""
+        grads = [p.grad for p in params]
+        if group["lars"]:
+            wd = group["weight_decay"]
+            d = torch._foreach_add(grads, params, alpha=wd) if wd else grads
+            w_norm = torch.stack(torch._foreach_norm(params))
+            d_norm = torch.stack(torch._foreach_norm(d))
+            trust = torch.where((w_norm > 0) & (d_norm > 0), group["eta"] * w_norm / d_norm,
+                                torch.ones_like(w_norm)).unbind(0)
+            if wd:  # d is already a fresh list
+                torch._foreach_mul_(d, trust)
+            else:   # never scale p.grad in place
+                d = torch._foreach_mul(grads, trust)
+        else:
+            d = grads  # plain momentum SGD, no weight decay; p.grad is only read
+        old, new = [], []  # indices of params with and without a momentum buffer
+        for i, p in enumerate(params):
+            (old if "momentum_buffer" in self.state[p] else new).append(i)
+        if old:  # buf = momentum * buf + d
+            old_bufs = [self.state[params[i]]["momentum_buffer"] for i in old]
+            torch._foreach_mul_(old_bufs, group["momentum"])
+            torch._foreach_add_(old_bufs, [d[i] for i in old])
+        if new:  # first step: the buffer starts at d (a copy where d is p.grad)
+            first = [d[i] for i in new] if group["lars"] else torch._foreach_mul([d[i] for i in new], 1.0)
+            for i, buf in zip(new, first):
+                self.state[params[i]]["momentum_buffer"] = buf
+        bufs = [self.state[p]["momentum_buffer"] for p in params]
+        torch._foreach_add_(params, bufs, alpha=-group["lr"])
+
+
+def _by_device_and_dtype(params) -> list[list[torch.Tensor]]:
+    """Parameters split by (device, dtype), the unit a multi-tensor kernel takes; order kept within each."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for p in params:
+        groups.setdefault((p.device, p.dtype), []).append(p)
+    return list(groups.values())
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -48,13 +81,35 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0, "lars": False}]
 
 
+_SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters  # torch >= 2.3
+
+
+def sgd_kernels(params) -> dict:
+    """torch SGD's implementation for these parameters: the fused kernel when every parameter is on CUDA, else
+    the multi-tensor (foreach) one. Same maths either way; both replace the per-tensor for-loop."""
+    params = list(params)
+    if _SGD_HAS_FUSED and params and all(p.device.type == "cuda" for p in params):
+        return {"fused": True, "foreach": False}
+    return {"foreach": True, "fused": False} if _SGD_HAS_FUSED else {"foreach": True}
+
+
 def build_optimizer(model: nn.Module, cfg: dict, lr: float) -> torch.optim.Optimizer:
     groups = param_groups(model, float(cfg["weight_decay"]))
     name = cfg["name"]
     if name == "sgd":
         for g in groups:
             g.pop("lars")
-        return torch.optim.SGD(groups, lr=lr, momentum=float(cfg["momentum"]))
+        kernels = sgd_kernels(p for g in groups for p in g["params"])
+        opt = torch.optim.SGD(groups, lr=lr, momentum=float(cfg["momentum"]), **kernels)
+
+        def keep_kernels(o: torch.optim.Optimizer) -> None:
+            # a checkpoint's param groups carry the kernel choice of the machine that saved it (fused on a GPU
+            # would fail on a CPU); keep the one made for these parameters
+            for g in o.param_groups:
+                g.update(kernels)
+
+        opt.register_load_state_dict_post_hook(keep_kernels)
+        return opt
     if name == "lars":
         return LARS(groups, lr=lr, momentum=float(cfg["momentum"]), eta=float(cfg.get("eta", 1e-3)))
     raise ValueError(f"unknown optimizer {name!r}; choose sgd or lars")
