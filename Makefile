@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo test test-fast venv clean cluster cluster-stop
 
 venv: $(STAMP)
 
@@ -25,6 +25,13 @@ test: $(STAMP)
 # The fast default while developing: end-to-end runs deselected.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# A local Ray head whose jobs run in .venv; prints the exports to paste. cluster-stop stops that head alone.
+cluster: $(STAMP)
+	@bash infra/local_cluster.sh start
+
+cluster-stop:
+	@bash infra/local_cluster.sh stop
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

@@ -389,7 +389,7 @@ class BareMoCo(Bare):
         self.queue = F.normalize(torch.randn(int(m["queue_size"]), self.out_dim, device=device), dim=1)
         self.ptr = 0
         plugins = cfg.get("plugin") or {}
-        self.co2 = (0.3, 0.05) if "co2" in plugins else None  # specs/co2.md's MoCo v2 constants
+        self.co2 = (0.3, 0.05) if "co2" in plugins else None  # docs/methods/co2.md §1.6 MoCo v2 constants
         self.clsa = float(plugins["clsa"]["beta"]) if "clsa" in plugins else None
         self.opt = bare_sgd([self.online], self.lr, self.momentum, self.wd, device)
 

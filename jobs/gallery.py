@@ -16,14 +16,17 @@ from pipeline.config import ConfigError, cli, fail  # noqa: E402
 
 def main(argv: list[str]) -> int:
     cfg = cli(argv, __doc__)
-    from pipeline.augment.gallery import write_gallery
-    from pipeline.train.launch import check_augment, gallery_path, prepare_data
+    from pipeline.schema import validate
 
-    try:  # the recipe and the data paths, checked before any work; the default Spirograph data is generated
-        check_augment(cfg["augment"])
+    try:  # the whole config, checked before any work; then the default Spirograph data is generated if missing
+        validate(cfg)
+        from pipeline.train.launch import gallery_path, prepare_data
+
         prepare_data(cfg)
     except ConfigError as e:
         fail(str(e))
+    from pipeline.augment.gallery import write_gallery
+
     path = gallery_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])

@@ -1,11 +1,16 @@
 """Linear probe on frozen features of a pretrained backbone.
 
-Takes a checkpoint (a folder or state.pt written by jobs/pretrain.py, or an MLflow run id) and trains a
+Takes a checkpoint (an MLflow run id, or a folder or state.pt written by jobs/pretrain.py) and trains a
 linear head with full-batch L-BFGS: top-1 for classification data, per-target MSE and R² for
 Spirograph's (m, b, sigma, f_r). The same probe on a randomly initialised backbone is printed beside it.
 
+The model, data and augment (hence the image size) are the run's own, read from its config; eval.* on the
+command line sets the probe, data.<key>=... adjusts the run's data, data=<option> probes another dataset at
+the run's image size. The results are logged into a child run of the pretraining run (found again when the
+same probe is rerun); the chart goes to <paths.runs>/probe/<child run name>.png.
+
 Example:
-  python jobs/linear_probe.py eval.probe.checkpoint=<run id or path> data=spirograph
+  python jobs/linear_probe.py eval.probe.checkpoint=<run id or path>
 """
 import sys
 from pathlib import Path
@@ -19,22 +24,69 @@ def main(argv: list[str]) -> int:
     cfg = cli(argv, __doc__)
     ref = cfg["eval"]["probe"]["checkpoint"]
     if not ref:
-        fail("eval.probe.checkpoint=<folder, state.pt or MLflow run id> is required")
-    from pipeline import tracking
-    from pipeline.eval.run_probe import compare_with_random, resolve_checkpoint
+        fail("eval.probe.checkpoint=<MLflow run id, folder or state.pt> is required")
+    import hashlib
+    import json
+    import tempfile
 
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from pipeline import tracking
+    from pipeline.eval.run_probe import (compare_with_random, config_for_run, download_state, resolve_checkpoint,
+                                         run_config)
+
+    tracking.setup(cfg)
+    path = resolve_checkpoint(str(ref), cfg)
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:  # downloads go here and go away with it
+        if path is not None:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            parent = (state["cfg"].get("runtime") or {}).get("mlflow_run_id")
+            run_cfg, source = state["cfg"], str(path.resolve())
+        else:
+            try:
+                state = download_state(str(ref), tmp)
+            except FileNotFoundError as e:
+                fail(str(e))
+            parent, source = str(ref), f"runs:/{ref}/checkpoint/state.pt"
+            run_cfg = run_config(parent, tmp, state)
     try:
-        path = resolve_checkpoint(str(ref), cfg)
-    except FileNotFoundError as e:
+        cfg = config_for_run(cfg, run_cfg, argv)
+    except ValueError as e:
         fail(str(e))
+    try:
+        parent_run = MlflowClient().get_run(parent) if parent else None
+    except Exception:  # noqa: BLE001 - a checkpoint from another MLflow store
+        parent_run = None
+
+    # One child run per (checkpoint, data, probe settings): rerunning the same probe updates it.
+    probe_eval = {k: v for k, v in cfg["eval"].items() if k != "knn"}
+    probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k != "checkpoint"}
+    settings = {"source": source, "data": cfg["data"], "augment": cfg["augment"], "seed": cfg["seed"],
+                "eval": probe_eval}
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    from pipeline.augment.view_maker import eval_settings
+
+    params = {"checkpoint": source, "data.name": cfg["data"]["name"], "data.train": cfg["data"]["train"],
+              "data.val": cfg["data"]["val"], "image_size": eval_settings(cfg["augment"])[0],
+              **tracking.flatten(probe_eval, "eval.")}
+    if parent_run is not None:
+        name = f"{parent_run.info.run_name}-probe-{key[:6]}"
+        run_id = tracking.start_child(parent, f"probe:{parent}:{key}", name, job="linear_probe")
+    else:
+        name = f"probe-{cfg['data']['name']}-{key[:6]}"
+        run_id = tracking.start_or_resume(cfg, f"probe:{key}", name, job="linear_probe")
     import mlflow
 
-    run_id = tracking.start_or_resume(cfg, f"probe:{path}:{cfg['data']['name']}", f"probe-{cfg['data']['name']}",
-                                      job="linear_probe")
-    mlflow.set_tag("checkpoint", str(path))
-    compare_with_random(cfg, path)
+    try:
+        mlflow.log_params(params)
+        compare_with_random(cfg, state, run_name=name)
+    except BaseException as e:
+        tracking.end_failed(e)
+        raise
     mlflow.end_run()
-    print(f"mlflow run {run_id}")
+    where = f" (a child of run {parent_run.info.run_name}, {parent})" if parent_run is not None else ""
+    print(f"mlflow run {run_id}{where}")
     return 0
 
 

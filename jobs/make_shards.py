@@ -1,11 +1,12 @@
 """Write WebDataset shards for an ImageFolder tree, a CIFAR-10/100 python folder or Spirograph.
 
 Usage:
-  python jobs/make_shards.py source=imagefolder input=PATH output=DIR [split=train] [maxcount=1000]
+  python jobs/make_shards.py source=imagefolder input=PATH output=DIR [split=train] [maxcount=1000] [seed=0]
   python jobs/make_shards.py source=cifar       input=PATH output=DIR [split=train|test] [maxcount=1000]
   python jobs/make_shards.py source=spirograph  output=DIR [n=5000] [n_val=1000] [seed=0] [size=32] [maxcount=1000]
 
-imagefolder: input is the split folder (one sub-folder per class) or its parent holding <split>/.
+imagefolder: input is the split folder (one sub-folder per class) or its parent holding <split>/; the samples
+are shuffled across the shards with `seed` (recorded in the manifest), so every shard mixes the classes.
 cifar: input is cifar-10-batches-py/ or cifar-100-python/ (or the folder containing it).
 Shards go to output/<split>/ (spirograph: output/train and output/val). Reruns resume or no-op.
 """
@@ -27,9 +28,10 @@ class UsageError(Exception):
 
 def check_args(args: dict) -> dict:
     """Validate the composed conf/shards.yaml before any work: source, paths, integers."""
-    for key in ("source", "output"):
-        if args[key] in (None, "???"):
-            raise UsageError(f"missing {key}=...")
+    missing = [key for key in ("source", "output") if args[key] in (None, "???")]
+    if missing:
+        raise UsageError(f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} required: "
+                         f"python jobs/make_shards.py source={'|'.join(SOURCES)} output=DIR ... (--help)")
     source = args["source"]
     if source not in SOURCES:
         raise UsageError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
@@ -52,7 +54,7 @@ def main(argv: list[str]) -> int:
     from pipeline.config import cli
 
     try:
-        args = check_args(cli(argv or ["--help"], __doc__, config_name="shards"))
+        args = check_args(cli(argv, __doc__, config_name="shards"))
     except SystemExit as done:  # --help, or a bad override already reported in one line
         return int(done.code or 0)
     except UsageError as err:
@@ -70,7 +72,7 @@ def main(argv: list[str]) -> int:
                 args["input"], args["output"], args["split"], maxcount=args["maxcount"])}
         else:
             manifests = {args["split"]: shards.make_imagefolder_split(
-                args["input"], args["output"], args["split"], maxcount=args["maxcount"])}
+                args["input"], args["output"], args["split"], maxcount=args["maxcount"], seed=args["seed"])}
     except (FileNotFoundError, ValueError) as err:  # bad input layout or split name
         print(f"make_shards: error: {err}", file=sys.stderr)
         return 1

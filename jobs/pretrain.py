@@ -1,8 +1,13 @@
 """Self-supervised pretraining on Ray Train.
 
 Streams WebDataset shards through Ray Data into each training worker, makes the views (DALI, or torch
-where DALI is missing), trains the chosen method with DDP, checkpoints every epoch (rerunning the same
-command resumes), tracks everything in MLflow, then runs a linear probe against a random-init baseline.
+where DALI is missing), trains the chosen method with DDP, checkpoints every epoch, tracks everything in
+MLflow, then runs a linear probe against a random-init baseline.
+
+A run is named by a hash of its config (or run.name). Rerunning the same command resumes a failed or
+interrupted run (MLflow FAILED / KILLED, the error recorded on the run) and only prints the results of a
+finished one. One job per run at a time: a second one started while it runs stops with one error line
+(the lock is <paths.runs>/locks/<run name>.lock; it dies with its job).
 
 With no arguments: generates the Spirograph shards if missing and pretrains MoCo v2 in about 10 minutes
 on a 2-core CPU machine.

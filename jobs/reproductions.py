@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import ConfigError, cli, compose_config, fail  # noqa: E402
 
-# the paper's numbers (specs/invariance.md Tables 8, 9): Spirograph, ResNet-18, 100k images, 50 epochs
+# the paper's numbers (docs/methods/invclr.md §5 (Tables 8, 9)): Spirograph, ResNet-18, 100k images, 50 epochs
 PAPER_INVCLR = {
     "no regularization": {"conditional_variance": 0.789, "alpha_mse": 0.0751, "mse_m": 0.0006773,
                           "mse_b": 0.011248, "mse_sigma": 0.0000914, "mse_f_r": 0.0000232},

@@ -21,8 +21,17 @@ def _px(pixels_at_224, _root_) -> int:
     return max(1, round(int(pixels_at_224) * int(_root_.data.image_size) / 224))
 
 
+def _digest(node) -> str:
+    """`${digest:${data.generate}}`: a short hash of a config node, so data made with other settings gets a
+    folder of its own (conf/data/spirograph.yaml)."""
+    value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 if not OmegaConf.has_resolver("px"):
     OmegaConf.register_new_resolver("px", _px)
+if not OmegaConf.has_resolver("digest"):
+    OmegaConf.register_new_resolver("digest", _digest)
 
 
 class ConfigError(ValueError):
@@ -60,16 +69,19 @@ def _one_line(e: Exception) -> str:
     return msg[0] if msg else type(e).__name__
 
 
-SPEED_KEYS = ("channels_last", "compile")  # train.* keys that change how fast, not what is trained
+# Keys that change how a run goes, not what it trains: they do not change its identity, so a run can be resumed
+# with torch.compile turned on, or with bad shards skipped.
+EXECUTION_KEYS = (("train", "channels_last"), ("train", "compile"), ("data", "on_bad_shard"))
 
 
 def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths",
-                                                          "gallery")) -> str:
-    """A short hash of what determines the trained weights: same command, same run (and resume). Settings that
-    change only speed (SPEED_KEYS) do not count, so a run can be resumed with torch.compile turned on."""
-    kept = {k: v for k, v in cfg.items() if k not in ignore}
-    if "train" in kept:
-        kept["train"] = {k: v for k, v in kept["train"].items() if k not in SPEED_KEYS}
+                                                          "gallery", "verbose")) -> str:
+    """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
+    in `ignore` and the EXECUTION_KEYS do not count."""
+    kept = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k not in ignore}
+    for group, key in EXECUTION_KEYS:
+        if isinstance(kept.get(group), dict):
+            kept[group].pop(key, None)
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -77,15 +89,41 @@ def to_yaml(cfg: dict) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(cfg))
 
 
+def config_groups(config_name: str = "config") -> tuple[list[str], list[str]]:
+    """(groups, presets) a config takes: the groups its defaults list picks from (`group=option`), and, where it
+    has one, the other groups of conf/ whose options apply on top of the whole config (`+group=option`).
+    A config without a defaults list (conf/shards.yaml, conf/reproductions.yaml) takes neither."""
+    defaults = OmegaConf.load(CONF_DIR / f"{config_name}.yaml").get("defaults") or []
+    groups = []
+    for entry in defaults:
+        if OmegaConf.is_dict(entry):
+            groups += [str(k).split("@")[0].removeprefix("override ").lstrip("/") for k in entry]
+    if not groups:
+        return [], []
+    presets = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in groups)
+    return groups, presets
+
+
 def cli(argv: list[str], description: str, config_name: str = "config") -> dict:
     """Parse a job's command line: `--help`, or key=value overrides. Exits with one line on bad input."""
     if any(a in ("-h", "--help") for a in argv):
         print(description.strip())
         print(f"\nusage: python {Path(sys.argv[0]).name} [key=value ...]\n")
-        print("Config groups (pick with group=option):")
-        for group in sorted(p for p in CONF_DIR.iterdir() if p.is_dir()):
-            options = sorted(f.stem for f in group.glob("*.yaml"))
-            print(f"  {group.name}: {', '.join(options)}")
+        groups, presets = config_groups(config_name)
+        if groups:
+            print("Config groups (pick with group=option):")
+            for group in groups:
+                options = sorted(f.stem for f in (CONF_DIR / group).glob("*.yaml"))
+                print(f"  {group}: {', '.join(options)}")
+        if presets:
+            print("\nPresets (add with +group=option; each sets several keys, overridable after it):")
+            for group in presets:
+                options = sorted(f.stem for f in (CONF_DIR / group).glob("*.yaml"))
+                print(f"  +{group}: {', '.join(options)}")
+        if not groups:  # a job's own keys: the file itself, with its comments (??? = required)
+            print("Keys (key=value; ??? = required) and their defaults:\n")
+            print((CONF_DIR / f"{config_name}.yaml").read_text())
+            raise SystemExit(0)
         print("\nDefault config:\n")
         try:
             print(to_yaml(compose_config([], config_name)))

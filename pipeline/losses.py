@@ -101,7 +101,7 @@ def _kl_terms(log_p: torch.Tensor, log_q: torch.Tensor, divergence: str) -> torc
 def co2_consistency(
     q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *, divergence: str = "symmetric"
 ) -> torch.Tensor:
-    """CO2's consistency term (Wei et al. 2021, Eqs. 2-4; specs/co2.md §1.3), mean over the batch.
+    """CO2's consistency term (Wei et al. 2021, Eqs. 2-4; docs/methods/co2.md §1.3), mean over the batch.
 
     q: [B, D] L2-normalised queries; k: [B, D] L2-normalised positive keys (the paper's p); queue: [K, D]
     L2-normalised negatives n_1..n_K. Both distributions run over the K negatives ONLY (the positive logit is not in
@@ -125,7 +125,7 @@ def co2_consistency_inbatch(
     z1: torch.Tensor, z2: torch.Tensor, temperature: float, *, detach_target: bool = False,
     divergence: str = "symmetric",
 ) -> torch.Tensor:
-    """CO2's consistency term on SimCLR (specs/co2.md §5 "SimCLR + CO2 variant"), mean over the 2B anchors.
+    """CO2's consistency term on SimCLR (docs/methods/co2.md §5 "SimCLR + CO2 variant"), mean over the 2B anchors.
 
     z1, z2: [B, D] projections of the two views (normalised here, as in `nt_xent`). Every one of the 2B views is a
     query once; its twin is the positive p. Q and P are softmaxes over the SAME negatives, those of `nt_xent`: the
@@ -180,7 +180,7 @@ def ddm(
     q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
     batch_keys: bool = False,
 ) -> torch.Tensor:
-    """CLSA's distributional divergence minimisation L_D (Wang & Qi 2021, Eq. 6; specs/clsa.md §1.5), batch mean.
+    """CLSA's distributional divergence minimisation L_D (Wang & Qi 2021, Eq. 6; docs/methods/clsa.md §1.5), batch mean.
 
     q_weak: [B, D] weak queries z'; q_strong: [B, D] strong queries z''; k: [B, D] positive keys z; queue: [K, D];
     all L2-normalised. Over the support {z_i} ∪ queue (K+1 entries, positive first; Eqs. 3 and 5, k=1..K):
@@ -208,7 +208,7 @@ def ddm(
 
 @float32
 def scalar_projection(z: torch.Tensor, e: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:
-    """InvCLR's F (Foster et al. 2021, Eq. 5; specs/invariance.md §1.1): F = e · z/‖z‖₂.
+    """InvCLR's F (Foster et al. 2021, Eq. 5; docs/methods/invclr.md §1.1): F = e · z/‖z‖₂.
 
     z: [K, D] (one view per sample) or [K, L, D] (L augmentations per sample); e: [K, D], one direction per sample,
     shared by that sample's L views (Eq. 7 fixes x_i, β_i, e_i and varies α). Returns [K] or [K, L].
@@ -222,14 +222,14 @@ def scalar_projection(z: torch.Tensor, e: torch.Tensor, *, normalize: bool = Tru
 
 
 def rademacher(shape, *, generator: torch.Generator | None = None, dtype=torch.float32, device=None) -> torch.Tensor:
-    """Independent ±1 entries with probability ½ each (InvCLR's p(e), specs/invariance.md §1.1)."""
+    """Independent ±1 entries with probability ½ each (InvCLR's p(e), docs/methods/invclr.md §1.1)."""
     bits = torch.randint(0, 2, tuple(shape), generator=generator, device=device)
     return (2 * bits - 1).to(dtype)
 
 
 @float32
 def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
-    """InvCLR's nested Monte Carlo estimate of V (Foster et al. 2021, Eq. 7; specs/invariance.md §1.1).
+    """InvCLR's nested Monte Carlo estimate of V (Foster et al. 2021, Eq. 7; docs/methods/invclr.md §1.1).
 
     F_values: [K, L], F(α_ij, β_i, x_i, e_i) for L draws of α per sample (build it with `scalar_projection`).
         V ≈ (1/K) Σ_i [ (1/(L-1)) Σ_j F_ij² - (1/(L(L-1))) (Σ_j F_ij)² ],
@@ -244,7 +244,7 @@ def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
 def projection_alpha_grad(
     z: torch.Tensor, alpha: torch.Tensor, e: torch.Tensor, *, normalize: bool = True, create_graph: bool = True
 ) -> torch.Tensor:
-    """Per-sample ∇_α F(α_i) for F_i = e_i · z_i/‖z_i‖ (specs/invariance.md §1.2, "random vector" trick), [K, d_α].
+    """Per-sample ∇_α F(α_i) for F_i = e_i · z_i/‖z_i‖ (docs/methods/invclr.md §1.2, "random vector" trick), [K, d_α].
 
     One reverse pass of the scalar Σ_i e_i·ẑ_i w.r.t. the batch tensor alpha [K, d_α] gives row i = e_iᵀ ∂ẑ_i/∂α_i,
     a vector-Jacobian product, PROVIDED z_i depends on α_i only. BatchNorm in training mode (or anything else that
@@ -265,7 +265,7 @@ def gradient_penalty(
     generator: torch.Generator | None = None, clip: float | None = 1.0, lam: float = 0.1, normalize: bool = True,
     halve: bool = False,
 ) -> torch.Tensor:
-    """InvCLR's gradient regulariser, the λ term of Eq. 13 (Foster et al. 2021; specs/invariance.md §1.2):
+    """InvCLR's gradient regulariser, the λ term of Eq. 13 (Foster et al. 2021; docs/methods/invclr.md §1.2):
         λ · clip( (1/(LK)) Σ_i Σ_j [ ∇_α F(α_i) · (α'_ij - α_i) ]² ),   F_i = e_i · z_i/‖z_i‖  (Eq. 5).
 
     z: [K, D] representations (the encoder output, not the projection head's) of views rendered from alpha [K, d_α];
@@ -301,7 +301,7 @@ COCOR_FORMS = ("code", "eq11", "eq7", "eq2")
 
 @float32
 def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], form: str = "code") -> torch.Tensor:
-    """CoCor's consistency loss over composite lengths (specs/cocor.md 1.3-1.4, §7 item 2).
+    """CoCor's consistency loss over composite lengths (docs/methods/cocor.md §1.3-§1.4, §7 item 2).
 
     sims[l], targets[l]: [B] latent similarities f(x)ᵀf(A_l(x)) and targets g(v(A_l)) of the composites of the
     l-th length. The paper writes the loss three ways; `form` picks one:

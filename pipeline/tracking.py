@@ -1,8 +1,11 @@
-"""MLflow helpers: one run per job, found again by its run key so a resumed job continues its run."""
+"""MLflow helpers: one run per job, found again by its run key so a resumed job continues its run; a job that
+fails or is interrupted after its run opened ends it FAILED or KILLED with the error recorded."""
 from __future__ import annotations
 
 import os
+import re
 import time
+import traceback
 from pathlib import Path
 
 import mlflow
@@ -47,13 +50,58 @@ def find_run(exp_id: str, run_key: str):
 def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
     """The MLflow run tagged with `run_key` (resume) or a new one; returns its run id."""
     exp_id = setup(cfg)
-    found = find_run(exp_id, run_key)
+    return _open(exp_id, find_run(exp_id, run_key), {"run_key": run_key, "job": job}, run_name)
+
+
+def start_child(parent_run_id: str, run_key: str, run_name: str, job: str) -> str:
+    """A child run of `parent_run_id` (in its experiment, tagged mlflow.parentRunId) found again by `run_key`,
+    else a new one; returns its run id. The parent itself is not reopened: its status stays as it is."""
+    exp_id = MlflowClient().get_run(parent_run_id).info.experiment_id
+    return _open(exp_id, find_run(exp_id, run_key),
+                 {"run_key": run_key, "job": job, "mlflow.parentRunId": parent_run_id}, run_name)
+
+
+def _open(exp_id: str, found, tags: dict[str, str], run_name: str) -> str:
     if found:
         run_id = found.info.run_id
+        if "error" in found.data.tags:  # an earlier attempt's; its traceback stays under errors/
+            MlflowClient().delete_tag(run_id, "error")
         mlflow.start_run(run_id=run_id)
         return run_id
-    run = mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags={"run_key": run_key, "job": job})
-    return run.info.run_id
+    return mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags).info.run_id
+
+
+_NAMED_ERROR = re.compile(r"^[\w.]*(Error|Exception|Failure)\w*: \S")
+
+
+def error_line(exc: BaseException) -> str:
+    """One line naming what went wrong. A Ray Train failure wraps the worker's traceback in its message: the
+    last `Name: message` line there is the worker's own error."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "KeyboardInterrupt (Ctrl-C)"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code}) (stopped, e.g. SIGTERM or ray job stop)"
+    lines = [ln.strip() for ln in "".join(traceback.format_exception_only(type(exc), exc)).splitlines()
+             if ln.strip()]
+    named = [ln for ln in lines if _NAMED_ERROR.match(ln)]
+    return (named[-1] if named else lines[0] if lines else type(exc).__name__)[:1000]
+
+
+def end_failed(exc: BaseException, status: str | None = None) -> str:
+    """End the active run FAILED (an exception) or KILLED (KeyboardInterrupt, SystemExit), or `status`, with its
+    error: the tag `error` (one line) and the artifact errors/<time>-<status>.txt (the traceback's tail).
+    Returns the status. Recording is best effort: the store being the failure must not hide the original error."""
+    status = status or ("KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
+    try:
+        mlflow.set_tag("error", error_line(exc))
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        mlflow.log_text(f"{status}: {error_line(exc)}\n\n{text[-20000:]}", f"errors/{stamp}-{status.lower()}.txt")
+    except Exception as e:  # noqa: BLE001
+        print(f"[tracking] could not record the error in MLflow: {type(e).__name__}: {e}", flush=True)
+    finally:
+        mlflow.end_run(status=status)
+    return status
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:

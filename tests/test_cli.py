@@ -1,6 +1,9 @@
 """Bad input fails with one clear line, before Ray starts (and without leaving anything behind)."""
+import os
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -9,30 +12,151 @@ from pipeline.config import ConfigError, compose_config
 from pipeline.train.launch import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["data.generate.n_train=300", "data.generate.n_val=100"]
 
 
-def _run(args, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "pretrain.py"), *args], cwd=cwd,
+def _run(args, cwd, job="pretrain.py"):
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / job), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["method=nosuch"], "method/nosuch"),
-    (["train.epochs"], "malformed override"),
-    (["train.epochs=[1"], "error:"),
-    (["data=cifar10"], "cifar10/train"),            # shards not made: the missing path is named
-    (["data.train=/nonexistent/shards"], "/nonexistent/shards"),
-    (["trainer.num_workers=3"], "does not split evenly"),
-    (["augment=mocov2", "augment.p_blur=1.5"], "p_blur must be in [0, 1]"),
+def _garbage(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x00\x17 these bytes are no SQLite database \xff" * 64)
+    return path
+
+
+# setups: make the bad state under tmp_path, return the overrides that point at it
+def _root_is_a_file(tmp):
+    (tmp / "afile").write_text("not a folder")
+    return [f"paths.root={tmp / 'afile'}"]
+
+
+def _corrupt_default_store(tmp):
+    _garbage(tmp / "runs" / "mlflow.db")  # where tracking.uri=null puts the store
+    return []
+
+
+def _corrupt_store_uri(tmp):
+    return [f"tracking.uri=sqlite:///{_garbage(tmp / 'elsewhere' / 'store.db')}"]
+
+
+def _truncated_shard(tmp):
+    from pipeline.data.shards import write_split
+
+    for split in ("train", "val"):
+        samples = ({"__key__": f"{i:04d}", "cls": i % 2, "txt": "x" * 500} for i in range(30))
+        write_split(samples, tmp / "shards" / split, maxcount=10, class_names=["a", "b"], source="t", progress=False)
+    shard = tmp / "shards" / "train" / "shard-000001.tar"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # cut in half
+    return ["data=cifar10", f"data.train={tmp / 'shards' / 'train'}", f"data.val={tmp / 'shards' / 'val'}"]
+
+
+@pytest.mark.parametrize("args,needles,setup", [
+    (["method=nosuch"], ["method/nosuch"], None),
+    (["train.epochs"], ["malformed override"], None),
+    (["train.epochs=[1"], ["error:"], None),
+    (["data=cifar10"], ["data.train=", "cifar10/train"], None),      # shards not made: the missing path is named
+    (["data.train=/nonexistent/shards"], ["data.train=/nonexistent/shards"], None),
+    (["trainer.num_workers=3"], ["train.batch_size=256", "does not split evenly"], None),
+    (["augment=mocov2", "augment.p_blur=1.5"], ["p_blur must be in [0, 1]"], None),
+    # issue #12: each once failed late (after Ray started and an MLflow run was made) or with a traceback
+    (["train.batch_size=0"], ["train.batch_size=0", "integer >= 1"], None),
+    (["model.backbone=resnet999"], ["model.backbone=resnet999", "resnet18, resnet34, resnet50"], None),
+    (["train.epochs=abc"], ["train.epochs=abc", "integer >= 1"], None),
+    (["train.epochs=-1"], ["train.epochs=-1", "integer >= 1"], None),
+    (["optim.base_lr=-1"], ["optim.base_lr=-1", "number > 0"], None),
+    (["train.precision=fp16"], ["train.precision=fp16", "auto, bf16, fp32"], None),
+    (["trainer.num_workers=0"], ["trainer.num_workers=0", "integer >= 1"], None),
+    (["eval.knn.k=0"], ["eval.knn.k=0", "integer >= 1"], None),
+    (["model.width=0"], ["model.width=0", "integer >= 1"], None),
+    (["optim.name=adam"], ["optim.name=adam", "sgd, lars"], None),
+    (["data.image_size=7"], ["data.image_size=7", ">= 8"], None),
+    ([], ["paths.root=", "afile", "is an existing file"], _root_is_a_file),
+    ([], ["tracking.uri", "mlflow.db", "not a healthy SQLite database"], _corrupt_default_store),
+    ([], ["tracking.uri=sqlite:///", "store.db", "not a healthy SQLite database"], _corrupt_store_uri),
+    ([], ["data.train=", "shard-000001.tar", "data.on_bad_shard=skip"], _truncated_shard),
 ])
-def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needle):
-    small = [] if any(a.startswith("data=") for a in args) else ["data.generate.n_train=300", "data.generate.n_val=100"]
-    r = _run([f"paths.root={tmp_path}", *small, *args], tmp_path)
+def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup):
+    extra = setup(tmp_path) if setup else []
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.db")}
+    root = [] if any(a.startswith("paths.root=") for a in extra) else [f"paths.root={tmp_path}"]
+    data = any(a.startswith("data=") for a in args + extra)
+    t0 = time.monotonic()
+    r = _run([*root, *([] if data else SMALL), *args, *extra], tmp_path)
+    seconds = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert all(n in lines[0] for n in needles), lines[0]
     assert "ray" not in r.stdout.lower()
     assert not (tmp_path / "runs" / "ray").exists()
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.db")} == before  # no MLflow store made or touched
+    assert not list(tmp_path.rglob("*.db-journal")) and not list(tmp_path.rglob("mlartifacts"))
+    assert seconds < 5, f"{seconds:.1f} s"
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("train.epochs=1.5", "train.epochs=1.5: expected an integer >= 1"),
+    ("train.epochs=true", "train.epochs=true: expected an integer >= 1"),
+    ("run.name=a/b", "run.name=a/b: expected a name without '/'"),
+    ("data.std=[0.5,0,0.5]", "data.std=[0.5, 0, 0.5]: expected a list of 3 numbers > 0"),
+    ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
+    ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
+    ("optim.momentum=1", "optim.momentum=1: expected a number in [0, 1)"),
+    ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker=0: expected a number > 0"),
+    ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
+    ("data.generate.n_train=many", "data.generate.n_train=many: expected an integer >= 1"),
+    ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
+    ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
+])
+def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle):
+    from pipeline.schema import validate
+
+    cfg = compose_config([f"paths.root={tmp_path}", *SMALL, override])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert str(e.value).startswith(needle) and "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+@pytest.mark.parametrize("group", ["experiment", "method", "augment", "data", "optim"])
+def test_the_schema_takes_every_shipped_option(tmp_path, group):
+    from pipeline.schema import _check_relations, _check_types, check_augment
+
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        cfg = compose_config([f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}"])
+        _check_types(cfg)  # (the plug-ins' own checks run in tests/test_plugins.py)
+        _check_relations(cfg)
+        check_augment(cfg["augment"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_schema_choices_match_the_registries():
+    from pipeline.methods import METHODS
+    from pipeline.models.backbones import _ARCHS
+    from pipeline.schema import BACKBONES, METHOD_KINDS, OPTIMIZERS
+    from pipeline.train.optim import build_optimizer
+
+    assert set(METHOD_KINDS) == set(METHODS) and set(BACKBONES) == set(_ARCHS)
+    import torch
+
+    for name in OPTIMIZERS:
+        build_optimizer(torch.nn.Linear(2, 2), {"name": name, "momentum": 0.9, "weight_decay": 0.0, "eta": 1e-3}, 0.1)
+
+
+def test_sqlite_store_check_reads_and_never_creates(tmp_path):
+    from pipeline.schema import sqlite_problem
+
+    good = tmp_path / "good.db"
+    with sqlite3.connect(good) as con:
+        con.execute("CREATE TABLE t (x)")
+    con.close()
+    assert sqlite_problem(good) is None
+    assert sqlite_problem(tmp_path / "empty.db") is not None and not (tmp_path / "empty.db").exists()
+    assert "not a database" in sqlite_problem(_garbage(tmp_path / "bad.db"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "good.db"]
 
 
 def test_empty_dataset_is_refused(tmp_path):
@@ -50,6 +174,14 @@ def test_help_lists_groups(tmp_path):
     r = _run(["--help"], tmp_path)
     assert r.returncode == 0
     assert "method: byol, mocov1, mocov2, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
+    assert "+experiment: clsa_byol" in r.stdout  # presets, with how to add them
+
+
+def test_gallery_job_validates_the_whole_config(tmp_path):
+    r = _run([f"paths.root={tmp_path}", *SMALL, "model.backbone=resnet999"], tmp_path, job="gallery.py")
+    assert r.returncode == 2 and r.stderr.strip() == ("error: model.backbone=resnet999: expected one of resnet18, "
+                                                      "resnet34, resnet50")
+    assert not (tmp_path / "data").exists()
 
 
 def test_resolve_derives_runtime(tmp_path):
@@ -63,4 +195,36 @@ def test_resolve_derives_runtime(tmp_path):
                                   "train.batch_size=128", "trainer.num_workers=1"]))
     assert one["method"]["bn_splits"] == 4     # one worker: split-BN groups
     assert out["runtime"]["lr"] == pytest.approx(out["optim"]["base_lr"] * 128 / 256)
-    assert (tmp_path / "data" / "spirograph" / "train" / "manifest.json").exists()
+    # the managed folder of these data.generate settings: data/spirograph-<hash of data.generate>/
+    train = Path(out["data"]["train"])
+    assert (train / "manifest.json").exists() and train.parent.parent == tmp_path / "data"
+    assert train.parent.name.startswith("spirograph-") and train.name == "train"
+
+
+def test_changed_generate_settings_never_reuse_old_data(tmp_path):
+    """Issue #12 (5): data.generate.n_train changed after the data exists trained on the old data, while the
+    run's params recorded the new value. Now other settings get their own folder; a folder given by hand that
+    holds other data is refused in one line naming the key."""
+    def cfg(n_train, *extra):
+        return compose_config([f"paths.root={tmp_path}", f"data.generate.n_train={n_train}", "data.generate.n_val=40",
+                               "data.generate.maxcount=100", "train.batch_size=64", *extra])
+
+    first = resolve(cfg(300))
+    assert first["runtime"]["num_train_samples"] == 300
+    second = resolve(cfg(400))
+    assert second["runtime"]["num_train_samples"] == 400
+    assert second["data"]["train"] != first["data"]["train"]
+    assert second["run"]["name"] != first["run"]["name"]
+    from pipeline.data.shards import read_manifest
+
+    made, _ = read_manifest(second["data"]["train"])
+    assert made["num_samples"] == 400
+    assert made["generate"] == {"n_train": 400, "seed": 0, "size": 32, "maxcount": 100}  # how it was made
+    assert read_manifest(first["data"]["train"])[0]["num_samples"] == 300  # the old data is left alone
+
+    old = Path(first["data"]["train"]).parent
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg(400, f"data.train={old}/train", f"data.val={old}/val"))
+    message = str(e.value)
+    assert message.startswith("data.generate.n_train=400: the Spirograph data in") and "n_train=300" in message
+    assert read_manifest(old / "train")[0]["num_samples"] == 300  # not regenerated over

@@ -1,4 +1,4 @@
-"""CoCor's parts (specs/cocor.md): the monotone target network, the consistency loss forms, the finite-difference
+"""CoCor's parts (docs/methods/cocor.md): the monotone target network, the consistency loss forms, the finite-difference
 hypergradient of the target network."""
 import pytest
 import torch

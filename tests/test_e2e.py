@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,27 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     # the two workers ran one DDP group and the views came from DALI
     assert "world_size=2" in r.stdout + r.stderr
     assert "DALI on cpu" in r.stdout + r.stderr
+    # the probe's chart is the run's own file
+    assert (tmp_path / "runs" / "probe" / f"{run.info.run_name}.png").exists()
+    assert not (tmp_path / "runs" / "probe.png").exists()
+
+    # the same command again: the finished run's results in seconds, nothing trained or logged again
+    def logged():
+        rid = run.info.run_id
+        return ({k: len(client.get_metric_history(rid, k)) for k in client.get_run(rid).data.metrics},
+                sorted(a.path for a in client.list_artifacts(rid)),
+                [a.path for a in client.list_artifacts(rid, "probe")],
+                len(client.search_logged_models(experiment_ids=[run.info.experiment_id])))
+    before = logged()
+    t0 = time.monotonic()
+    again = pretrain(tmp_path, "trainer.num_workers=2", "augment=mocov2", "augment.executor=dali", "train.epochs=2",
+                     "method.queue_size=256")
+    took = time.monotonic() - t0
+    assert took < 10, f"{took:.1f} s"
+    assert f"finished before (MLflow run {run.info.run_id}" in again.stdout and "r2_m" in again.stdout
+    assert logged() == before
+    client, runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.end_time == run.info.end_time
 
 
 def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
@@ -76,13 +98,18 @@ def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     assert first.returncode != 0 and marker.exists()
     client, runs = mlflow_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    run_id = runs[0].info.run_id
+    # the worker's error, recorded on the run: one line in a tag, the traceback's tail as a text artifact
+    assert "RuntimeError: injected failure at epoch 1" in runs[0].data.tags["error"]
+    assert [a.path.endswith("-failed.txt") for a in client.list_artifacts(run_id, "errors")] == [True]
     steps_first = [m.step for m in client.get_metric_history(runs[0].info.run_id, "epoch_loss")]
     assert len(steps_first) == 1
-    # the same command again: resumes after epoch 0, into the same MLflow run
+    # the same command again: resumes after the first epoch, into the same MLflow run
     second = pretrain(tmp_path, *args)
-    assert "resumed from epoch 0" in second.stdout + second.stderr
+    assert "resumed from the checkpoint of epoch 1/3 " in second.stdout + second.stderr
     client, runs = mlflow_runs(tmp_path)
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].info.run_id == run_id
+    assert "error" not in runs[0].data.tags
     epochs = client.get_metric_history(runs[0].info.run_id, "epoch_loss")
     assert len(epochs) == 3 and len({m.step for m in epochs}) == 3
 
@@ -118,19 +145,20 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     assert last >= 1
     client, runs = mlflow_runs(tmp_path)
     assert runs[0].info.status == "KILLED"
+    assert runs[0].data.tags["error"].startswith(("KeyboardInterrupt", "SystemExit"))
     # the same run (run.name) with a shorter budget: it resumes after the last reported epoch
     again = subprocess.run([*args[:-1], f"train.epochs={last + 2}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=900, env=job_env())
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     # it resumes from the newest complete state.pt on disk, even one Ray had not registered when interrupted
-    assert f"resumed from epoch {last} " in again.stdout + again.stderr, again.stdout[-2000:]
+    assert f"resumed from the checkpoint of epoch {last + 1}/" in again.stdout + again.stderr, again.stdout[-2000:]
 
 
 def test_worker_failure_restarts_from_checkpoint(tmp_path):
     marker = tmp_path / "failed-once"
     r = pretrain(tmp_path, "train.epochs=2", "eval.knn.every=0", "eval.probe.after_pretrain=false",
                  "trainer.max_failures=1", "debug.fail_at_epoch=1", f"debug.fail_marker={marker}", "method=simclr")
-    assert marker.exists() and "resumed from epoch 0" in r.stdout + r.stderr
+    assert marker.exists() and "resumed from the checkpoint of epoch 1/2 " in r.stdout + r.stderr
 
 
 def _imagefolder(root: Path, n_per_class: int, seed: int) -> Path:
@@ -174,11 +202,28 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert "probe_pretrained_top1" in run.data.metrics
     assert "skipped 1 undecodable images" in r.stdout + r.stderr
 
-    probe = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}", *data,
+    # probe by run id with no data= on the command line: the run's data, model and image size, into a child run
+    (tmp_path / "tmp").mkdir()
+    probe = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
                             f"eval.probe.checkpoint={run.info.run_id}", "eval.probe.steps=30"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=job_env())
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env={**job_env(), "TMPDIR": str(tmp_path / "tmp")})
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert "top1" in probe.stdout
+    client, runs = mlflow_runs(tmp_path)
+    (child,) = [c for c in runs if c.data.tags.get("mlflow.parentRunId") == run.info.run_id]
+    assert child.info.status == "FINISHED" and "probe_pretrained_top1" in child.data.metrics
+    from omegaconf import OmegaConf
+
+    from pipeline.augment.view_maker import eval_settings
+
+    run_cfg = OmegaConf.load(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path / "dl")))
+    size = eval_settings(OmegaConf.to_container(run_cfg.augment, resolve=True))[0]
+    assert child.data.params["image_size"] == str(size) and f"at {size} px" in probe.stdout
+    assert child.data.params["data.name"] == "toy"
+    assert not list(tmp_path.glob("state.pt")) and not list((tmp_path / "tmp").rglob("state.pt"))
+    assert (tmp_path / "runs" / "probe" / f"{child.info.run_name}.png").exists()
+    assert not (tmp_path / "runs" / "probe.png").exists()
     top1 = {ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in probe.stdout.splitlines()
             if ln.startswith("top1")}["top1"]
     assert top1[0] > 0.9  # colour classes are linearly separable even for a barely trained backbone

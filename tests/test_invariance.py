@@ -1,4 +1,4 @@
-"""Invariance metrics and feature averaging (specs/invariance.md 1.3, 4.2, 4.4): pipeline/eval/invariance.py
+"""Invariance metrics and feature averaging (docs/methods/invclr.md §1.3, §4.2, §4.4): pipeline/eval/invariance.py
 and the feature-averaged linear probe of pipeline/eval/run_probe.py."""
 import numpy as np
 import pytest
@@ -165,6 +165,8 @@ def test_image_alpha_reference_is_the_gated_colour_jitter_law():
 
 
 def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
     import mlflow
 
     from pipeline import tracking
@@ -175,11 +177,12 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline.train import checkpoint as ck
     from mlflow.tracking._tracking_service import utils as mlflow_uri
 
-    make_spirograph_splits(tmp_path / "data" / "spirograph", 300, 100, seed=0, size=32, progress=False)
     small = [f"paths.root={tmp_path}", "model.width=8", "method.bn_splits=1", "eval.probe.steps=10",
-             "eval.probe.batch_size=100"]
+             "eval.probe.batch_size=100", "data.generate.n_train=300", "data.generate.n_val=100"]
     cfg = compose_config(small + ["eval.feature_averaging.m=4", "eval.invariance.enabled=true",
                                   "eval.invariance.copies=3", "eval.invariance.samples=40"])
+    # the managed folder of these data.generate settings (named by their hash)
+    make_spirograph_splits(Path(cfg["data"]["train"]).parent, 300, 100, seed=0, size=32, progress=False)
     method = build_method(cfg)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

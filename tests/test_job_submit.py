@@ -1,6 +1,7 @@
-"""`ray start --head` + token auth + `ray job submit --working-dir . -- python jobs/pretrain.py ...`,
-exactly as README documents it, on this machine."""
+"""`make cluster`, then `.venv/bin/ray job submit --working-dir . -- python jobs/pretrain.py ...` from a shell whose
+PATH has no .venv on it, exactly as the README shows; `make cluster-stop` stops that head and no other Ray."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -10,59 +11,83 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
-def _ray(*args, env, timeout=300, check=True):
-    r = subprocess.run([str(BIN / "ray"), *args], env=env, capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"ray {' '.join(args)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    return r
+def _clean_env(home: Path) -> dict:
+    """The user's shell: no .venv on PATH, no Ray address or MLflow store exported, its own HOME (auth token)."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if ".venv" not in p)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "MLFLOW_TRACKING_URI",
+                                                             "VIRTUAL_ENV", "PYTHONPATH")}
+    return {**env, "PATH": path, "HOME": str(home)}
+
+
+def _make(target, cwd, env, **settings):
+    return subprocess.run(["make", "-s", target], cwd=cwd, env={**env, **settings}, capture_output=True, text=True,
+                          timeout=300)
 
 
 def _submit(args, cwd, env, timeout):
-    """`ray job submit`, retried while the head's dashboard agent is still starting (it answers
-    "No available agent" for a few seconds after `ray start`; over two minutes on a loaded 2-core machine)."""
+    """`.venv/bin/ray job submit`, retried while the head's dashboard agent is still starting (it answers
+    "No available agent" for a few seconds after the head starts; over two minutes on a loaded 2-core machine)."""
     deadline = time.monotonic() + 360
     while True:
-        r = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8365",
-                            "--working-dir", ".", "--", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run([".venv/bin/ray", "job", "submit", "--working-dir", ".", "--", *args], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=timeout)
         if "No available agent" not in r.stderr or time.monotonic() > deadline:
             return r
         time.sleep(3)
 
 
-def test_job_submit_with_token_auth(tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "HOME": str(tmp_path / "home"),
-           "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env.pop("RAY_ADDRESS", None)
-    env.pop("MLFLOW_TRACKING_URI", None)
+def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
+    import tempfile
+
     (tmp_path / "home").mkdir()
-    token = _ray("get-auth-token", "--generate", env=env).stdout.strip()
-    assert token
-    # a copy of the project, so the upload is what a user's checkout would send
+    short = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay under 107 characters
+    env = _clean_env(tmp_path / "home")
+    assert shutil.which("python", path=env["PATH"]) != str(ROOT / ".venv" / "bin" / "python")
+    # a copy of the project, so the upload is what a user's checkout would send; its .venv is the real one
     work = tmp_path / "project"
     top_level = {".venv", "data", "runs", ".git", ".pytest_cache"}
     shutil.copytree(ROOT, work, ignore=lambda d, names: [n for n in names if (Path(d) == ROOT and n in top_level)
                                                          or n == "__pycache__" or n.endswith(".egg-info")])
+    (work / ".venv").symlink_to(ROOT / ".venv")
     (work / "data").mkdir()
     (work / "data" / "big.bin").write_bytes(b"\0" * (2 << 20))  # must be kept out by .rayignore
-    _ray("start", "--head", "--num-cpus", "4", "--dashboard-port", "8365", "--port", "6390",
-         "--disable-usage-stats", env=env)
+
+    ours = {"RAY_PORT": "6392", "RAY_DASHBOARD_PORT": "8367", "RAY_CLIENT_PORT": "10012",
+            "RAY_TEMP_DIR": str(short / "r1")}
+    other = {"RAY_PORT": "6393", "RAY_DASHBOARD_PORT": "8368", "RAY_CLIENT_PORT": "10013",
+             "RAY_TEMP_DIR": str(short / "r2")}
+    started = _make("cluster", work, env, **other)  # another Ray on the machine, which must survive
+    assert started.returncode == 0, started.stderr
     try:
-        r = _submit(
-            ["python", "jobs/pretrain.py", f"paths.root={tmp_path / 'store'}", "data.generate.n_train=256",
-             "data.generate.n_val=64", "model.width=8", "train.batch_size=64", "train.epochs=1",
-             "eval.knn.bank_size=128", "eval.knn.val_size=64", "eval.probe.steps=10"], work, env, 900)
+        r = _make("cluster", work, env, **ours)
+        assert r.returncode == 0, r.stdout + r.stderr
+        exports = dict(re.findall(r"^export (\w+)=(\S+)$", r.stdout, flags=re.M))
+        assert exports.get("RAY_ADDRESS") == "http://127.0.0.1:8367" and exports.get("RAY_AUTH_MODE") == "token"
+        assert "make cluster-stop" in r.stdout
+        shell = {**env, **exports}
+
+        r = _submit(["python", "jobs/pretrain.py", f"paths.root={tmp_path / 'store'}", "data.generate.n_train=256",
+                     "data.generate.n_val=64", "model.width=8", "train.batch_size=64", "train.epochs=1",
+                     "eval.knn.bank_size=128", "eval.knn.val_size=64", "eval.probe.steps=10"], work, shell, 900)
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
-        # .rayignore kept data/ out of the uploaded working directory
-        probe = _submit(["python", "-c", "import os; print('UPLOADED', os.path.exists('data/big.bin'), "
-                         "os.path.exists('jobs'))"], work, env, 300)
-        assert "UPLOADED False True" in probe.stdout, probe.stdout[-2000:] + probe.stderr[-2000:]
+        # the job ran in .venv, and .rayignore kept data/ out of the uploaded working directory
+        probe = _submit(["python", "-c", "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), "
+                         "os.path.exists('jobs'), sys.prefix)"], work, shell, 300)
+        assert re.search(r"UPLOADED False True \S*/\.venv$", probe.stdout, flags=re.M), \
+            probe.stdout[-2000:] + probe.stderr[-2000:]
+
+        stop = _make("cluster-stop", work, env, **ours)
+        assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr
+        assert subprocess.run(["pgrep", "-f", str(short / "r1")], capture_output=True).returncode == 1
+        assert subprocess.run(["pgrep", "-f", str(short / "r2")], capture_output=True).returncode == 0
     finally:
-        _ray("stop", "--force", env=env, check=False)
+        _make("cluster-stop", work, env, **ours)
+        _make("cluster-stop", work, env, **other)
+    assert subprocess.run(["pgrep", "-f", str(short / "r2")], capture_output=True).returncode == 1
+    shutil.rmtree(short, ignore_errors=True)

@@ -1,5 +1,5 @@
 """JointCrop / JointBlur / JointColor samplers (pipeline/augment/joint.py) follow the law of
-specs/jointcrop.md: log(x2/x1) ~ JC(beta), x1 | r uniform on its interval, boxes inside the image.
+docs/methods/jointcrop.md: log(x2/x1) ~ JC(beta), x1 | r uniform on its interval, boxes inside the image.
 
 The reference CDF of JC(beta) below is derived by hand from the spec, not from the sampler:
   beta > 0: truncated normal G(t) = (Phi(t/sd) - Phi(-s_b/sd)) / (Phi(s_b/sd) - Phi(-s_b/sd)), sd = s_b/beta

@@ -167,7 +167,7 @@ def imagefolder(tmp_path):
 def test_imagefolder_round_trip(imagefolder, tmp_path):
     root, files = imagefolder
     out_root = tmp_path / "shards"
-    manifest = shards.make_imagefolder_split(root.parent, out_root, "train", maxcount=2, progress=False)
+    manifest = shards.make_imagefolder_split(root.parent, out_root, "train", maxcount=2, progress=False, seed=None)
     out = out_root / "train"
     assert manifest["class_names"] == ["ant", "cat", "dog"]
     assert manifest["num_samples"] == 5 and manifest["skipped"] == 1
@@ -186,7 +186,7 @@ def test_imagefolder_round_trip(imagefolder, tmp_path):
             assert int(sample["cls"]) == classes.index(cls)
 
     # the input folder itself (not its parent) works too, and a rerun is a no-op
-    assert shards.make_imagefolder_split(root, out_root, "train", maxcount=2, progress=False) == manifest
+    assert shards.make_imagefolder_split(root, out_root, "train", maxcount=2, progress=False, seed=None) == manifest
 
 
 # ---------------------------------------------------------------- CIFAR
@@ -382,3 +382,155 @@ def test_read_manifest_from_s3(tmp_path, s3):
     with pytest.raises(FileNotFoundError, match="s3://shards-test/ds/val"):
         shards.read_manifest(f"s3://shards-test/ds/val{options}")
 
+
+
+# ---------------------------------------------------------------- bad shards (issue #12)
+
+
+def _cut_in_half(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_truncated_shard_is_named_and_refused_or_skipped(tmp_path):
+    from pipeline.data.reader import iter_samples
+
+    shards.write_split(_synthetic(30), tmp_path, maxcount=10, class_names=None, source="s", progress=False)
+    bad_shard = tmp_path / "shard-000001.tar"
+    _cut_in_half(bad_shard)
+
+    manifest, uris, bad = shards.check_shards(tmp_path)
+    assert [u for u, _ in bad] == [str(bad_shard)] and "truncated" in bad[0][1]
+    assert shards.shard_samples(manifest) == [10, 10, 10]
+
+    sizes = manifest["shard_bytes"]
+    with pytest.raises(shards.BadShardError, match="shard-000001.tar"):
+        list(iter_samples(uris, on_bad_shard="fail", sizes=sizes))
+    skipped: list = []
+    samples = list(iter_samples(uris, on_bad_shard="skip", bad=skipped, sizes=sizes))
+    assert [u for u, _ in skipped] == [str(bad_shard)]
+    assert [s["__key__"] for s in samples] == [f"{i:04d}" for i in (*range(10), *range(20, 30))]
+
+    # a corrupt header inside a shard of the right size is found while reading: the samples before it come
+    # through, whole
+    with shards.ShardWriter(tmp_path / "big", maxcount=10) as writer:
+        for i in range(10):
+            writer.write({"__key__": f"{i:04d}", "bin": bytes(range(256)) * 40, "cls": i})
+    big = tmp_path / "big" / "shard-000000.tar"
+    data = bytearray(big.read_bytes())
+    sample = 512 + 10240 + 512 + 512  # the .bin header and data, the .cls header and data
+    data[5 * sample: 5 * sample + 512] = b"garbage!" * 64
+    big.write_bytes(bytes(data))
+    assert shards.shard_problem(big) is None  # not visible to the cheap check
+    with pytest.raises(shards.BadShardError, match="shard-000000.tar: ends after 5 of its 10 samples"):
+        list(iter_samples([str(big)], on_bad_shard="fail", counts=[10]))
+    got = list(iter_samples([str(big)], on_bad_shard="skip", counts=[10]))
+    assert [s["__key__"] for s in got] == [f"{i:04d}" for i in range(4)]  # the last one read is not trusted
+    assert all(set(s) == {"__key__", "bin", "cls"} and len(s["bin"]) == 10240 for s in got)
+
+
+def test_prepare_data_applies_on_bad_shard(tmp_path):
+    from pipeline.config import ConfigError, compose_config
+    from pipeline.train.launch import prepare_data
+
+    for split in ("train", "val"):
+        shards.write_split(_synthetic(30), tmp_path / split, maxcount=10, class_names=["a", "b", "c"], source="s",
+                           progress=False)
+    _cut_in_half(tmp_path / "train" / "shard-000002.tar")
+    (tmp_path / "val" / "shard-000000.tar").unlink()
+    over = [f"paths.root={tmp_path}", "data=cifar10", f"data.train={tmp_path / 'train'}",
+            f"data.val={tmp_path / 'val'}"]
+
+    with pytest.raises(ConfigError) as e:
+        prepare_data(compose_config(over))  # data.on_bad_shard=fail, the default
+    assert str(e.value).startswith(f"data.train={tmp_path / 'train'}: 1 bad shard(s) of 3: shard-000002.tar (")
+    (tmp_path / "val" / "shard-000000.tar").write_bytes(b"")  # an empty file is no tar either
+    manifest = prepare_data(compose_config(over + ["data.on_bad_shard=skip"]))
+    assert manifest["num_samples"] == 20 and manifest["bad_shards"] == [str(tmp_path / "train" / "shard-000002.tar")]
+
+
+def test_ray_dataset_never_gets_a_bad_shard(tmp_path):
+    from pipeline.data.reader import good_shards
+
+    shards.write_split(_synthetic(30), tmp_path, maxcount=10, class_names=None, source="s", progress=False)
+    _cut_in_half(tmp_path / "shard-000000.tar")
+    assert good_shards(str(tmp_path)) == [str(tmp_path / f"shard-00000{i}.tar") for i in (1, 2)]
+    with pytest.raises(shards.BadShardError, match="shard-000000.tar"):
+        good_shards(str(tmp_path), on_bad_shard="fail")
+
+
+# ---------------------------------------------------------------- one list of image extensions
+
+
+def test_every_image_format_the_writer_takes_is_read_back(tmp_path):
+    from pipeline.data import reader
+
+    assert shards.IMAGE_EXTS is reader.IMAGE_EXTS
+    rng = np.random.default_rng(0)
+    root = tmp_path / "folder"
+    kinds = {"a.gif": "GIF", "b.tif": "TIFF", "c.tiff": "TIFF", "d.jpeg": "JPEG", "e.bmp": "BMP", "f.ppm": "PPM",
+             "g.webp": "WEBP", "h.png": "PNG"}
+    for i, (name, fmt) in enumerate(kinds.items()):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (root / f"c{i % 2}" / name).write_bytes(image_bytes(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8), fmt))
+    manifest = shards.make_imagefolder_split(root, tmp_path / "out", "train", maxcount=3, progress=False)
+    assert manifest["num_samples"] == len(kinds) and manifest["skipped"] == 0
+    split = reader.load_split(str(tmp_path / "out" / "train"), "classification")
+    assert len(split.encoded) == len(kinds)
+    assert sorted(pixels(e).shape for e in split.encoded) == [(6, 6, 3)] * len(kinds)
+
+
+# ---------------------------------------------------------------- imagefolder: shuffled across shards
+
+
+def _classes_folder(root: Path, classes: int = 3, per_class: int = 30) -> Path:
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(per_class):
+            image = image_bytes(np.full((4, 4, 3), c * 40 + i, np.uint8), "PNG")
+            (root / f"class{c}" / f"{i:03d}.png").write_bytes(image)
+    return root
+
+
+def _shard_classes(out: Path) -> list[set[int]]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return [{int(data) for name, data in read_tar(out / s) if name.endswith(".cls")} for s in manifest["shards"]]
+
+
+def test_make_shards_imagefolder_mixes_classes_with_a_seed(tmp_path):
+    job = _load_job()
+    src = _classes_folder(tmp_path / "src")
+    for out, seed in (("a", 7), ("b", 7), ("c", 8)):
+        assert job.main(["source=imagefolder", f"input={src}", f"output={tmp_path / out}", "maxcount=10",
+                         f"seed={seed}"]) == 0
+    a = tmp_path / "a" / "train"
+    manifest = json.loads((a / "manifest.json").read_text())
+    assert manifest["source"]["seed"] == 7 and manifest["num_samples"] == 90 and len(manifest["shards"]) == 9
+    assert all(len(classes) >= 2 for classes in _shard_classes(a))
+    for name in manifest["shards"]:  # the same seed: the same order, byte for byte
+        assert (a / name).read_bytes() == (tmp_path / "b" / "train" / name).read_bytes()
+    assert read_split(a) != read_split(tmp_path / "c" / "train")  # another seed: another order
+    assert sorted(s["png"] for s in read_split(a)) == sorted(s["png"] for s in read_split(tmp_path / "c" / "train"))
+
+    # without a seed: class order, one class per shard (what make_shards did before)
+    shards.make_imagefolder_split(src, tmp_path / "d", "train", maxcount=10, progress=False, seed=None)
+    assert all(len(classes) == 1 for classes in _shard_classes(tmp_path / "d" / "train"))
+
+
+# ---------------------------------------------------------------- make_shards' command line
+
+
+def test_make_shards_help_lists_its_own_keys_and_no_arguments_is_an_error(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(REPO / "jobs" / "make_shards.py")]
+    r = subprocess.run([*cmd, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "source: ???" in r.stdout and "maxcount:" in r.stdout and "seed:" in r.stdout
+    assert "Config groups" not in r.stdout and "method:" not in r.stdout and "augment:" not in r.stdout
+
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: source and output are required")
+    assert list(tmp_path.iterdir()) == []

@@ -1,7 +1,7 @@
 """Batched, differentiable colour ops on float images in [0, 1], one factor per sample.
 
 These are the torch executor's colour ops and InvCLR's differentiable colour distortion
-(specs/invariance.md 3.2): every output is differentiable in the image and in the factors, so a
+(docs/methods/invclr.md §3.2): every output is differentiable in the image and in the factors, so a
 method can take d(image)/d(alpha). With hue_mode="hsv" they equal torchvision's adjust_* (tests hold
 them to it); "yiq" is InvCLR's linear hue rotation (its Eqs. 44-47).
 
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
-# InvCLR's paper matrices (Eqs. 44-47); its code rounds them slightly differently (specs/invariance.md 3.2).
+# InvCLR's paper matrices (Eqs. 44-47); its code rounds them slightly differently (docs/methods/invclr.md §3.2).
 YIQ = ((0.299, 0.587, 0.114), (0.5959, -0.2746, -0.3213), (0.2115, -0.5227, 0.3112))
 YIQ_TO_RGB = ((1.0, 0.956, 0.619), (1.0, -0.272, -0.647), (1.0, -1.106, 1.703))
 JITTER_OPS = ("brightness", "contrast", "saturation", "hue")

@@ -16,14 +16,20 @@ from pipeline.augment import colour
 from pipeline.augment.views import Views
 
 _JITTER_NAMES = ("b", "c", "s", "h")
+FONT_PT = 9  # the smallest text in the grid
 
 
-def _short(op: str) -> str:
-    """ShearX -> ShX, TranslateY -> TrY, AutoContrast -> AutoC, Posterize -> Poste ..."""
-    for long, short in (("Shear", "Sh"), ("Translate", "Tr")):
-        if op.startswith(long):
-            return short + op[len(long):]
-    return op[:5]
+def _magnitude(op: str, m: float) -> str:
+    """An op's magnitude as a person reads it: 2 decimals at most, signed for the signed (affine) ops, integers
+    for Solarize's threshold and Posterize's bits, nothing for the on/off ops."""
+    from pipeline.augment.strong import AFFINE_OPS, NO_MAG_OPS
+
+    if op in NO_MAG_OPS:
+        return ""
+    if op in ("Solarize", "Posterize"):
+        return f" {m:.0f}"
+    text = f"{m:+.2f}" if op in AFFINE_OPS else f"{m:.2f}"
+    return " " + (text.rstrip("0").rstrip(".") if "." in text else text)
 
 
 def display_images(views: Views, aug: Mapping[str, Any]) -> list[torch.Tensor]:
@@ -68,10 +74,9 @@ def describe(p: Mapping[str, np.ndarray], i: int, pool: Sequence[str] | None = N
     if "strong_op" in v:
         from pipeline.augment.strong import OPS
 
-        ops = [f"{_short(OPS[int(o)])}{float(m):+.2g}" for o, on, m in zip(v["strong_op"], v["strong_on"],
-                                                                           v["strong_mag"]) if on]
-        for k in range(0, len(ops), 2):
-            lines.append(" ".join(ops[k:k + 2]))
+        ops = [f"{OPS[int(o)]}{_magnitude(OPS[int(o)], float(m))}" for o, on, m in
+               zip(v["strong_op"], v["strong_on"], v["strong_mag"]) if on]
+        lines.extend(ops)  # one op a line: full names stay within the column
         if not ops:
             lines.append("strong: none applied")
     spiro = [k for k in ("h", "f_g", "f_b", "b_r", "b_g", "b_b") if k in v]  # Spirograph nuisance alpha
@@ -91,36 +96,48 @@ def gallery_figure(originals: Sequence[torch.Tensor], views: Views, aug: Mapping
     shown = display_images(views, aug)
     params = [{k: t.cpu().numpy() for k, t in p.items()} for p in views.params]
     rows, cols = len(views.kept), 1 + len(shown)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols, 2.5 * rows), squeeze=False)
+    titles = [[f"{view_names[c]} {img.shape[-1]}px\n{describe(p, r)}" for c, (img, p) in enumerate(zip(shown, params))]
+              for r in range(rows)]
+    # Sized for its text: 9 pt titles (legible at the PNG's own size), each row as tall as its longest title.
+    lines = max((t.count("\n") + 1 for row in titles for t in row), default=1)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, (2.4 + 0.22 * lines) * rows), squeeze=False)
     for r, src in enumerate(views.kept):
         axes[r, 0].imshow(originals[src].permute(1, 2, 0).numpy())
-        axes[r, 0].set_title("source", fontsize=7)
-        for c, (img, p) in enumerate(zip(shown, params)):
+        axes[r, 0].set_title(f"source #{src}", fontsize=FONT_PT)
+        for c, img in enumerate(shown):
             ax = axes[r, c + 1]
             ax.imshow(img[r].permute(1, 2, 0).numpy(), interpolation="nearest")
-            ax.set_title(f"{view_names[c]} {img.shape[-1]}px\n{describe(p, r)}", fontsize=5.5)
+            ax.set_title(titles[r][c], fontsize=FONT_PT)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=FONT_PT + 2)
     fig.tight_layout()
     return fig
 
 
-def sample_batch(root: str, n: int) -> dict[str, np.ndarray]:
-    """The first n samples of a shard set as a raw batch (the columns Ray Data would hand the loop)."""
+def sample_batch(root: str, n: int, scan: int = 32) -> dict[str, np.ndarray]:
+    """n samples of a shard set as a raw batch (the columns Ray Data would hand the loop): taken in turn from up to
+    n shards spread over the set, each time a sample of a class (`cls`) not shown yet where its shard has one
+    among its first `scan` samples. The first shard alone is often a single class."""
+    from itertools import islice
+
     from pipeline.data.reader import iter_samples
     from pipeline.data.shards import read_manifest
 
     _, uris = read_manifest(root)
-    rows = []
-    for sample in iter_samples(uris):
-        rows.append(sample)
-        if len(rows) == n:
-            break
-    keys = [k for k in rows[0] if not k.startswith("__")]
-    return {k: np.array([r.get(k) for r in rows], dtype=object) for k in keys}
+    picked = sorted(set(np.linspace(0, len(uris) - 1, min(n, len(uris))).round().astype(int).tolist()))
+    pools = [list(islice(iter_samples([uris[i]]), scan)) for i in picked]
+    rows, classes = [], set()
+    while len(rows) < n and any(pools):
+        for pool in pools:
+            if pool and len(rows) < n:
+                j = next((j for j, smp in enumerate(pool) if smp.get("cls") not in classes), 0)
+                rows.append(pool.pop(j))
+                classes.add(rows[-1].get("cls"))
+    cols = [k for k in rows[0] if not k.startswith("__")]
+    return {k: np.array([r.get(k) for r in rows], dtype=object) for k in cols}
 
 
 def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: int = 0) -> dict:
@@ -145,7 +162,8 @@ def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: in
     else:
         names = [f"view{v}" for v in range(len(views.images))]
     executor = getattr(maker, "executor", None)
-    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch"}.get(type(executor).__name__, "torch renderer")
+    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch", "GpuExecutor": "gpu"}.get(type(executor).__name__,
+                                                                                       "torch renderer")
     title = f"augment={aug.get('name', '?')} data={cfg['data']['name']}  executor={ran_on}"
     fig = gallery_figure(originals, views, aug, names, title=title)
     fig.savefig(path, dpi=110)

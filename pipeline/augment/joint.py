@@ -1,6 +1,6 @@
 """Joint samplers for the two views of a positive pair: JointCrop / JointBlur / JointColor.
 
-Spec: specs/jointcrop.md (Zhang et al., AAAI 2025, "Enhancing Contrastive Learning Inspired by the
+Spec: docs/methods/jointcrop.md (Zhang et al., AAAI 2025, "Enhancing Contrastive Learning Inspired by the
 Philosophy of 'The Blind Men and the Elephant'", Alg. 1). The two views' parameters x1, x2 stay inside
 [low, high], but they are no longer independent: the log-ratio r = log(x2/x1) is drawn first from JC(beta)
 on [-s_b, s_b], s_b = log(high/low), and then x1 is drawn given r (section 1.2):
@@ -11,7 +11,7 @@ on [-s_b, s_b], s_b = log(high/low), and then x1 is drawn given r (section 1.2):
                   of JC(|beta|) reflected about -s_b/2 resp. +s_b/2; mass moves to the extreme ratios)
     x1 | r ~ U[low * max(1, e^-r), high * min(1, e^-r)],  x2 = x1 * e^r
 
-Choices where the spec is open (section numbers of specs/jointcrop.md):
+Choices where the spec is open (section numbers of docs/methods/jointcrop.md):
 - s_b = log(high/low), the paper's value. The official code's log(high/low - 0.1) (section 1.2, section 6.1)
   is not used; at |r| = s_b the interval for x1 then shrinks to one point, which is harmless.
 - The truncated normal is sampled exactly by rejection (section 6.1 leaves the method open): from a uniform

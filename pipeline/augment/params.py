@@ -142,7 +142,7 @@ def sample_views(encoded: Sequence[bytes], recipe: Recipe, rng: np.random.Genera
 def apply_joint(views: list[Params], sizes: Sequence[tuple[int, int]], recipe: Recipe,
                 rng: np.random.Generator) -> None:
     """Redraw the first two views' joint parameters in place. The apply/skip gates stay the independent
-    per-view draws (specs/jointcrop.md section 6): a joint sigma or factor only takes effect where its view's
+    per-view draws (docs/methods/jointcrop.md §6): a joint sigma or factor only takes effect where its view's
     gate is on."""
     from .joint import JointSampler, sample_joint_crops
 

@@ -91,7 +91,7 @@ class ViewSpec:
 
 @dataclass(frozen=True)
 class JointSpec:
-    """Joint samplers over the first two views (specs/jointcrop.md). beta None = independent."""
+    """Joint samplers over the first two views (docs/methods/jointcrop.md). beta None = independent."""
 
     crop_beta: float | None = None
     blur_beta: float | None = None
@@ -162,6 +162,15 @@ def _joint(d: Mapping[str, Any] | None) -> JointSpec:
 
     return JointSpec(crop_beta=beta("crop"), blur_beta=beta("blur"), color_beta=beta("color"),
                      color_factor=(d.get("color") or {}).get("factor", "brightness"))
+
+
+# keys of conf/augment/*.yaml that choose how views are computed, not their law
+EXECUTION_KEYS = ("name", "kind", "executor", "device")
+
+
+def image_recipe(aug: Mapping[str, Any]) -> Recipe:
+    """The Recipe an image augment config describes (ValueError on unknown keys or bad values)."""
+    return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
 
 
 def recipe_from_dict(d: Mapping[str, Any]) -> Recipe:

@@ -1,5 +1,5 @@
 """Spirograph views: the sample's downstream factors x = (m, b, sigma, f_r), re-rendered with fresh
-nuisance parameters alpha = (h, f_g, f_b, b_r, b_g, b_b) for every view (specs/invariance.md 2.2, 3.3).
+nuisance parameters alpha = (h, f_g, f_b, b_r, b_g, b_b) for every view (docs/methods/invclr.md §2.2, §3.3).
 
 The sampler is `sample_nuisance`, the apply is the differentiable torch renderer; alpha travels with
 each view as its parameters, which is what InvCLR's gradient penalty differentiates.

@@ -11,18 +11,11 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from pipeline.augment.recipe import recipe_from_dict
+# image_recipe lives beside the recipe (no torch there), so the config check imports no torch; kept here too
+from pipeline.augment.recipe import EXECUTION_KEYS, image_recipe, recipe_from_dict  # noqa: F401
 from pipeline.augment.spirograph_views import SpirographRecipe, factors, generator_from, render_views
 from pipeline.augment.views import Views, make_executor, make_views
 from pipeline.data.reader import image_key
-
-# keys of conf/augment/*.yaml that choose how views are computed, not their law
-EXECUTION_KEYS = ("name", "kind", "executor", "device")
-
-
-def image_recipe(aug: Mapping[str, Any]):
-    """The Recipe an image augment config describes (ValueError on unknown keys or bad values)."""
-    return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
 
 
 def eval_settings(aug: Mapping[str, Any]) -> tuple[int, list[float], list[float]]:

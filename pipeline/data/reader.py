@@ -2,30 +2,51 @@
 from __future__ import annotations
 
 import json
+import sys
 import tarfile
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
-from pipeline.data.shards import read_manifest
+from pipeline.data.formats import IMAGE_EXTS, image_key  # noqa: F401  (one list for the writer and readers)
+from pipeline.data.shards import (ON_BAD_SHARD, BadShardError, check_shards, describe_bad, read_manifest,
+                                  shard_problem, shard_samples)
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm")
-
-
-def image_key(columns) -> str:
-    """The image member's extension among a sample's (or batch's) columns."""
-    for ext in IMAGE_EXTS:
-        if ext in columns:
-            return ext
-    raise KeyError(f"no image member among {sorted(columns)}")
+# The readers' default for a bad shard. The config's `data.on_bad_shard` is applied before any work starts
+# (pipeline.train.launch.prepare_data checks every shard and, with `fail`, refuses in one line), so by the
+# time a shard is read a bad one is either allowed (`skip`) or went bad since: skip it, warning with its name.
+DEFAULT_ON_BAD_SHARD = "skip"
 
 
-def train_dataset(root: str, shuffle_files: bool = True, seed: int | None = None):
-    """Encoded samples as a Ray Dataset: `decoder=None` keeps bytes untouched for the augmentation stage."""
+def _warn_bad(bad: list[tuple[str, str]]) -> None:
+    print(f"[shards] skipping {len(bad)} bad shard(s): {describe_bad(bad, limit=10)}", file=sys.stderr, flush=True)
+
+
+def good_shards(root: str, on_bad_shard: str = DEFAULT_ON_BAD_SHARD) -> list[str]:
+    """The URIs of the split's shards that pass `check_shards`; a bad one raises BadShardError naming it
+    (`fail`) or is left out with a warning naming it (`skip`)."""
+    if on_bad_shard not in ON_BAD_SHARD:
+        raise ValueError(f"on_bad_shard must be one of {', '.join(ON_BAD_SHARD)}, not {on_bad_shard!r}")
+    _, uris, bad = check_shards(root)
+    if bad and on_bad_shard == "fail":
+        raise BadShardError(f"bad shard in {root}: {describe_bad(bad)}")
+    if bad:
+        _warn_bad(bad)
+    dropped = {u for u, _ in bad}
+    good = [u for u in uris if u not in dropped]
+    if not good:
+        raise BadShardError(f"every shard in {root} is bad: {describe_bad(bad)}")
+    return good
+
+
+def train_dataset(root: str, shuffle_files: bool = True, seed: int | None = None,
+                  on_bad_shard: str = DEFAULT_ON_BAD_SHARD):
+    """Encoded samples as a Ray Dataset: `decoder=None` keeps bytes untouched for the augmentation stage.
+    Shards that fail `check_shards` are never handed to Ray (see `good_shards`)."""
     import ray.data
 
-    _, uris = read_manifest(root)
+    uris = good_shards(root, on_bad_shard)
     shuffle = ray.data.FileShuffleConfig(seed=seed) if shuffle_files else None
     paths, filesystem = _paths_and_filesystem(uris)
     return ray.data.read_webdataset(paths, decoder=None, shuffle=shuffle, filesystem=filesystem)
@@ -51,25 +72,63 @@ def _open(uri: str):
     return open(uri, "rb")
 
 
-def iter_samples(uris: list[str]) -> Iterator[dict]:
-    """Samples of WebDataset tars in order: {"__key__": str, ext: bytes, ...} (members adjacent)."""
-    for uri in uris:
-        with _open(uri) as f, tarfile.open(fileobj=f, mode="r|*") as tar:
-            sample: dict = {}
-            for member in tar:
-                if not member.isfile():
-                    continue
-                base = member.name.rsplit("/", 1)[-1]
-                prefix = member.name[: len(member.name) - len(base)]
-                key, _, ext = base.partition(".")
-                key = prefix + key
-                if sample and sample["__key__"] != key:
-                    yield sample
-                    sample = {}
-                sample["__key__"] = key
-                sample[ext] = tar.extractfile(member).read()
-            if sample:
+class _ShortShard(tarfile.TarError):
+    """The tar ended before the samples the manifest counts (Python's tarfile takes a corrupt header, or a
+    cut at a block boundary, for the end of the archive)."""
+
+
+def iter_samples(uris: list[str], on_bad_shard: str = DEFAULT_ON_BAD_SHARD,
+                 bad: list[tuple[str, str]] | None = None, sizes: list[int | None] | None = None,
+                 counts: list[int] | None = None) -> Iterator[dict]:
+    """Samples of WebDataset tars in order: {"__key__": str, ext: bytes, ...} (members adjacent).
+
+    A bad shard raises BadShardError naming it (`on_bad_shard="fail"`), or is skipped with a warning naming
+    it (`skip`) and appended to `bad` as (uri, why). Bad: a local shard that fails `shard_problem` (checked
+    before it is read, against its size in the manifest where `sizes` gives it), or a shard that cannot be
+    read to its end or, where `counts` gives its samples, ends before them. The whole samples before the
+    damage have been yielded by then; the one it cut is not."""
+    if on_bad_shard not in ON_BAD_SHARD:
+        raise ValueError(f"on_bad_shard must be one of {', '.join(ON_BAD_SHARD)}, not {on_bad_shard!r}")
+    for i, uri in enumerate(uris):
+        why = None if "://" in uri else shard_problem(uri, sizes[i] if sizes else None)
+        if why is None:
+            try:
+                yield from _iter_shard(uri, counts[i] if counts else None)
+                continue
+            except _ShortShard as e:
+                why = str(e)
+            except (tarfile.TarError, EOFError, OSError) as e:
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'unreadable'}"
+        if on_bad_shard == "fail":
+            raise BadShardError(f"bad shard {uri.split('?')[0]}: {why}")
+        _warn_bad([(uri, why)])
+        if bad is not None:
+            bad.append((uri, why))
+
+
+def _iter_shard(uri: str, expected: int | None = None) -> Iterator[dict]:
+    # A sample is yielded once the next key begins (members are adjacent, so it is whole), the last one once
+    # the tar ended with all `expected` samples.
+    n = 0
+    with _open(uri) as f, tarfile.open(fileobj=f, mode="r|*") as tar:
+        sample: dict = {}
+        for member in tar:
+            if not member.isfile():
+                continue
+            base = member.name.rsplit("/", 1)[-1]
+            prefix = member.name[: len(member.name) - len(base)]
+            key, _, ext = base.partition(".")
+            key = prefix + key
+            if sample and sample["__key__"] != key:
                 yield sample
+                n += 1
+                sample = {}
+            sample["__key__"] = key
+            sample[ext] = tar.extractfile(member).read()
+        if expected is not None and n + bool(sample) < expected:
+            raise _ShortShard(f"ends after {n + bool(sample)} of its {expected} samples (corrupt or truncated)")
+        if sample:
+            yield sample
 
 
 @dataclass
@@ -89,14 +148,16 @@ def targets_of(sample: dict, task: str, targets: list[str] | None) -> np.ndarray
 
 
 def load_split(root: str, task: str, targets: list[str] | None = None, limit: int | None = None,
-               stride: bool = True) -> Split:
+               stride: bool = True, on_bad_shard: str = DEFAULT_ON_BAD_SHARD) -> Split:
     """Read up to `limit` samples. With `stride`, take every k-th sample so a limited split still spans
-    every shard (and so every class of an ordered ImageFolder)."""
+    every shard (and so every class of an ordered ImageFolder). Bad shards: see `iter_samples`."""
     manifest, uris = read_manifest(root)
     n = manifest["num_samples"]
     step = max(1, n // limit) if (limit and stride) else 1
     encoded, ys = [], []
-    for i, s in enumerate(iter_samples(uris)):
+    counts = shard_samples(manifest) if manifest.get("maxcount") else None  # known only for ShardWriter's shards
+    samples = iter_samples(uris, on_bad_shard, sizes=manifest.get("shard_bytes"), counts=counts)
+    for i, s in enumerate(samples):
         if i % step:
             continue
         encoded.append(s[image_key(s)])

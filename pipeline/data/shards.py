@@ -22,19 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from PIL import Image
 
-from pipeline.data import spirograph
+from pipeline.data.formats import FILE_EXT, IMAGE_EXTS, ON_BAD_SHARD  # noqa: F401  (ON_BAD_SHARD: re-exported)
+
+# torch (for the Spirograph renderer) is imported where it is used: reading manifests and checking shards,
+# which every job does before any work, stay light.
 
 MANIFEST = "manifest.json"
 # Records which source/maxcount the shards of an unfinished run belong to, so a resume never
 # mixes shards of two different datasets.
 PARTIAL_MARKER = "_partial.json"
 SHARD_RE = re.compile(r"^shard-(\d{6})\.tar$")
-IMAGE_EXTS = ("jpg", "png", "webp", "bmp", "gif", "tif", "ppm")
-_FILE_EXT = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".webp": "webp", ".bmp": "bmp",
-             ".gif": "gif", ".tif": "tif", ".tiff": "tif", ".ppm": "ppm"}
 SPIROGRAPH_CHUNK = 1000
 SPIROGRAPH_VAL_SEED_OFFSET = 10**6
 
@@ -233,12 +232,16 @@ def write_split(
     total: int | None = None,
     progress: bool = True,
     stats: SkipStats | None = None,
+    extra: dict | None = None,
 ) -> dict:
     """Write one split as shards plus `manifest.json`; returns the manifest.
 
     Resumable: a complete manifest for the same source and maxcount is returned as is; after an
     interrupted run with the same source, the full finished shards are kept and their samples skipped
     (cheaply when `samples` is a function start -> iterable). `samples` must be deterministic.
+    `extra`: more manifest fields (how the data was made, in the words of the config that made it); they
+    must follow from `source`, which alone decides whether existing shards are this split's.
+    The manifest records each shard's size in bytes (`shard_bytes`), so a truncated shard is found cheaply.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -267,9 +270,12 @@ def write_split(
     num_samples = skip + writer.count
     bar.update(num_samples, force=True)
 
+    names = done + writer.shards
     manifest = {
+        **(extra or {}),
         "num_samples": num_samples,
-        "shards": done + writer.shards,
+        "shards": names,
+        "shard_bytes": [(out / name).stat().st_size for name in names],
         "class_names": class_names,
         "source": source,
         "maxcount": maxcount,
@@ -295,12 +301,15 @@ def imagefolder_classes(root: str | os.PathLike) -> list[str]:
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
 
-def _image_files(root: Path, classes: list[str]) -> list[tuple[Path, int]]:
+def _image_files(root: Path, classes: list[str], seed: int | None = None) -> list[tuple[Path, int]]:
+    """(file, class index) in sorted (class, file name) order, or in that order permuted with `seed`."""
     files = []
     for index, name in enumerate(classes):
         for entry in sorted(os.scandir(root / name), key=lambda e: e.name):
-            if entry.is_file() and Path(entry.name).suffix.lower() in _FILE_EXT:
+            if entry.is_file() and Path(entry.name).suffix.lower() in FILE_EXT:
                 files.append((Path(entry.path), index))
+    if seed is not None:
+        files = [files[i] for i in np.random.default_rng(seed).permutation(len(files))]
     return files
 
 
@@ -314,23 +323,25 @@ def _is_valid_image(data: bytes) -> bool:
 
 
 def iter_imagefolder(
-    root: str | os.PathLike, *, start: int = 0, stats: SkipStats | None = None
+    root: str | os.PathLike, *, start: int = 0, stats: SkipStats | None = None, seed: int | None = None
 ) -> Iterator[Sample]:
     """Samples {"__key__", "<ext>": original bytes, "cls": int} from a class-per-folder tree.
 
-    Files are visited in sorted (class, file name) order; unreadable images are skipped and counted
-    in `stats`. `start` drops the first valid samples (files are still verified so counts stay exact).
+    Files are visited in sorted (class, file name) order, permuted with `seed` unless it is None (so
+    consecutive samples, and hence the samples of a shard, mix the classes); unreadable images are skipped
+    and counted in `stats`. `start` drops the first valid samples (files are still verified so counts stay
+    exact).
     """
     root = Path(root)
     index = 0
-    for path, cls in _image_files(root, imagefolder_classes(root)):
+    for path, cls in _image_files(root, imagefolder_classes(root), seed):
         data = path.read_bytes()
         if not _is_valid_image(data):
             if stats is not None:
                 stats.add(str(path))
             continue
         if index >= start:
-            ext = _FILE_EXT[path.suffix.lower()]
+            ext = FILE_EXT[path.suffix.lower()]
             yield {"__key__": f"{index:08d}_{_sanitize(path.stem)}", ext: data, "cls": cls}
         index += 1
 
@@ -396,6 +407,10 @@ def iter_spirograph(
     Chunk c (samples c*chunk ...) uses torch.Generator().manual_seed(seed + c), so any chunk, and
     hence any `start`, can be produced without rendering the ones before it.
     """
+    import torch
+
+    from pipeline.data import spirograph
+
     for c in range(start // chunk, (n + chunk - 1) // chunk):
         first = c * chunk
         params = spirograph.sample_params(min(chunk, n - first), torch.Generator().manual_seed(seed + c))
@@ -411,9 +426,12 @@ def iter_spirograph(
 
 def make_imagefolder_split(
     input_root: str | os.PathLike, out_root: str | os.PathLike, split: str = "train",
-    *, maxcount: int = 1000, progress: bool = True,
+    *, maxcount: int = 1000, progress: bool = True, seed: int | None = 0,
 ) -> dict:
-    """Shard `input_root/<split>` (or `input_root` itself if it has no such folder) into out_root/<split>."""
+    """Shard `input_root/<split>` (or `input_root` itself if it has no such folder) into out_root/<split>.
+
+    The samples are shuffled across the shards with `seed` (None: class order, each shard one or two
+    classes); the seed is part of the manifest's `source`, so another seed rewrites the split."""
     root = Path(input_root)
     if (root / split).is_dir():
         root = root / split
@@ -421,11 +439,11 @@ def make_imagefolder_split(
     classes = imagefolder_classes(root)
     stats = SkipStats()
     manifest = write_split(
-        lambda start: iter_imagefolder(root, start=start, stats=stats),
+        lambda start: iter_imagefolder(root, start=start, stats=stats, seed=seed),
         Path(out_root) / split,
         maxcount=maxcount,
         class_names=classes,
-        source={"kind": "imagefolder", "root": str(root)},
+        source={"kind": "imagefolder", "root": str(root), "seed": seed},
         total=len(_image_files(root, classes)),
         progress=progress,
         stats=stats,
@@ -455,9 +473,13 @@ def make_spirograph_splits(
     out_root: str | os.PathLike, n_train: int = 5000, n_val: int = 1000, seed: int = 0,
     size: int = 32, maxcount: int = 1000, *, progress: bool = True,
 ) -> dict[str, dict]:
-    """Write out_root/train (n_train, seed) and out_root/val (n_val, seed + 10**6); returns manifests."""
+    """Write out_root/train (n_train, seed) and out_root/val (n_val, seed + 10**6); returns manifests.
+
+    Each manifest records, besides its `source`, the `data.generate` settings that made the split
+    (`generate`: n_train or n_val, seed, size, maxcount), which `spirograph_generate` reads back."""
     manifests = {}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + SPIROGRAPH_VAL_SEED_OFFSET)):
+        made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}
         manifests[split] = write_split(
             lambda start, n=n, s=split_seed: iter_spirograph(n, s, size, start=start),
             Path(out_root) / split,
@@ -467,8 +489,23 @@ def make_spirograph_splits(
                     "chunk": SPIROGRAPH_CHUNK},
             total=n,
             progress=progress,
+            extra={"generate": made},
         )
     return manifests
+
+
+def spirograph_generate(manifest: dict, split: str) -> dict | None:
+    """The `data.generate` settings a Spirograph split was made with ({"n_train" or "n_val", "seed", "size",
+    "maxcount"}), from its manifest; manifests written before the `generate` record have them in `source`.
+    None when the split is not generated Spirograph data, or was made by a generator with other chunks."""
+    src = manifest.get("source")
+    if not isinstance(src, dict) or src.get("kind") != "spirograph" or src.get("chunk") != SPIROGRAPH_CHUNK:
+        return None
+    if isinstance(manifest.get("generate"), dict):
+        return manifest["generate"]
+    offset = SPIROGRAPH_VAL_SEED_OFFSET if split == "val" else 0
+    return {f"n_{split}": src.get("n"), "seed": src.get("seed", 0) - offset, "size": src.get("size"),
+            "maxcount": manifest.get("maxcount")}
 
 
 # ---------------------------------------------------------------- reading
@@ -511,3 +548,74 @@ def read_manifest(path_or_uri: str | os.PathLike) -> tuple[dict, list[str]]:
     if not manifest.get("num_samples"):
         raise ValueError(f"manifest in {location} lists zero samples")
     return manifest, [f"{location}/{name}{suffix}" for name in manifest["shards"]]
+
+
+# ---------------------------------------------------------------- shard integrity
+
+
+
+class BadShardError(ValueError):
+    """A shard that is missing, truncated or not a tar archive, named in the message (one line)."""
+
+
+def shard_problem(path: str | os.PathLike, expected_bytes: int | None = None) -> str | None:
+    """Why a local shard is bad, or None. Cheap, whatever the shard's size: its size against the manifest's
+    record (`expected_bytes`; None for manifests written before sizes were recorded), whole 512-byte tar
+    blocks, a valid first header and the end-of-archive blocks; its members are not read."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return "missing"
+    if expected_bytes is not None and size != expected_bytes:
+        return f"{size} bytes where the manifest records {expected_bytes} (truncated or overwritten)"
+    block = tarfile.BLOCKSIZE
+    if size < 3 * block or size % block:
+        return f"{size} bytes is not a whole tar archive (truncated)"
+    with open(path, "rb") as f:
+        head = f.read(block)
+        f.seek(-2 * block, os.SEEK_END)
+        tail = f.read()
+    try:
+        tarfile.TarInfo.frombuf(head, tarfile.ENCODING, "surrogateescape")
+    except tarfile.TarError as e:
+        return f"not a tar archive ({e})"
+    if tail.count(0) != len(tail):
+        return "no end-of-archive blocks (truncated)"
+    return None
+
+
+def shard_samples(manifest: dict) -> list[int]:
+    """Samples per shard: the writer fills every shard but the last with `maxcount`."""
+    names, n, maxcount = manifest["shards"], int(manifest["num_samples"]), int(manifest.get("maxcount") or 0)
+    if not names:
+        return []
+    if not maxcount:  # not written by ShardWriter: spread evenly, for counting only
+        return [n // len(names) + (i < n % len(names)) for i in range(len(names))]
+    return [maxcount] * (len(names) - 1) + [n - maxcount * (len(names) - 1)]
+
+
+def check_shards(path_or_uri: str | os.PathLike) -> tuple[dict, list[str], list[tuple[str, str]]]:
+    """(manifest, shard URIs, bad) of a split, `bad` listing (shard URI, why) for every shard that is missing,
+    truncated or not a tar archive. Local shards get `shard_problem`'s checks; remote ones (s3://, gs://)
+    their existence and size against the manifest, in one metadata request each."""
+    manifest, uris = read_manifest(path_or_uri)
+    sizes = manifest.get("shard_bytes") or [None] * len(uris)
+    if not _is_uri(str(path_or_uri)):
+        return manifest, uris, [(u, why) for u, n in zip(uris, sizes) if (why := shard_problem(u, n))]
+    from pyarrow import fs as pafs
+
+    filesystem, folder = pafs.FileSystem.from_uri(str(path_or_uri))
+    infos = filesystem.get_file_info([f"{folder.rstrip('/')}/{name}" for name in manifest["shards"]])
+    bad = []
+    for uri, info, n in zip(uris, infos, sizes):
+        if info.type != pafs.FileType.File:
+            bad.append((uri, "missing"))
+        elif n is not None and info.size != n:
+            bad.append((uri, f"{info.size} bytes where the manifest records {n} (truncated or overwritten)"))
+    return manifest, uris, bad
+
+
+def describe_bad(bad: list[tuple[str, str]], limit: int = 3) -> str:
+    """`name (why), ...` on one line, the first `limit` shards and a count of the rest."""
+    text = ", ".join(f"{uri.split('?')[0].rsplit('/', 1)[-1]} ({why})" for uri, why in bad[:limit])
+    return text + (f" and {len(bad) - limit} more" if len(bad) > limit else "")

@@ -1,4 +1,4 @@
-"""Invariance of a frozen backbone to the training transformations (specs/invariance.md 1.3, 4.2, 4.4).
+"""Invariance of a frozen backbone to the training transformations (docs/methods/invclr.md §1.3, §4.2, §4.4).
 
 * `transformed_features`: features of `n_copies` transformed versions of every sample of an eval split,
   with the transformation parameters alpha that made them.
@@ -222,7 +222,7 @@ def _redraw_alpha(params: Sequence[dict], spec, rng: np.random.Generator) -> lis
 
 
 def conditional_variance_of(feats: torch.Tensor, generator: torch.Generator | None = None) -> float:
-    """V by Eq. 7 (specs/invariance.md 1.1, 4.2): feats [K, L, D], L >= 2 transformed copies per sample.
+    """V by Eq. 7 (docs/methods/invclr.md §1.1, §4.2): feats [K, L, D], L >= 2 transformed copies per sample.
     One Rademacher e_i in R^D per sample (drawn from `generator` as a [K, D] tensor), shared by its L copies;
     F_ij = e_i . z_ij/||z_ij||; V = mean_i of the Bessel-corrected variance of F_i1..F_iL. In float64."""
     if feats.dim() != 3 or feats.shape[1] < 2:

@@ -1,7 +1,7 @@
 """Linear probe on frozen features: cross-entropy for classes, MSE per target for regression.
 
 Full-batch L-BFGS on standardised features, weight decay on the weights only (InvCLR's protocol,
-specs/invariance.md 4.1), so the probe's result depends on the features and not on an SGD schedule.
+docs/methods/invclr.md §4.1), so the probe's result depends on the features and not on an SGD schedule.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Linear probe of a pretrained backbone, and the same probe on a randomly initialised twin.
 
-Optional, both off by default (specs/invariance.md 1.3, 4.2, 4.4):
+Optional, both off by default (docs/methods/invclr.md §1.3, §4.2, §4.4):
 * eval.feature_averaging.m > 0: the probe is also trained and tested on feature-averaged representations
   z^(m) (Eq. 14, m transformed copies through the training transformations, train and test splits, both
   backbones); reported beside the single-sample probe as "<backbone>, FA m=<m>" (metrics probe_<backbone>_fa_*).
@@ -23,24 +23,87 @@ from pipeline.models.backbones import build_backbone
 from pipeline.train import checkpoint as ck
 
 
-def resolve_checkpoint(ref: str, cfg: dict) -> Path:
-    """A checkpoint folder, a state.pt file, or an MLflow run id (its logged checkpoint artifact)."""
+def resolve_checkpoint(ref: str, cfg: dict) -> Path | None:
+    """A checkpoint folder or state.pt file as the state.pt path; None where `ref` is neither (a run id)."""
     p = Path(ref)
     if p.is_dir() and (p / ck.STATE_FILE).exists():
         return p / ck.STATE_FILE
     if p.is_file():
         return p
+    return None
+
+
+def download_state(run_id: str, dst: str | Path) -> dict:
+    """The state.pt a run logged (checkpoint/state.pt), loaded, downloaded into `dst` (a temporary folder the
+    caller removes). FileNotFoundError with one line when `run_id` is no run with a checkpoint."""
     import mlflow
 
-    from pipeline import tracking
-
-    mlflow.set_tracking_uri(tracking.tracking_uri(cfg))
     try:
-        local = mlflow.artifacts.download_artifacts(run_id=ref, artifact_path=f"checkpoint/{ck.STATE_FILE}")
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"checkpoint/{ck.STATE_FILE}",
+                                                    dst_path=str(dst))
     except Exception as e:  # noqa: BLE001 - MLflow raises several types for an unknown id
-        raise FileNotFoundError(f"checkpoint {ref!r} is neither a path nor an MLflow run with a checkpoint "
+        raise FileNotFoundError(f"checkpoint {run_id!r} is neither a path nor an MLflow run with a checkpoint "
                                 f"({type(e).__name__})") from None
-    return Path(local)
+    return torch.load(local, map_location="cpu", weights_only=False)
+
+
+def run_config(run_id: str, dst: str | Path, state: dict | None = None) -> dict:
+    """The config a run trained with: its config.yaml artifact, else the copy inside its checkpoint state."""
+    import mlflow
+    from omegaconf import OmegaConf
+
+    try:
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml", dst_path=str(dst))
+    except Exception:  # noqa: BLE001 - an older run without config.yaml
+        if state is None:
+            raise
+        return state["cfg"]
+    return OmegaConf.to_container(OmegaConf.load(local), resolve=True)
+
+
+RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
+
+
+def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
+    """The probe's config: the command line's (paths, tracking, eval, seed) with the model, method, augment
+    (hence image size) and data of the run that made the checkpoint. The command line's `data.<key>=` and
+    `augment.<key>=` overrides still apply on top of the run's; `data=<option>` probes the run's backbone,
+    at the run's image size, on another dataset. Model and method always follow the checkpoint; the run's
+    augment can be tuned key by key but not swapped (ValueError with one line)."""
+    from omegaconf import OmegaConf
+
+    overrides = [(o.split("=", 1)[0].lstrip("+~"), o.lstrip("+")) for o in argv if "=" in o]
+    swapped_data = any(k == "data" for k, _ in overrides)
+    for k, _ in overrides:
+        top = k.split(".")[0]
+        if top in ("method", "model") or k == "augment":
+            raise ValueError(f"{k}: a probe of a run's checkpoint uses the run's {top} (override eval.* or "
+                             f"data.* instead)")
+    taken = {s: run_cfg[s] for s in RUN_SECTIONS if s in run_cfg and not (s == "data" and swapped_data)}
+    dotted = [o for k, o in overrides if "." in k and k.split(".")[0] in taken]
+    merged = OmegaConf.merge(OmegaConf.create(taken), OmegaConf.from_dotlist(dotted))
+    out = dict(cfg)
+    out.update(OmegaConf.to_container(merged, resolve=True))
+    return out
+
+
+def probe_results(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """compare_with_random's results read back from a run's metrics (probe_<backbone>_<metric>,
+    invariance_*); {} when the run was never probed."""
+    out: dict[str, dict[str, float]] = {}
+    kinds = ("pretrained_fa", "random_fa", "pretrained", "random")
+    for key, value in sorted(metrics.items()):
+        if key.startswith("invariance_"):
+            out.setdefault("invariance", {})[key] = value
+        elif key.startswith("probe_"):
+            rest = key[len("probe_"):]
+            kind = next((k for k in kinds if rest.startswith(k + "_")), None)
+            if kind:
+                out.setdefault(kind, {})[rest[len(kind) + 1:]] = value
+    if "pretrained" not in out:
+        return {}
+    order = ["pretrained", "pretrained_fa", "random", "random_fa", "invariance"]
+    return {k: out[k] for k in order if k in out}
 
 
 def backbone_from(state: dict) -> torch.nn.Module:
@@ -155,8 +218,17 @@ def plot_comparison(results: dict[str, dict[str, float]], path: Path, title: str
     return path
 
 
-def compare_with_random(cfg: dict, ckpt: str | Path) -> dict[str, dict[str, float]]:
+def probe_png(cfg: dict, name: str) -> Path:
+    """Where a run's probe chart goes: <paths.runs>/probe/<run name>.png, one file per run."""
+    return Path(cfg["paths"]["runs"]) / "probe" / f"{name}.png"
+
+
+def compare_with_random(cfg: dict, ckpt: str | Path | dict,
+                        run_name: str | None = None) -> dict[str, dict[str, float]]:
     """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
+
+    `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(cfg,
+    run_name) (run_name: the active MLflow run's name by default) and logged as probe/probe.png.
 
     Returns {"pretrained": ..., "random": ...}; with eval.feature_averaging.m > 0 also "pretrained_fa" and
     "random_fa" (metrics probe_<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
@@ -164,7 +236,10 @@ def compare_with_random(cfg: dict, ckpt: str | Path) -> dict[str, dict[str, floa
     invariance_alpha_reference)."""
     import mlflow
 
-    state = ck.load(ckpt) if Path(ckpt).is_dir() else torch.load(ckpt, map_location="cpu", weights_only=False)
+    if isinstance(ckpt, dict):
+        state = ckpt
+    else:
+        state = ck.load(ckpt) if Path(ckpt).is_dir() else torch.load(ckpt, map_location="cpu", weights_only=False)
     ev = cfg["eval"]
     m = int((ev.get("feature_averaging") or {}).get("m") or 0)
     inv_on = bool((ev.get("invariance") or {}).get("enabled"))
@@ -180,7 +255,8 @@ def compare_with_random(cfg: dict, ckpt: str | Path) -> dict[str, dict[str, floa
             invariance[name] = invariance_metrics(net, cfg)
     shown = {labels[k]: v for k, v in results.items()}
     table = format_table(shown)
-    print(f"\nLinear probe on {cfg['data']['name']} (frozen features, L-BFGS):\n{table}\n", flush=True)
+    size = eval_settings(cfg["augment"])[0]
+    print(f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, L-BFGS):\n{table}\n", flush=True)
     if inv_on:
         inv_table, inv_metrics = _invariance_report(invariance, cfg)
         print(inv_table + "\n", flush=True)
@@ -195,8 +271,16 @@ def compare_with_random(cfg: dict, ckpt: str | Path) -> dict[str, dict[str, floa
         if inv_on:
             mlflow.log_metrics(results["invariance"])
             mlflow.log_text(inv_table, "probe/invariance.txt")
-        out = Path(cfg["paths"]["runs"]) / "probe.png"
-        mlflow.log_artifact(str(plot_comparison(shown, out, f"linear probe: {cfg['data']['name']}")), "probe")
+        import shutil
+        import tempfile
+
+        active = mlflow.active_run().info
+        out = probe_png(cfg, run_name or active.run_name or active.run_id)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plot_comparison(shown, out, f"linear probe: {cfg['data']['name']} at {size} px")
+        with tempfile.TemporaryDirectory() as d:  # the same artifact name in every run
+            mlflow.log_artifact(shutil.copy(out, Path(d) / "probe.png"), "probe")
+        print(f"probe chart {out}", flush=True)
     return results
 
 

@@ -1,4 +1,4 @@
-"""CoCor's target network g_θd(v(A)) (specs/cocor.md 1.7): the optimal latent similarity of a composite
+"""CoCor's target network g_θd(v(A)) (docs/methods/cocor.md §1.7): the optimal latent similarity of a composite
 augmentation from its op-count vector, non-increasing in every count, so a composite that adds ops to another
 never gets a higher target.
 

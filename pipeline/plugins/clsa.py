@@ -1,9 +1,9 @@
-"""CLSA (Wang & Qi 2021, specs/clsa.md): strong views go through the query encoder; the weak query's distribution
+"""CLSA (Wang & Qi 2021, docs/methods/clsa.md): strong views go through the query encoder; the weak query's distribution
 over [positive key, queue] is the (detached) target of each strong query's (DDM, Eq. 6), weight beta, summed over
 the strong views as the paper does (CLSA*). The strong views are every view after the first two (augment=clsa or
 clsa_multi).
 
-On BYOL (the paper's Table 8 gives a result but not the attachment, §7 item 16) there is no queue: the support is the
+On BYOL (the paper's Table 8 gives a result but not the attachment, §6 item 16) there is no queue: the support is the
 batch's target projections (the code's batch-keys form) and the temperature is plugin.clsa.temperature."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CO2 (Wei et al. 2021, specs/co2.md): consistency between the query's and its positive key's similarity
+"""CO2 (Wei et al. 2021, docs/methods/co2.md): consistency between the query's and its positive key's similarity
 distributions over the negatives, weight alpha, temperature tau_con. On MoCo the negatives are the queue; on
 SimCLR the other views of the batch, gathered from every worker."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.losses import co2_consistency, co2_consistency_anchors
 from pipeline.plugins.base import Plugin
 
-# specs/co2.md table of constants: (alpha, tau_con) per framework
+# docs/methods/co2.md §1.6 (table of constants): (alpha, tau_con) per framework
 DEFAULTS = {"mocov1": (10.0, 0.04), "mocov2": (0.3, 0.05), "simclr": (0.07, 1.0)}
 
 

@@ -1,4 +1,4 @@
-"""InvCLR (Foster et al. 2021, specs/invariance.md): the gradient penalty that makes the first view's
+"""InvCLR (Foster et al. 2021, docs/methods/invclr.md): the gradient penalty that makes the first view's
 representation insensitive to its differentiable augmentation parameters alpha (Eq. 13): lambda times the mean
 over L fresh draws alpha' of (grad_alpha F . (alpha' - alpha))^2, F = e . h/|h| with Rademacher e and h the backbone
 features, clipped from above.

@@ -2,14 +2,17 @@
 fit a Ray Train TorchTrainer, log the final checkpoint and backbone, run the linear probe."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 
 from pipeline.config import ConfigError, config_hash, to_yaml
-from pipeline.methods import METHODS
-from pipeline.train.optim import scaled_lr
 
 
 def _log(msg: str) -> None:
@@ -19,89 +22,126 @@ def _log(msg: str) -> None:
 def resolve(cfg: dict) -> dict:
     """Check everything that can be checked before Ray starts, and derive the runtime values.
 
-    Raises ConfigError with one line; creates the embedded Spirograph data when it is the chosen data."""
+    Raises ConfigError with one line: pipeline.schema.validate checks the whole config first (nothing is
+    made, no torch is imported until it passes), then the embedded Spirograph data is made when it is the
+    chosen data and missing, and every shard is checked (prepare_data)."""
+    from pipeline.schema import validate
 
+    validate(cfg)
     m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
-    if m["kind"] not in METHODS:
-        raise ConfigError(f"unknown method kind {m['kind']!r}; known: {sorted(METHODS)}")
-    check_augment(cfg["augment"])
-    from pipeline.plugins import check_plugins
-
-    try:
-        check_plugins(cfg)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ConfigError(f"plugin: {e}") from None
-    if t["precision"] not in ("auto", "bf16", "fp32"):
-        raise ConfigError(f"train.precision must be auto, bf16 or fp32, not {t['precision']!r}")
-    if t.get("channels_last", "auto") not in ("auto", True, False):
-        raise ConfigError(f"train.channels_last must be auto, true or false, not {t['channels_last']!r}")
-    if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
-        raise ConfigError("train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
-                          "backward): drop train.compile or set plugin.invclr.lam=0")
-    workers = int(tr["num_workers"])
-    if workers < 1:
-        raise ConfigError("trainer.num_workers must be >= 1")
-    if t["batch_size"] % workers:
-        raise ConfigError(f"train.batch_size={t['batch_size']} does not split evenly over {workers} workers")
+    workers = tr["num_workers"]
     local_bs = t["batch_size"] // workers
-    if m["kind"] == "moco":
+    if m["kind"] == "moco":  # validate checked that the per-worker batch splits into these groups
         splits = m.get("bn_splits", "auto")
-        splits = (1 if workers > 1 else 4) if splits == "auto" else int(splits)
-        if local_bs % splits:
-            raise ConfigError(f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups")
-        m["bn_splits"] = splits
+        m["bn_splits"] = (1 if workers > 1 else 4) if splits == "auto" else int(splits)
     data = cfg["data"]
     n = int(prepare_data(cfg)["num_samples"])
     steps = (n // workers) // local_bs
     if steps < 1:
-        raise ConfigError(f"{n} training samples are fewer than one global batch of {t['batch_size']}")
+        raise ConfigError(f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
+                          f"data.train={data['train']}; use a batch of at most {n - n % workers}")
     name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
     cfg["run"]["name"] = name
+    from pipeline.train.optim import scaled_lr  # torch: only once the checks passed, so bad input is answered fast
+
     cfg["runtime"] = {"lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]), "steps_per_epoch": steps,
                       "num_train_samples": n}
     return cfg
 
 
 def check_augment(aug: dict) -> None:
-    from pipeline.augment.view_maker import image_recipe
+    """The augment section's checks (pipeline.schema.check_augment); ConfigError with one line."""
+    from pipeline.schema import check_augment as check
 
-    if aug["executor"] not in ("auto", "dali", "torch", "gpu"):
-        raise ConfigError(f"augment.executor must be auto, dali, torch or gpu, not {aug['executor']!r}")
-    kind = aug.get("kind", "views")
-    if kind not in ("views", "spirograph"):
-        raise ConfigError(f"augment.kind must be views or spirograph, not {kind!r}")
-    if kind == "views":
-        try:
-            image_recipe(aug)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"augment: {e}") from None
+    check(aug)
 
 
 def _has_manifest(path: str) -> bool:
     return "://" not in path and (Path(path) / "manifest.json").exists()
 
 
+def _local_manifest(path: str) -> dict | None:
+    try:
+        return json.loads((Path(path) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def prepare_data(cfg: dict) -> dict:
-    """Generate the embedded Spirograph data if it is the chosen, missing data; check both splits' manifests.
-    Returns the train manifest; ConfigError with one line when a split is missing or empty."""
-    from pipeline.data.shards import read_manifest
+    """Make the embedded Spirograph data if it is the chosen data and missing; check that Spirograph data is
+    the data `data.generate` describes (_check_provenance); check every shard of both splits, refusing bad
+    ones in one line or leaving them out with a warning naming them, as `data.on_bad_shard` says.
+
+    Returns the train manifest (when shards were left out: `num_samples` without theirs, and `bad_shards`);
+    ConfigError with one line naming the key when a split is missing, empty, other data or has bad shards."""
+    from pipeline.data import shards
+    from pipeline.schema import managed_data
 
     data = cfg["data"]
-    if data["name"] == "spirograph" and _is_managed(cfg) and not _has_manifest(data["train"]):
+    if managed_data(cfg) and not (_has_manifest(data["train"]) and _has_manifest(data["val"])):
+        for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
+            manifest = _local_manifest(data[split])
+            if manifest is not None:
+                _check_provenance(cfg, split, manifest)
         _make_spirograph(cfg)
-    try:
-        train_manifest, _ = read_manifest(data["train"])
-        read_manifest(data["val"])
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-    return train_manifest
+    policy = data.get("on_bad_shard", "fail")
+    manifests = {}
+    for split in ("train", "val"):
+        try:
+            manifest, uris, bad = shards.check_shards(data[split])
+        except (FileNotFoundError, ValueError, OSError) as e:
+            raise ConfigError(f"data.{split}={data[split]}: {str(e).splitlines()[0]}") from None
+        _check_provenance(cfg, split, manifest)
+        if bad:
+            if policy == "fail":
+                raise ConfigError(f"data.{split}={data[split]}: {len(bad)} bad shard(s) of {len(uris)}: "
+                                  f"{shards.describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
+                                  f"go on without them")
+            per_shard = dict(zip(uris, shards.shard_samples(manifest)))
+            lost = sum(per_shard[u] for u, _ in bad)
+            if lost >= manifest["num_samples"]:
+                raise ConfigError(f"data.{split}={data[split]}: every shard is bad: {shards.describe_bad(bad)}")
+            _log(f"data.{split}: skipping {len(bad)} bad shard(s) of {len(uris)} ({lost} samples; "
+                 f"data.on_bad_shard=skip): {shards.describe_bad(bad, limit=20)}")
+            manifest = {**manifest, "num_samples": manifest["num_samples"] - lost,
+                        "bad_shards": [u for u, _ in bad]}
+        manifests[split] = manifest
+    return manifests["train"]
+
+
+def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
+    """Generated Spirograph data must be the data `data.generate` says (the run's params record it).
+
+    Choice: the default folders are named by a hash of data.generate (conf/data/spirograph.yaml), so changed
+    settings generate new data into a folder of their own and old data is never reused for them; a folder
+    that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
+    other settings) is refused in one line naming the differing key, never silently used or overwritten.
+    Data that is not generated Spirograph data (its manifest's source says otherwise) is not checked."""
+    from pipeline.data.shards import spirograph_generate
+
+    data = cfg["data"]
+    source = manifest.get("source")
+    if data["name"] != "spirograph" or not data.get("generate") or not isinstance(source, dict) \
+            or source.get("kind") != "spirograph":
+        return
+    folder = data[split]
+    made = spirograph_generate(manifest, split)
+    if made is None:
+        raise ConfigError(f"data.{split}={folder}: Spirograph data made by another version of the generator "
+                          f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere")
+    g = data["generate"]
+    for key in (f"n_{split}", "seed", "size", "maxcount"):
+        if made.get(key) != g[key]:
+            raise ConfigError(f"data.generate.{key}={g[key]}: the Spirograph data in {folder} was made with "
+                              f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
+                              f"point data.train and data.val at another folder")
 
 
 def _is_managed(cfg: dict) -> bool:
-    """Spirograph is generated only into the managed data folder (train/ and val/ side by side there);
-    a missing path given by the user is an error, not a place to write."""
-    train, val, root = Path(cfg["data"]["train"]), Path(cfg["data"]["val"]), Path(cfg["paths"]["data"])
-    return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
+    """Spirograph is generated only into the managed data folder (pipeline.schema.managed_data)."""
+    from pipeline.schema import managed_data
+
+    return managed_data(cfg)
 
 
 def _make_spirograph(cfg: dict) -> None:
@@ -118,17 +158,36 @@ def init_ray(cfg: dict) -> None:
 
     if ray.is_initialized():
         return
+    quiet = not cfg.get("verbose")
+    if quiet:  # the token-auth notice ray.init logs before its own level applies
+        logging.getLogger("ray").setLevel(logging.ERROR)
+    # Quiet unless verbose=true: Ray's start-up lines, its workers' INFO logs (Train's "Reporting training
+    # result", Ray Data's execution plans) and Ray Data's progress bars; the job's own lines and bar stay.
+    logs = {"logging_level": logging.ERROR if quiet else logging.INFO,
+            "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO")}
     address = cfg["trainer"].get("address") or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address)
-        return
-    # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
-    # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
-    cores = os.cpu_count() or 1
-    need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"]
-    # address="local": a private cluster even when another one runs on this machine (tests, a demo).
-    ray.init(address="local", num_cpus=max(cores, need) + 2,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}})
+        ray.init(address=address, **logs)
+    else:
+        # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
+        # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
+        cores = os.cpu_count() or 1
+        need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"]
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        if quiet:  # Ray's own deprecation notices and Ray Data's execution plans are not the user's to act on
+            env.update(PYTHONWARNINGS="ignore::DeprecationWarning", RAY_DATA_LOG_LEVEL="ERROR")
+        # address="local": a private cluster even when another one runs on this machine (tests, a demo).
+        ray.init(address="local", num_cpus=max(cores, need) + 2, runtime_env={"env_vars": env}, **logs)
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = not quiet
+
+
+def quiet_logs(cfg: dict) -> None:
+    """MLflow's store set-up lines and torch.export's notes while logging the model: for verbose=true only."""
+    verbose = bool(cfg.get("verbose"))
+    logging.getLogger("mlflow").setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 def build_trainer(cfg: dict):
@@ -153,24 +212,62 @@ def build_trainer(cfg: dict):
         run_config=ray.train.RunConfig(
             name=cfg["run"]["name"], storage_path=tr["storage"],
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            failure_config=ray.train.FailureConfig(max_failures=tr["max_failures"])),
+            failure_config=ray.train.FailureConfig(max_failures=tr["max_failures"]),
+            # Train's own "Reporting training result ..." lines: verbose=true only
+            logging_config=ray.train.LoggingConfig(log_level="INFO" if cfg.get("verbose") else "WARNING")),
         datasets={"train": train_dataset(cfg["data"]["train"], seed=cfg["seed"])},
     )
 
 
 def pretrain(cfg: dict) -> dict:
-    """Run (or resume) one pretraining job end to end; returns {"run_id", "checkpoint", "probe"}."""
+    """Run (or resume) one pretraining job end to end; returns {"run_id", "checkpoint", "probe"}.
+
+    The run is the config's hash (or run.name). One process at a time holds it (run_lock, before Ray or
+    MLflow is touched); a run MLflow has as FINISHED is not trained again: its results are printed (probed
+    first if it never was and eval.probe.after_pretrain asks for it). A FAILED, KILLED or interrupted one
+    resumes from its last checkpoint into the same MLflow run. Any error after the MLflow run opened ends it
+    FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed)."""
     import mlflow
 
     from pipeline import tracking
 
     if "runtime" not in cfg:
         cfg = resolve(cfg)
-    init_ray(cfg)
-    from pipeline.train.resources import check_resources
+    quiet_logs(cfg)
+    name = cfg["run"]["name"]
+    with run_lock(cfg):
+        found = tracking.find_run(tracking.setup(cfg), name)
+        if found is not None and found.info.status == "FINISHED":
+            return _finished(cfg, found)
+        if found is not None:  # FAILED, KILLED, or RUNNING: left so by a job killed outright (we hold the lock)
+            why = found.data.tags.get("error") or ("its job ended without a status (killed?)"
+                                                    if found.info.status == "RUNNING" else "")
+            status = found.info.status + (f": {why}" if why else "")
+            _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
+        init_ray(cfg)
+        from pipeline.train.resources import check_resources
 
-    check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
-    run_id = tracking.start_or_resume(cfg, cfg["run"]["name"], cfg["run"]["name"], job="pretrain")
+        check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
+        run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+        try:
+            out = _train_and_log(cfg, run_id)
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
+                _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
+            status = tracking.end_failed(e)
+            _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
+            raise
+        mlflow.end_run()
+    return out
+
+
+def _train_and_log(cfg: dict, run_id: str) -> dict:
+    """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
+    import mlflow
+
+    from pipeline import tracking
+
     cfg["runtime"].update(mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg))
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
     if not mlflow.get_run(run_id).data.params:
@@ -180,16 +277,7 @@ def pretrain(cfg: dict) -> dict:
             _log_gallery(cfg)
 
     t0 = time.monotonic()
-    try:
-        result = build_trainer(cfg).fit()
-    except (KeyboardInterrupt, SystemExit):
-        # Ctrl-C: Ray Train aborts the run gracefully and the driver exits; checkpoints already reported stay
-        _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
-        mlflow.end_run(status="KILLED")
-        raise
-    except Exception:
-        mlflow.end_run(status="FAILED")
-        raise
+    result = build_trainer(cfg).fit()
     if result.checkpoint is None:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
@@ -201,9 +289,136 @@ def pretrain(cfg: dict) -> dict:
     if cfg["eval"]["probe"]["after_pretrain"]:
         from pipeline.eval.run_probe import compare_with_random
 
-        out["probe"] = compare_with_random(cfg, ckpt_dir)
-    mlflow.end_run()
+        out["probe"] = compare_with_random(cfg, ckpt_dir, run_name=cfg["run"]["name"])
+    _summary(cfg, run_id, ckpt_dir, minutes)
     return out
+
+
+def _summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> None:
+    """What the job made and where, closing the console."""
+    name, runs = cfg["run"]["name"], Path(cfg["paths"]["runs"])
+    made = [("MLflow run", f"{run_id} in {cfg['runtime']['tracking_uri']}"), ("checkpoint", str(ckpt_dir)),
+            ("training curves", str(runs / "curves" / f"{name}.png")), ("views gallery", str(gallery_path(cfg))),
+            ("probe chart", str(runs / "probe" / f"{name}.png"))]
+    width = max(len(k) for k, _ in made)
+    print(f"\nDone: run {name}, {cfg['train']['epochs']} epochs in {minutes:.1f} min.", flush=True)
+    for what, where in made:
+        if "://" in where or Path(where).exists() or what == "MLflow run":
+            print(f"  {what:<{width}}  {where}", flush=True)
+    uri = cfg["runtime"]["tracking_uri"]
+    if uri.startswith("sqlite:"):
+        print(f"  browse it: .venv/bin/mlflow ui --backend-store-uri {uri} --port 5000", flush=True)
+
+
+class RunBusy(RuntimeError):
+    """Another live process holds the run's lock: reported as one line, before Ray or MLflow is touched."""
+
+
+def lock_path(cfg: dict) -> Path | None:
+    """<paths.runs>/locks/<run name>.lock, beside the run's checkpoints; None where paths.runs is remote."""
+    runs = str(cfg["paths"]["runs"])
+    return None if "://" in runs else Path(runs) / "locks" / f"{cfg['run']['name']}.lock"
+
+
+@contextlib.contextmanager
+def run_lock(cfg: dict):
+    """Hold the run's lock for the job's lifetime, or raise RunBusy naming the holder (pid, host, since when).
+
+    An exclusive flock on the lock file: the kernel drops it when the holder exits however it exits, so a
+    lock left by a killed job never blocks. The file records the holder for the message and stays behind."""
+    path = lock_path(cfg)
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by Ray's processes (O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunBusy(_holder_message(cfg["run"]["name"], path)) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                  "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder_message(name: str, path: Path) -> str:
+    holder: dict = {}
+    for _ in range(20):  # the holder writes its details just after it takes the lock
+        try:
+            holder = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):
+            holder = {}
+        if holder:
+            break
+        time.sleep(0.05)
+    if not holder:
+        return f"run {name} is already running (lock {path}); wait for it to finish or stop it, then rerun"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"]))
+    ago = time.time() - holder["since"]
+    ago_text = f"{ago / 60:.0f} min ago" if ago >= 60 else f"{ago:.0f} s ago"
+    return (f"run {name} is already running: pid {holder['pid']} on {holder['host']} since {since} ({ago_text}); "
+            f"wait for it to finish, or stop it (kill {holder['pid']}) and rerun the same command to resume")
+
+
+def _finished(cfg: dict, run) -> dict:
+    """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
+    never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
+    from pipeline.eval.run_probe import format_table, probe_results
+
+    name, run_id = cfg["run"]["name"], run.info.run_id
+    probe = probe_results(run.data.metrics)
+    local = Path(cfg["paths"]["runs"]) / "checkpoints" / name
+    if not probe and cfg["eval"]["probe"]["after_pretrain"]:
+        probe = _probe_finished(cfg, run, local)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
+    _log(f"run {name} finished before (MLflow run {run_id}, {when}): nothing to train; its results:")
+    where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
+    print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
+    if "train_minutes" in run.data.metrics:
+        print(f"  trained in  {run.data.metrics['train_minutes']:.1f} min", flush=True)
+    if probe:
+        shown = {k: v for k, v in probe.items() if k != "invariance"}
+        print(f"\nLinear probe on {cfg['data']['name']} (frozen features, L-BFGS):\n{format_table(shown)}\n",
+              flush=True)
+    print(f"  train again under another name with run.name=<name>; probe again with "
+          f"python jobs/linear_probe.py eval.probe.checkpoint={run_id}", flush=True)
+    return {"run_id": run_id, "checkpoint": str(local) if local.exists() else f"runs:/{run_id}/checkpoint",
+            "probe": probe or None}
+
+
+def _probe_finished(cfg: dict, run, local: Path) -> dict:
+    """The probe of a finished run that was trained without one, logged into that run. The run stays FINISHED
+    even if the probe fails (its error recorded): the training is done, and the next rerun probes again."""
+    import tempfile
+
+    import mlflow
+    import torch
+
+    from pipeline import tracking
+    from pipeline.eval.run_probe import compare_with_random, download_state
+
+    run_id = run.info.run_id
+    _log(f"run {cfg['run']['name']} finished without a probe: probing its checkpoint")
+    if "error" in run.data.tags:  # a failed probe's, from before
+        mlflow.MlflowClient().delete_tag(run_id, "error")
+    mlflow.start_run(run_id=run_id)
+    try:
+        if (local / "state.pt").exists():
+            state = torch.load(local / "state.pt", map_location="cpu", weights_only=False)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                state = download_state(run_id, d)
+        results = compare_with_random(cfg, state, run_name=cfg["run"]["name"])
+    except BaseException as e:
+        tracking.end_failed(e, status="FINISHED")
+        raise
+    mlflow.end_run()
+    return results
 
 
 def gallery_path(cfg: dict) -> Path:
@@ -269,7 +484,7 @@ def main(argv: list[str], description: str = "") -> int:
     try:
         cfg = resolve(cfg)
         pretrain(cfg)
-    except ConfigError as e:
+    except (ConfigError, RunBusy) as e:
         fail(str(e))
     return 0
 

@@ -5,6 +5,7 @@ views are made in-process (DALI or torch executor), the method returns a loss, D
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -117,6 +118,20 @@ class _KnnMonitor:
                            self.k, self.t, self.val.names)
 
 
+def _progress_bar(epoch: int, epochs: int, images: int):
+    """Rank 0's bar for one epoch (images, images/s and ETA), drawn on the driver's console by Ray's tqdm_ray
+    (a worker's own tqdm would print one line per refresh through Ray's log forwarding)."""
+    from ray.experimental.tqdm_ray import tqdm
+
+    return tqdm(total=images, desc=f"epoch {epoch + 1}/{epochs}", unit="img")
+
+
+def _epoch_summary(metrics: dict, verbose: bool) -> str:
+    """One line per epoch: loss, speed, skipped images and the kNN monitor; every timing too with verbose=true."""
+    keep = lambda k: verbose or not k.startswith("time_")  # noqa: E731
+    return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if keep(k))
+
+
 def _maybe_fail(cfg: dict, epoch: int) -> None:
     """Test hook: raise once at the start of `epoch` (marker file), to exercise resume and restarts."""
     fail = cfg.get("debug", {}).get("fail_at_epoch")
@@ -217,6 +232,10 @@ def train_loop_per_worker(cfg: dict) -> None:
         torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
     tr = _Trainer(cfg, rank, world, device)
     epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
+    verbose = bool(cfg.get("verbose"))
+    if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
+        for name in ("ray.train", "ray.data"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
     start_epoch = 0
     state = None
@@ -237,7 +256,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     if state:
         start_epoch = tr.restore(state)
         if rank == 0:
-            print(f"[train] resumed from epoch {start_epoch - 1} (step {tr.step})", flush=True)
+            print(f"[train] resumed from the checkpoint of epoch {start_epoch}/{epochs} (step {tr.step})", flush=True)
 
     logger = knn = None
     if rank == 0:
@@ -254,17 +273,26 @@ def train_loop_per_worker(cfg: dict) -> None:
         tr.timing = dict.fromkeys(tr.timing, 0.0)
         t0 = t_log = time.monotonic()
         steps_since_log = 0
+        bar = _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world) \
+            if rank == 0 else None
         for images, params in tr.batches(shard, epoch):
             out = tr.train_step(images, params)
             losses.append(out["loss"])
             steps_since_log += 1
+            if bar:
+                bar.update(tr.local_bs * world)
             if logger and tr.step % log_every == 0:
                 now = time.monotonic()
                 out["images_per_s"] = steps_since_log * tr.local_bs * world / (now - t_log)
                 t_log, steps_since_log = now, 0
                 logger.log(out, tr.step)
-                print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
-                      f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
+                if bar:
+                    bar.set_description(f"epoch {epoch + 1}/{epochs} loss {out['loss']:.3f}")
+                if verbose:
+                    print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
+                          f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
+        if bar:
+            bar.close()
 
         skipped = dist.reduce_scalar(tr.views_of.skipped - skipped_before, "sum", tr.device)
         metrics = {"epoch": epoch, "step": tr.step,
@@ -272,7 +300,7 @@ def train_loop_per_worker(cfg: dict) -> None:
                    "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
                    "skipped_images": skipped, **{f"time_{k}": v for k, v in tr.timing.items()}}
         if skipped and rank == 0:
-            warnings.warn(f"epoch {epoch}: skipped {int(skipped)} undecodable images")
+            warnings.warn(f"epoch {epoch + 1}/{epochs}: skipped {int(skipped)} undecodable images")
         if knn and (epoch + 1) % cfg["eval"]["knn"]["every"] == 0:
             t_knn = time.monotonic()
             metrics.update(knn(tr.method.backbone, tr.device))
@@ -281,7 +309,6 @@ def train_loop_per_worker(cfg: dict) -> None:
             shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
             logger.log(shown, tr.step)
             logger.flush()
-            print(f"[train] epoch {epoch + 1}/{epochs} done: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()),
-                  flush=True)
+            print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)
         last = epoch + 1 == epochs
         tr.save_and_report(metrics, epoch, last or (epoch + 1) % cfg["train"]["checkpoint_every"] == 0)

@@ -1,0 +1,539 @@
+"""The config's schema: one validation pass over the whole composed config, before any work starts.
+
+`validate(cfg)` checks, in this order, and raises `pipeline.config.ConfigError` with one line naming the key,
+its value and what is allowed (`train.epochs=abc: expected an integer >= 1`):
+
+1. types, ranges and choices of every key the jobs read (pydantic models below, strict: `train.epochs=abc`,
+   `=1.5` or `=true` is not an integer). Unknown keys are allowed (plug-ins, presets and newer keys add some);
+2. relations between keys: the global batch over the workers, MoCo's BN groups in the per-worker batch, the
+   kNN k against its bank, the smallest image the backbone takes, torch.compile against InvCLR's penalty;
+3. the augmentation recipe (its own checks: probabilities in [0, 1], view sizes, unknown keys);
+4. paths: paths.root, paths.data, paths.runs, trainer.storage and gallery.out neither are nor lie under an
+   existing file, and can be created where they are missing;
+5. the tracking store: a SQLite store (the default `<paths.runs>/mlflow.db`, or tracking.uri=sqlite:///...)
+   that exists must be a readable, uncorrupted SQLite database (opened read-only; never created here);
+6. plug-ins (their constructors check their constants; torch is imported only when plug-ins are used);
+7. the data folders: a local data.train / data.val must exist, except the managed Spirograph folders, which
+   are generated (pipeline.train.launch.prepare_data reads the manifests, checks every shard and the
+   Spirograph provenance).
+
+It starts nothing and creates nothing (no folder, no MLflow store, no Ray), and for a config without
+plug-ins imports no torch, so a bad command line is answered in about a second. Called by
+pipeline.train.launch.resolve (every training job) and by jobs/gallery.py; any job can call it on the config
+`pipeline.config.cli` returns.
+"""
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from pipeline.config import ConfigError
+from pipeline.data.formats import ON_BAD_SHARD
+
+# Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries.
+METHOD_KINDS = ("moco", "simclr", "byol", "simsiam", "supcon")       # pipeline.methods.METHODS
+BACKBONES = ("resnet18", "resnet34", "resnet50")                     # pipeline.models.backbones._ARCHS
+OPTIMIZERS = ("sgd", "lars")                                          # pipeline.train.optim.build_optimizer
+# The backbone's total downsampling: an image smaller than this leaves the last stage less than one pixel
+# of its own (the rest is padding).
+STRIDE = {True: 8, False: 32}                                         # by model.cifar_stem
+
+
+# ----------------------------------------------------------------------------- field types
+
+
+def _show(value: Any) -> str:
+    """A value as it is written on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value.strip() and value == value.strip() else repr(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str).replace('"', "")
+    return str(value)
+
+
+class _Allowed:
+    """What a field allows, in words, carried in its annotation for the error line."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _field(base: Any, text: str, null: bool) -> Any:
+    return Annotated[Optional[base] if null else base, _Allowed(text + (" or null" if null else ""))]
+
+
+def _bounds(ge=None, gt=None, le=None, lt=None) -> str:
+    if ge is not None and (le is not None or lt is not None):
+        return f" in [{ge}, {le if le is not None else lt}{']' if le is not None else ')'}"
+    parts = [f"{op} {v}" for op, v in ((">=", ge), (">", gt), ("<=", le), ("<", lt)) if v is not None]
+    return " " + " and ".join(parts) if parts else ""
+
+
+def Int(ge: int | None = None, *, null: bool = False) -> Any:
+    return _field(Annotated[StrictInt, Field(ge=ge)], "an integer" + _bounds(ge=ge), null)
+
+
+def Num(*, ge=None, gt=None, le=None, lt=None, null: bool = False) -> Any:
+    # StrictFloat takes ints too (base_lr=1), but not strings or booleans
+    return _field(Annotated[StrictFloat, Field(ge=ge, gt=gt, le=le, lt=lt)],
+                  "a number" + _bounds(ge=ge, gt=gt, le=le, lt=lt), null)
+
+
+def Bool(*, null: bool = False) -> Any:
+    return _field(StrictBool, "true or false", null)
+
+
+def Str(*, null: bool = False) -> Any:
+    return _field(Annotated[StrictStr, Field(min_length=1)], "a non-empty string", null)
+
+
+def Choice(*values: Any, null: bool = False) -> Any:
+    return _field(Literal[values], "one of " + ", ".join(_show(v) for v in values), null)
+
+
+def Nums(n: int, *, gt=None) -> Any:
+    item = Annotated[StrictFloat, Field(gt=gt)]
+    return _field(Annotated[list[item], Field(min_length=n, max_length=n)],
+                  f"a list of {n} numbers" + _bounds(gt=gt), False)
+
+
+# ----------------------------------------------------------------------------- the config's sections
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class Run(_Section):
+    # a folder and lock-file name: no "/"; a number (run.name=7) is fine
+    name: Annotated[Union[Annotated[StrictStr, Field(pattern=r"^[^/\\]+$")], StrictInt, None],
+                    _Allowed("a name without '/' or null")] = None
+
+
+class Paths(_Section):
+    root: Str()
+    data: Str()
+    runs: Str()
+
+
+class Tracking(_Section):
+    uri: Str(null=True) = None
+    experiment: Str()
+    log_every: Int(1)
+
+
+class Model(_Section):
+    backbone: Choice(*BACKBONES)
+    cifar_stem: Bool()
+    width: Int(1)
+
+
+class Train(_Section):
+    epochs: Int(1)
+    batch_size: Int(1)
+    checkpoint_every: Int(1)
+    shuffle_buffer: Int(1)
+    precision: Choice("auto", "bf16", "fp32")
+    channels_last: Choice("auto", True, False) = "auto"
+    compile: Bool() = False
+
+
+class Knn(_Section):
+    every: Int(0)
+    k: Int(1)
+    temperature: Num(gt=0)
+    bank_size: Int(1)
+    val_size: Int(1)
+
+
+class Probe(_Section):
+    checkpoint: Str(null=True) = None
+    after_pretrain: Bool()
+    steps: Int(1)
+    weight_decay: Num(ge=0)
+    train_size: Int(1, null=True) = None
+    val_size: Int(1, null=True) = None
+    batch_size: Int(1)
+
+
+class FeatureAveraging(_Section):
+    m: Int(0)
+
+
+class Invariance(_Section):
+    enabled: Bool()
+    copies: Int(2)
+    samples: Int(2)
+
+
+class Eval(_Section):
+    knn: Knn
+    probe: Probe
+    feature_averaging: FeatureAveraging
+    invariance: Invariance
+
+
+class Gallery(_Section):
+    n_images: Int(1)
+    out: Str(null=True) = None
+    at_pretrain: Bool()
+
+
+class Debug(_Section):
+    fail_at_epoch: Int(0, null=True) = None
+    fail_marker: Str(null=True) = None
+
+
+class Trainer(_Section):
+    num_workers: Int(1)
+    use_gpu: Bool()
+    cpus_per_worker: Num(gt=0)
+    gpus_per_worker: Num(gt=0)
+    torch_threads: Int(1, null=True) = None
+    max_failures: Int(-1)
+    storage: Str()
+    autoscale: Bool() = False
+    resource_wait_s: Num(ge=0) = 1800
+    address: Str(null=True) = None
+
+
+class Optim(_Section):
+    name: Choice(*OPTIMIZERS)
+    base_lr: Num(gt=0)
+    momentum: Num(ge=0, lt=1)
+    weight_decay: Num(ge=0)
+    eta: Num(gt=0, null=True) = None          # LARS' trust coefficient
+    warmup_epochs: Num(ge=0)
+
+
+class Generate(_Section):
+    n_train: Int(1)
+    n_val: Int(1)
+    size: Int(8)
+    seed: Int(0)
+    maxcount: Int(1)
+
+
+class Data(_Section):
+    name: Str()
+    train: Str()
+    val: Str()
+    task: Choice("classification", "regression")
+    targets: _field(Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)],
+                    "a non-empty list of names", True) = None
+    image_size: Int(1)
+    mean: Nums(3)
+    std: Nums(3, gt=0)
+    generate: Optional[Generate] = None
+    on_bad_shard: Choice(*ON_BAD_SHARD) = "fail"
+
+
+class Head(_Section):
+    num_layers: Int(1)
+    hidden_dim: Int(1, null=True) = None
+    out_dim: Int(1) = 128
+    bn: Bool()
+
+
+class Predictor(_Section):
+    num_layers: Int(1)
+    hidden_dim: Int(1, null=True) = None
+    bn: Bool()
+
+
+class Method(_Section):
+    kind: Choice(*METHOD_KINDS)
+    name: Str()
+    temperature: Num(gt=0, null=True) = None
+    momentum: Num(ge=0, le=1, null=True) = None
+    momentum_cosine: Bool(null=True) = None
+    symmetric: Bool(null=True) = None
+    queue_size: Int(1, null=True) = None
+    bn_splits: Annotated[Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]],
+                         _Allowed("auto or an integer >= 1")] = "auto"
+    head: Optional[Head] = None
+    predictor: Optional[Predictor] = None
+
+
+class Augment(_Section):
+    # the recipe's own keys (sizes, probabilities, ops) are checked by the recipe (check_augment)
+    name: Str()
+    kind: Choice("views", "spirograph") = "views"
+    executor: Choice("auto", "dali", "torch", "gpu")
+    device: Choice("auto", "cpu", "gpu") = "auto"
+
+
+class Config(_Section):
+    seed: Int(0)
+    verbose: Bool() = False
+    run: Run
+    paths: Paths
+    tracking: Tracking
+    model: Model
+    train: Train
+    eval: Eval
+    gallery: Gallery
+    debug: Debug = Debug()
+    trainer: Trainer
+    optim: Optim
+    data: Data
+    method: Method
+    augment: Augment
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+def validate(cfg: dict) -> None:
+    """Check the whole composed config (see the module docstring); ConfigError with one line, or None."""
+    _check_types(cfg)
+    _check_relations(cfg)
+    check_augment(cfg["augment"])
+    _check_paths(cfg)
+    _check_tracking(cfg)
+    _check_plugins(cfg)
+    _check_data(cfg)
+
+
+def bad(key: str, value: Any, allowed: str) -> ConfigError:
+    """The one-line error for a key: `key=value: allowed`."""
+    return ConfigError(f"{key}={_show(value)}: {allowed}")
+
+
+_MISSING = object()
+
+
+def _get(cfg: dict, keys: list[str]) -> Any:
+    node: Any = cfg
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return _MISSING
+        node = node[k]
+    return node
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    candidates = getattr(annotation, "__args__", None) or (annotation,)
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
+def _check_types(cfg: dict) -> None:
+    try:
+        Config.model_validate(cfg)
+    except ValidationError as e:
+        err = e.errors()[0]
+        keys, allowed, model = [], None, Config
+        for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
+            if model is None or not isinstance(part, str) or part not in model.model_fields:
+                break
+            info = model.model_fields[part]
+            keys.append(part)
+            allowed = next((m.text for m in info.metadata if isinstance(m, _Allowed)), None)
+            model = _section_model(info.annotation)
+            if model is not None:
+                allowed = "a mapping of keys"
+        key = ".".join(keys) or "config"
+        what = f"expected {allowed}" if allowed else err["msg"]
+        value = _get(cfg, keys)
+        if value is _MISSING:
+            raise ConfigError(f"{key} is missing: {what}") from None
+        raise bad(key, value, what) from None
+
+
+def _check_relations(cfg: dict) -> None:
+    t, tr, m, data, model = cfg["train"], cfg["trainer"], cfg["method"], cfg["data"], cfg["model"]
+    workers = tr["num_workers"]
+    if t["batch_size"] % workers:
+        raise bad("train.batch_size", t["batch_size"],
+                  f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}")
+    local_bs = t["batch_size"] // workers
+    if m["kind"] == "moco":
+        splits = m.get("bn_splits", "auto")
+        splits = (1 if workers > 1 else 4) if splits == "auto" else splits
+        if local_bs % splits:
+            raise bad("method.bn_splits", m.get("bn_splits", "auto"),
+                      f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
+                      f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
+                      f"method.bn_splits to a divisor of {local_bs}")
+    stride = STRIDE[bool(model["cifar_stem"])]
+    if data["image_size"] < stride:
+        raise bad("data.image_size", data["image_size"],
+                  f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
+                  f"model.cifar_stem={_show(model['cifar_stem'])}")
+    if data["task"] == "regression" and not data.get("targets"):
+        raise bad("data.targets", data.get("targets"), "a regression task needs its target names")
+    knn = cfg["eval"]["knn"]
+    if knn["every"] and knn["k"] > knn["bank_size"]:
+        raise bad("eval.knn.k", knn["k"], f"expected at most eval.knn.bank_size={knn['bank_size']}")
+    if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
+        raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
+    if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
+        raise ConfigError("train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
+                          "backward): drop train.compile or set plugin.invclr.lam=0")
+    aug = cfg["augment"]
+    if aug.get("kind", "views") == "spirograph":
+        for key, lo in (("size", stride), ("n_views", 2)):
+            v = aug.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise bad(f"augment.{key}", v, f"expected an integer >= {lo}")
+
+
+def check_augment(aug: dict) -> None:
+    """The augment section: executor and kind, and an image recipe's own checks (no torch imported)."""
+    from pipeline.augment.recipe import image_recipe
+
+    if aug["executor"] not in ("auto", "dali", "torch", "gpu"):
+        raise bad("augment.executor", aug["executor"], "expected one of auto, dali, torch, gpu")
+    kind = aug.get("kind", "views")
+    if kind not in ("views", "spirograph"):
+        raise bad("augment.kind", kind, "expected one of views, spirograph")
+    if kind == "views":
+        try:
+            image_recipe(aug)
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConfigError(f"augment: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in str(path)
+
+
+def _check_folder(key: str, value: str) -> None:
+    """A folder a job will create or write into: not a file, not under a file, creatable where missing."""
+    path = Path(os.path.expanduser(value))
+    if path.is_file():
+        raise bad(key, value, "is an existing file; expected a folder (existing or to be created)")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise bad(key, value, f"lies under the file {existing}; expected a folder (existing or to be created)")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        what = "is" if existing == path else f"would be made in {existing}, which is"
+        raise bad(key, value, f"{what} not writable")
+
+
+def _check_paths(cfg: dict) -> None:
+    p = cfg["paths"]
+    for key in ("root", "data", "runs"):
+        if _is_local(p[key]):
+            _check_folder(f"paths.{key}", p[key])
+    if _is_local(cfg["trainer"]["storage"]):
+        _check_folder("trainer.storage", cfg["trainer"]["storage"])
+    out = cfg["gallery"].get("out")
+    if out and _is_local(out):
+        if Path(out).is_dir():
+            raise bad("gallery.out", out, "is a folder; expected a .png file path")
+        _check_folder("gallery.out", str(Path(out).parent))
+
+
+def tracking_store(cfg: dict) -> tuple[str, Path | None]:
+    """(`key=value` naming where the store comes from, its local SQLite file or None) for the tracking store
+    the jobs will use, worked out as pipeline.tracking.tracking_uri does but without creating anything."""
+    uri = cfg["tracking"].get("uri")
+    where = f"tracking.uri={uri}"
+    if not uri and os.environ.get("MLFLOW_TRACKING_URI"):
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+        where = f"tracking.uri=null, MLFLOW_TRACKING_URI={uri}"
+    if not uri:
+        runs = cfg["paths"]["runs"]
+        path = Path(runs) / "mlflow.db" if _is_local(runs) else None
+        return f"tracking.uri=null (the store {path})", path
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):].split("?")[0]
+        return where, Path(path) if path and path != ":memory:" else None
+    return where, None
+
+
+def _check_tracking(cfg: dict) -> None:
+    where, path = tracking_store(cfg)
+    if path is None:
+        return  # a tracking server (http://...), a database server or an in-memory store: not checked here
+    if path.is_dir():
+        raise ConfigError(f"{where}: the store is a folder; expected a SQLite database file")
+    if not path.exists():
+        # the default store's folder is paths.runs (checked above, made by the job); a store named in
+        # tracking.uri needs its folder
+        if not where.startswith("tracking.uri=null (") and not path.parent.is_dir():
+            raise ConfigError(f"{where}: the folder {path.parent} does not exist")
+        return
+    problem = sqlite_problem(path)
+    if problem:
+        raise ConfigError(f"{where}: not a healthy SQLite database ({problem}); move the file aside (a new "
+                          f"store is made) or set tracking.uri")
+
+
+def sqlite_problem(path: Path) -> str | None:
+    """Why an existing file is no usable SQLite database, or None. Opened read-only: nothing is created."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as e:
+        return str(e)
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        row = con.execute("PRAGMA quick_check(1)").fetchone()
+        if row and row[0] != "ok":
+            return f"quick_check: {row[0]}"
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            return None  # a job is writing it right now: healthy
+        return str(e)
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    finally:
+        con.close()
+    return None
+
+
+def _check_plugins(cfg: dict) -> None:
+    if not cfg.get("plugin"):
+        return
+    from pipeline.plugins import check_plugins
+
+    try:
+        check_plugins(cfg)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"plugin: {e}") from None
+
+
+def managed_data(cfg: dict) -> bool:
+    """Spirograph data is generated only into the managed data folder (train/ and val/ side by side under
+    paths.data); a missing path given by the user elsewhere is an error, not a place to write."""
+    data = cfg["data"]
+    if data["name"] != "spirograph" or not data.get("generate"):
+        return False
+    if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(cfg["paths"]["data"])):
+        return False
+    train, val, root = Path(data["train"]), Path(data["val"]), Path(cfg["paths"]["data"])
+    return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
+
+
+def _check_data(cfg: dict) -> None:
+    data = cfg["data"]
+    managed = managed_data(cfg)
+    for split in ("train", "val"):
+        path = data[split]
+        if not _is_local(path):
+            continue  # remote shards: prepare_data reads their manifests
+        p = Path(path)
+        if p.is_file():
+            raise bad(f"data.{split}", path, "is a file; expected a shard folder (see jobs/make_shards.py)")
+        if managed:
+            _check_folder(f"data.{split}", path)
+        elif not p.is_dir():
+            raise bad(f"data.{split}", path, "shard folder not found; make it with jobs/make_shards.py or "
+                      f"point data.{split} at one")
