@@ -230,34 +230,6 @@ def premade_views(cfg: dict, batch: int, device: torch.device, fmt: torch.memory
 
 
 # ============================================================================= the project's step
-def _project_step_parts():
-    """The loop's own pieces where this checkout has them (to_device, optimisation_step), else the same sequence."""
-    try:
-        from pipeline.train.loop import optimisation_step, to_device
-
-        return optimisation_step, to_device
-    except ImportError:
-        from pipeline.train.precision import autocast
-
-        def optimisation_step(method, optimizer, images, params, precision, device, progress):
-            with autocast(precision, device):
-                out = method.step(images, params)
-            optimizer.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            optimizer.step()
-            method.after_step(progress)
-            with autocast(precision, device):
-                out.update(method.after_update(images, params, out, progress))
-            return out
-
-        def to_device(images, params, device, fmt=torch.contiguous_format):
-            images = [v.to(device, non_blocking=True).contiguous(memory_format=fmt) for v in images]
-            params = None if params is None else [{k: t.to(device) for k, t in p.items()} for p in params]
-            return images, params
-
-        return optimisation_step, to_device
-
-
 def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.memory_format,
                    total_steps: int) -> Callable:
     """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
@@ -265,7 +237,8 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
     from pipeline.methods import build_method
     from pipeline.train.optim import build_optimizer, lr_at, scaled_lr, set_lr
 
-    optimisation_step, to_device = _project_step_parts()
+    from pipeline.train.loop import optimisation_step, to_device
+
     torch.manual_seed(0)
     method = build_method(cfg)
     method.to(device, memory_format=fmt)

@@ -51,7 +51,7 @@ SUITES = {
 
 
 def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
-    from pipeline.train.launch import pretrain, resolve
+    from pipeline.train.launch import RunBusy, pretrain, resolve
 
     try:
         # plugin.<name>.* settings apply only to the runs that use that plug-in
@@ -65,7 +65,10 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
     out = finished_run(cfg)
     if out is None:
-        out = pretrain(cfg)
+        try:
+            out = pretrain(cfg)
+        except (ConfigError, RunBusy) as e:  # the cluster cannot hold it, or the same run is going elsewhere
+            fail(f"{label}: {e}")
         out["minutes"] = (time.monotonic() - t0) / 60
     else:
         print(f"[reproductions] {label}: finished before as MLflow run {out['run_id']}; reusing its results", flush=True)
@@ -75,31 +78,20 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     return out
 
 
-PROBE_KINDS = ("pretrained_fa", "random_fa", "pretrained", "random")
-
-
 def finished_run(cfg: dict) -> dict | None:
-    """The results of a FINISHED run of this exact configuration, read back from its MLflow metrics, or None."""
+    """The results of a FINISHED, probed run of this exact configuration, read back from its MLflow metrics, or
+    None (not run, not finished, or never probed: run it again)."""
     from pipeline import tracking
+    from pipeline.eval.run_probe import probe_results
 
     found = tracking.find_run(tracking.setup(cfg), cfg["run"]["name"])
     if found is None or found.info.status != "FINISHED":
         return None
-    metrics = found.data.metrics
-    probe: dict = {"invariance": {}}
-    for key, value in metrics.items():
-        if key.startswith("invariance_"):
-            probe["invariance"][key] = value
-        elif key.startswith("probe_"):
-            rest = key[len("probe_"):]
-            kind = next((k for k in PROBE_KINDS if rest.startswith(k + "_")), None)
-            if kind:
-                probe.setdefault(kind, {})[rest[len(kind) + 1:]] = value
-    if "pretrained" not in probe:
-        return None  # trained, but never probed: run it again
-    if not probe["invariance"]:
-        del probe["invariance"]
-    return {"run_id": found.info.run_id, "probe": probe, "minutes": metrics.get("train_minutes", float("nan"))}
+    probe = probe_results(found.data.metrics)
+    if not probe:
+        return None
+    return {"run_id": found.info.run_id, "probe": probe,
+            "minutes": found.data.metrics.get("train_minutes", float("nan"))}
 
 
 def _fmt(x: float) -> str:

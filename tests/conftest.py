@@ -26,3 +26,14 @@ def s3(monkeypatch):
                  f"?endpoint_override={host}:{port}&scheme=http&region=us-east-1")
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny convolutions: one intra-op thread is far faster than several on a shared machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -34,13 +34,7 @@ CFGS = {
 LABELS = torch.tensor([0, 1, 0, 2, 1, 1, 3, 2])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny convolutions: one intra-op thread is far faster than several on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _randn(*shape, seed):

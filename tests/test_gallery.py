@@ -1,7 +1,6 @@
 """The gallery as a person reads it: 9 pt text at the PNG's own size, full op names, rounded magnitudes, images
 from several shards and classes."""
 import numpy as np
-import pytest
 from PIL import Image
 
 from helpers import natural

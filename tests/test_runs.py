@@ -185,7 +185,7 @@ def test_error_line_names_the_workers_error_inside_a_ray_failure():
 
 def test_a_second_job_on_a_running_run_fails_in_one_line_before_ray_or_mlflow(tmp_path):
     from pipeline.config import compose_config
-    from pipeline.train.launch import run_lock
+    from pipeline.train.run_lock import run_lock
 
     args = [f"paths.root={tmp_path}", *SPIRO, *SMALL, "run.name=busy", "train.epochs=1"]
     with run_lock(compose_config(args)):  # this process is the running job
@@ -204,18 +204,18 @@ def test_a_second_job_on_a_running_run_fails_in_one_line_before_ray_or_mlflow(tm
 
 
 def test_a_lock_left_by_a_dead_job_does_not_block(store):
-    from pipeline.train.launch import lock_path, run_lock
+    from pipeline.train.run_lock import lock_path, run_lock
 
     cfg = _cfg(store, "stale")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); from pipeline.config import "
-         "compose_config; from pipeline.train.launch import run_lock\n"
+         "compose_config; from pipeline.train.run_lock import run_lock\n"
          f"with run_lock(compose_config(['paths.root={store}', 'run.name=stale'])):\n"
          "    print('locked', flush=True); time.sleep(600)", str(ROOT)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        from pipeline.train.launch import RunBusy
+        from pipeline.train.run_lock import RunBusy
 
         with pytest.raises(RunBusy, match=f"pid {holder.pid} "):
             with run_lock(cfg):

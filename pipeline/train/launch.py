@@ -2,17 +2,15 @@
 fit a Ray Train TorchTrainer, log the final checkpoint and backbone, run the linear probe."""
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 from pipeline.config import ConfigError, config_hash, to_yaml
+from pipeline.train.run_lock import RunBusy, run_lock
 
 
 def _log(msg: str) -> None:
@@ -308,61 +306,6 @@ def _summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> None:
     uri = cfg["runtime"]["tracking_uri"]
     if uri.startswith("sqlite:"):
         print(f"  browse it: .venv/bin/mlflow ui --backend-store-uri {uri} --port 5000", flush=True)
-
-
-class RunBusy(RuntimeError):
-    """Another live process holds the run's lock: reported as one line, before Ray or MLflow is touched."""
-
-
-def lock_path(cfg: dict) -> Path | None:
-    """<paths.runs>/locks/<run name>.lock, beside the run's checkpoints; None where paths.runs is remote."""
-    runs = str(cfg["paths"]["runs"])
-    return None if "://" in runs else Path(runs) / "locks" / f"{cfg['run']['name']}.lock"
-
-
-@contextlib.contextmanager
-def run_lock(cfg: dict):
-    """Hold the run's lock for the job's lifetime, or raise RunBusy naming the holder (pid, host, since when).
-
-    An exclusive flock on the lock file: the kernel drops it when the holder exits however it exits, so a
-    lock left by a killed job never blocks. The file records the holder for the message and stays behind."""
-    path = lock_path(cfg)
-    if path is None:
-        yield None
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by Ray's processes (O_CLOEXEC)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunBusy(_holder_message(cfg["run"]["name"], path)) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-                  "command": " ".join(sys.argv)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
-        yield path
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _holder_message(name: str, path: Path) -> str:
-    holder: dict = {}
-    for _ in range(20):  # the holder writes its details just after it takes the lock
-        try:
-            holder = json.loads(path.read_text() or "{}")
-        except (OSError, ValueError):
-            holder = {}
-        if holder:
-            break
-        time.sleep(0.05)
-    if not holder:
-        return f"run {name} is already running (lock {path}); wait for it to finish or stop it, then rerun"
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"]))
-    ago = time.time() - holder["since"]
-    ago_text = f"{ago / 60:.0f} min ago" if ago >= 60 else f"{ago:.0f} s ago"
-    return (f"run {name} is already running: pid {holder['pid']} on {holder['host']} since {since} ({ago_text}); "
-            f"wait for it to finish, or stop it (kill {holder['pid']}) and rerun the same command to resume")
 
 
 def _finished(cfg: dict, run) -> dict:
