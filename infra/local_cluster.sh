@@ -7,7 +7,7 @@
 #          stop every Ray on the machine.
 # Settings (environment): RAY_PORT (6379), RAY_DASHBOARD_PORT (8265), RAY_NUM_CPUS (cores + 2: Ray Data's read
 # tasks need logical CPUs beside the training workers on a small machine), RAY_CLIENT_PORT (10001),
-# RAY_TEMP_DIR (/tmp/augssl-ray-<port>).
+# RAY_AGENT_PORT (52365), RAY_TEMP_DIR (/tmp/augssl-ray-<port>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv_bin="$PWD/.venv/bin"
@@ -15,7 +15,8 @@ port=${RAY_PORT:-6379}
 dash=${RAY_DASHBOARD_PORT:-8265}
 temp=${RAY_TEMP_DIR:-/tmp/augssl-ray-$port}
 
-client=${RAY_CLIENT_PORT:-10001}
+client=${RAY_CLIENT_PORT:-10001}   # below Ray's worker port range (10002-19999)
+agent=${RAY_AGENT_PORT:-52365}     # the dashboard agent's HTTP port: a second head needs its own
 
 # This head's processes: those naming its temp dir, its Ray Client server (named by the head's port), and all
 # their descendants (dashboard modules, agents, workers carry neither in their command lines).
@@ -34,7 +35,7 @@ case "${1:-}" in
     "$venv_bin/ray" get-auth-token --generate >/dev/null
     cpus=${RAY_NUM_CPUS:-$(( $(nproc) + 2 ))}
     PATH="$venv_bin:$PATH" "$venv_bin/ray" start --head --port "$port" --dashboard-port "$dash" \
-      --ray-client-server-port "$client" --num-cpus "$cpus" --temp-dir "$temp" --disable-usage-stats >"$temp.log" 2>&1 \
+      --ray-client-server-port "$client" --dashboard-agent-listen-port "$agent" --num-cpus "$cpus" --temp-dir "$temp" --disable-usage-stats >"$temp.log" 2>&1 \
       || { echo "error: ray start failed; its output is in $temp.log" >&2; tail -5 "$temp.log" >&2; exit 1; }
     cat <<EOF
 Ray head started ($cpus CPUs; jobs run with $venv_bin/python). Paste into your shell:

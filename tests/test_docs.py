@@ -31,3 +31,7 @@ def test_no_file_points_at_the_specs_folder_outside_the_repository():
     offenders = [str(p.relative_to(ROOT)) for p in _tracked() if p.suffix in (".py", ".md", ".yaml", ".txt", ".sh")
                  and p.exists() and "specs/" in p.read_text(errors="ignore") and p.name != "test_docs.py"]
     assert offenders == []
+
+
+def test_no_run_store_is_committed():
+    assert not [p for p in _tracked() if p.name == "mlflow.db" or "mlruns" in p.parts]

@@ -42,6 +42,12 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     r = pretrain(tmp_path, "trainer.num_workers=2", "augment=mocov2", "augment.executor=dali", "train.epochs=2",
                  "method.queue_size=256")
     assert "Linear probe on spirograph" in r.stdout
+    # the console: quiet by default, 1-based epochs, one summary line per epoch, a closing list of what was made
+    console = r.stdout + r.stderr
+    assert "Started a local Ray instance" not in console and "Creating initial MLflow database" not in console
+    assert "[train] epoch 1/2 done:" in console and "[train] epoch 2/2 done:" in console
+    assert "epoch 0/" not in console and "epoch 3/2" not in console
+    assert "Done: run " in r.stdout and "probe chart" in r.stdout and "mlflow ui --backend-store-uri" in r.stdout
     client, runs = mlflow_runs(tmp_path)
     assert len(runs) == 1
     run = runs[0]
@@ -65,7 +71,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     models = client.search_logged_models(experiment_ids=[run.info.experiment_id])
     assert any(m.name == "backbone" and m.source_run_id == run.info.run_id for m in models)
     # the two workers ran one DDP group and the views came from DALI
-    assert "world_size=2" in r.stdout + r.stderr
+    assert "[train] 2 worker(s)" in r.stdout + r.stderr
     assert "DALI on cpu" in r.stdout + r.stderr
     # the probe's chart is the run's own file
     assert (tmp_path / "runs" / "probe" / f"{run.info.run_name}.png").exists()
@@ -260,7 +266,7 @@ def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
     assert run.info.status == "FINISHED" and run.data.params["plugin.invclr.lam"] == "0.01"
     pen = client.get_metric_history(run.info.run_id, "invclr_penalty")
     assert pen and all(m.value > 0 and m.value == m.value for m in pen)
-    assert "world_size=2" in r.stdout + r.stderr
+    assert "[train] 2 worker(s)" in r.stdout + r.stderr
     # CLSA: the strong view (pool ops, Equalize as a DALI python_function) made by DALI inside the worker
     r = pretrain(tmp_path / "clsa", "+experiment=clsa_mocov2", "augment.executor=dali", "train.epochs=1",
                  "eval.probe.after_pretrain=false", "eval.knn.every=0", "method.queue_size=256")
@@ -280,7 +286,7 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
                  "plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0", "tracking.log_every=2")
     client, runs = mlflow_runs(tmp_path / "moco")
     run = runs[0]
-    assert run.info.status == "FINISHED" and "world_size=2" in r.stdout + r.stderr
+    assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
     assert "[cocor] labelled subset: 8 samples" in r.stdout + r.stderr  # 1 % of 512, floored at 8 for regression
     hist = {k: client.get_metric_history(run.info.run_id, k)
             for k in ("cocor_target_l1", "cocor_target_l3", "cocor_sim_l2", "cocor_outer_loss", "cocor_target_lr")}

@@ -54,9 +54,9 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
     (work / "data").mkdir()
     (work / "data" / "big.bin").write_bytes(b"\0" * (2 << 20))  # must be kept out by .rayignore
 
-    ours = {"RAY_PORT": "6392", "RAY_DASHBOARD_PORT": "8367", "RAY_CLIENT_PORT": "10012",
+    ours = {"RAY_PORT": "6392", "RAY_DASHBOARD_PORT": "8367", "RAY_CLIENT_PORT": "9312", "RAY_AGENT_PORT": "52412",
             "RAY_TEMP_DIR": str(short / "r1")}
-    other = {"RAY_PORT": "6393", "RAY_DASHBOARD_PORT": "8368", "RAY_CLIENT_PORT": "10013",
+    other = {"RAY_PORT": "6393", "RAY_DASHBOARD_PORT": "8368", "RAY_CLIENT_PORT": "9313", "RAY_AGENT_PORT": "52413",
              "RAY_TEMP_DIR": str(short / "r2")}
     started = _make("cluster", work, env, **other)  # another Ray on the machine, which must survive
     assert started.returncode == 0, started.stderr

@@ -132,6 +132,16 @@ def _epoch_summary(metrics: dict, verbose: bool) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if keep(k))
 
 
+def _file_named_loggers() -> list[str]:
+    """Ray Train modules whose logger is named by their file path (so outside "ray.train"): the one that prints
+    "Reporting training result N" for every rank and epoch."""
+    try:
+        import ray.train.v2._internal.execution.context as train_context
+    except ImportError:  # a Ray without Train V2's layout: nothing to quiet
+        return []
+    return [train_context.__file__]
+
+
 def _maybe_fail(cfg: dict, epoch: int) -> None:
     """Test hook: raise once at the start of `epoch` (marker file), to exercise resume and restarts."""
     fail = cfg.get("debug", {}).get("fail_at_epoch")
@@ -234,7 +244,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
     verbose = bool(cfg.get("verbose"))
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
-        for name in ("ray.train", "ray.data"):
+        for name in ("ray.train", "ray.data", *_file_named_loggers()):
             logging.getLogger(name).setLevel(logging.WARNING)
 
     start_epoch = 0
