@@ -47,13 +47,6 @@ def resolve(cfg: dict) -> dict:
     return cfg
 
 
-def check_augment(aug: dict) -> None:
-    """The augment section's checks (pipeline.schema.check_augment); ConfigError with one line."""
-    from pipeline.schema import check_augment as check
-
-    check(aug)
-
-
 def _has_manifest(path: str) -> bool:
     return "://" not in path and (Path(path) / "manifest.json").exists()
 

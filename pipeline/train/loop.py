@@ -50,7 +50,7 @@ def to_device(images: list[torch.Tensor], params: list[dict] | None, device: tor
             t = t.pin_memory()
         return t.to(device, non_blocking=True)
 
-    images = [move(v).contiguous(memory_format=fmt) if v.dim() == 4 else move(v) for v in images]
+    images = [move(v).contiguous(memory_format=fmt) for v in images]  # views are [B, 3, H, W]
     if params is not None:
         params = [{k: move(t) for k, t in p.items()} for p in params]
     return images, params
@@ -159,8 +159,9 @@ class _Trainer:
 
         self.cfg, self.rank, self.world, self.device = cfg, rank, world, device
         rt = cfg["runtime"]
+        self.memory_format = memory_format(cfg["train"], device)
         self.method = build_method(cfg)
-        self.method.to(device, memory_format=memory_format(cfg["train"], device))
+        self.method.to(device, memory_format=self.memory_format)
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
         self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1
@@ -172,7 +173,6 @@ class _Trainer:
         self.step = 0
         self.timing = {"data_s": 0.0, "views_s": 0.0, "step_s": 0.0}  # where an epoch's time goes (seconds)
         self.precision = resolve_precision(cfg["train"]["precision"], device)
-        self.memory_format = memory_format(cfg["train"], device)
         self.views_of = build_view_maker(cfg["augment"], self.local_bs, num_threads=max(1, torch.get_num_threads()),
                                          seed=cfg["seed"] + rank, device=device)
 
