@@ -1,6 +1,8 @@
 """Collectives that are correct on 1 process and on N (gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
@@ -33,7 +35,11 @@ def gather_grad(x: torch.Tensor) -> torch.Tensor:
     summed over all ranks' losses, so DDP's gradient averaging yields the gradient of the mean loss."""
     if not is_dist():
         return x
-    return torch.cat(dist_fn.all_gather(x.contiguous()))
+    # torch 2.14 deprecates this autograd gather in favour of a private module (_functional_collectives); the
+    # public one still works, and its warning is not the user's to act on.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*all_gather is deprecated", category=FutureWarning)
+        return torch.cat(dist_fn.all_gather(x.contiguous()))
 
 
 @torch.no_grad()

@@ -330,23 +330,29 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _check_types(cfg: dict) -> None:
+    check_model(Config, cfg)
+
+
+def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
+    """Validate `data` against a section model; ConfigError with one line naming the first bad key (prefixed
+    with `root`, e.g. "sweep"), its value and what the field allows."""
     try:
-        Config.model_validate(cfg)
+        model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        keys, allowed, model = [], None, Config
+        keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
-            if model is None or not isinstance(part, str) or part not in model.model_fields:
+            if m is None or not isinstance(part, str) or part not in m.model_fields:
                 break
-            info = model.model_fields[part]
+            info = m.model_fields[part]
             keys.append(part)
-            allowed = next((m.text for m in info.metadata if isinstance(m, _Allowed)), None)
-            model = _section_model(info.annotation)
-            if model is not None:
+            allowed = next((a.text for a in info.metadata if isinstance(a, _Allowed)), None)
+            m = _section_model(info.annotation)
+            if m is not None:
                 allowed = "a mapping of keys"
-        key = ".".join(keys) or "config"
+        key = ".".join([root] * bool(root) + keys) or root or "config"
         what = f"expected {allowed}" if allowed else err["msg"]
-        value = _get(cfg, keys)
+        value = _get(data, keys)
         if value is _MISSING:
             raise ConfigError(f"{key} is missing: {what}") from None
         raise bad(key, value, what) from None

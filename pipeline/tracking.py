@@ -53,12 +53,12 @@ def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
     return _open(exp_id, find_run(exp_id, run_key), {"run_key": run_key, "job": job}, run_name)
 
 
-def start_child(parent_run_id: str, run_key: str, run_name: str, job: str) -> str:
+def start_child(parent_run_id: str, run_key: str, run_name: str, job: str, tags: dict | None = None) -> str:
     """A child run of `parent_run_id` (in its experiment, tagged mlflow.parentRunId) found again by `run_key`,
     else a new one; returns its run id. The parent itself is not reopened: its status stays as it is."""
     exp_id = MlflowClient().get_run(parent_run_id).info.experiment_id
     return _open(exp_id, find_run(exp_id, run_key),
-                 {"run_key": run_key, "job": job, "mlflow.parentRunId": parent_run_id}, run_name)
+                 {"run_key": run_key, "job": job, "mlflow.parentRunId": parent_run_id, **(tags or {})}, run_name)
 
 
 def _open(exp_id: str, found, tags: dict[str, str], run_name: str) -> str:

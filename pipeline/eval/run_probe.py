@@ -223,12 +223,14 @@ def probe_png(cfg: dict, name: str) -> Path:
     return Path(cfg["paths"]["runs"]) / "probe" / f"{name}.png"
 
 
-def compare_with_random(cfg: dict, ckpt: str | Path | dict,
-                        run_name: str | None = None) -> dict[str, dict[str, float]]:
+def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None = None,
+                        baseline: bool = True) -> dict[str, dict[str, float]]:
     """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
 
     `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(cfg,
     run_name) (run_name: the active MLflow run's name by default) and logged as probe/probe.png.
+
+    `baseline=False` probes the pretrained backbone alone (a sweep's trials: the sweep probes the random twin once).
 
     Returns {"pretrained": ..., "random": ...}; with eval.feature_averaging.m > 0 also "pretrained_fa" and
     "random_fa" (metrics probe_<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
@@ -245,6 +247,8 @@ def compare_with_random(cfg: dict, ckpt: str | Path | dict,
     inv_on = bool((ev.get("invariance") or {}).get("enabled"))
     backbones = {"pretrained": lambda: backbone_from(state),
                  "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"])}
+    if not baseline:
+        del backbones["random"]
     results, labels, invariance = {}, {}, {}
     for name, build in backbones.items():
         net = build()

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.config import ConfigError, config_hash, to_yaml
@@ -144,7 +145,9 @@ def _make_spirograph(cfg: dict) -> None:
     make_spirograph_splits(root, g["n_train"], g["n_val"], g["seed"], g["size"], g["maxcount"])
 
 
-def init_ray(cfg: dict) -> None:
+def init_ray(cfg: dict, trials: int = 1) -> None:
+    """Join the cluster (trainer.address, $RAY_ADDRESS) or start a private local one with room for `trials`
+    concurrent Train runs (a sweep's)."""
     import ray
 
     if ray.is_initialized():
@@ -163,7 +166,7 @@ def init_ray(cfg: dict) -> None:
         # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
         cores = os.cpu_count() or 1
-        need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"]
+        need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"] * trials
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         if quiet:  # Ray's own deprecation notices and Ray Data's execution plans are not the user's to act on
             env.update(PYTHONWARNINGS="ignore::DeprecationWarning", RAY_DATA_LOG_LEVEL="ERROR")
@@ -181,7 +184,18 @@ def quiet_logs(cfg: dict) -> None:
     logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
-def build_trainer(cfg: dict):
+@dataclass(frozen=True)
+class Trial:
+    """A pretraining run as one trial of a sweep (pipeline.tune): its MLflow run is a child of the sweep's, its
+    Train results go to Tune through `callbacks`, and it leaves out what every trial would repeat (the views
+    gallery, the exported model, the random-init probe: the sweep logs those once)."""
+    parent_run_id: str
+    trial_id: str
+    label: str                      # the trial's values in short, its MLflow run name
+    callbacks: tuple = field(default=())
+
+
+def build_trainer(cfg: dict, callbacks: tuple = ()):
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -205,19 +219,21 @@ def build_trainer(cfg: dict):
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             failure_config=ray.train.FailureConfig(max_failures=tr["max_failures"]),
             # Train's own "Reporting training result ..." lines: verbose=true only
-            logging_config=ray.train.LoggingConfig(log_level="INFO" if cfg.get("verbose") else "WARNING")),
+            logging_config=ray.train.LoggingConfig(log_level="INFO" if cfg.get("verbose") else "WARNING"),
+            callbacks=list(callbacks)),
         datasets={"train": train_dataset(cfg["data"]["train"], seed=cfg["seed"])},
     )
 
 
-def pretrain(cfg: dict) -> dict:
+def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
     """Run (or resume) one pretraining job end to end; returns {"run_id", "checkpoint", "probe"}.
 
     The run is the config's hash (or run.name). One process at a time holds it (run_lock, before Ray or
     MLflow is touched); a run MLflow has as FINISHED is not trained again: its results are printed (probed
     first if it never was and eval.probe.after_pretrain asks for it). A FAILED, KILLED or interrupted one
     resumes from its last checkpoint into the same MLflow run. Any error after the MLflow run opened ends it
-    FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed)."""
+    FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed). As a sweep's `trial`,
+    its MLflow run is a child of the sweep's run."""
     import mlflow
 
     from pipeline import tracking
@@ -239,9 +255,13 @@ def pretrain(cfg: dict) -> dict:
         from pipeline.train.resources import check_resources
 
         check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
-        run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+        if trial is None:
+            run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+        else:
+            run_id = tracking.start_child(trial.parent_run_id, name, trial.label, job="tune-trial",
+                                          tags={"tune_trial_id": trial.trial_id})
         try:
-            out = _train_and_log(cfg, run_id)
+            out = _train_and_log(cfg, run_id, trial)
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
@@ -253,35 +273,37 @@ def pretrain(cfg: dict) -> dict:
     return out
 
 
-def _train_and_log(cfg: dict, run_id: str) -> dict:
+def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
     import mlflow
 
     from pipeline import tracking
 
-    cfg["runtime"].update(mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg))
+    cfg["runtime"].update(mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg),
+                          trial=trial.label if trial else None)
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(tracking.flatten({k: v for k, v in cfg.items() if k != "runtime"}))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
-        if cfg["gallery"]["at_pretrain"]:
-            _log_gallery(cfg)
+        if cfg["gallery"]["at_pretrain"] and trial is None:
+            log_gallery(cfg)
 
     t0 = time.monotonic()
-    result = build_trainer(cfg).fit()
+    result = build_trainer(cfg, trial.callbacks if trial else ()).fit()
     if result.checkpoint is None:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
     mlflow.log_metric("train_minutes", minutes)
     _log_curves(cfg, run_id)
-    ckpt_dir = _log_checkpoint(result.checkpoint, cfg)
+    ckpt_dir = _log_checkpoint(result.checkpoint, cfg, model=trial is None)
     out = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
         from pipeline.eval.run_probe import compare_with_random
 
-        out["probe"] = compare_with_random(cfg, ckpt_dir, run_name=cfg["run"]["name"])
-    _summary(cfg, run_id, ckpt_dir, minutes)
+        out["probe"] = compare_with_random(cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=trial is None)
+    if trial is None:
+        _summary(cfg, run_id, ckpt_dir, minutes)
     return out
 
 
@@ -362,7 +384,7 @@ def gallery_path(cfg: dict) -> Path:
     return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
 
 
-def _log_gallery(cfg: dict) -> None:
+def log_gallery(cfg: dict) -> None:
     """The recipe's views of a few training images, annotated with their parameters, as a PNG in MLflow."""
     import mlflow
 
@@ -388,8 +410,8 @@ def _log_curves(cfg: dict, run_id: str) -> None:
         _log(f"training curves {path}")
 
 
-def _log_checkpoint(checkpoint, cfg: dict) -> Path:
-    """Log state.pt as an artifact and the backbone as an mlflow.pytorch model; return a local copy."""
+def _log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
+    """Log state.pt as an artifact and (`model`) the backbone as an mlflow.pytorch model; return a local copy."""
     import mlflow
     import mlflow.pytorch
     import torch
@@ -403,6 +425,8 @@ def _log_checkpoint(checkpoint, cfg: dict) -> Path:
         state = ck.load(d)
     torch.save(state, local / ck.STATE_FILE)
     mlflow.log_artifact(str(local / ck.STATE_FILE), artifact_path="checkpoint")
+    if not model:
+        return local
     method = build_method(cfg)
     method.backbone.load_state_dict(ck.backbone_state(state))
     from pipeline.augment.view_maker import eval_settings

@@ -118,12 +118,17 @@ class _KnnMonitor:
                            self.k, self.t, self.val.names)
 
 
-def _progress_bar(epoch: int, epochs: int, images: int):
+def _progress_bar(epoch: int, epochs: int, images: int, label: str = ""):
     """Rank 0's bar for one epoch (images, images/s and ETA), drawn on the driver's console by Ray's tqdm_ray
-    (a worker's own tqdm would print one line per refresh through Ray's log forwarding)."""
+    (a worker's own tqdm would print one line per refresh through Ray's log forwarding). A sweep's trials
+    carry their label, so concurrent bars tell apart."""
     from ray.experimental.tqdm_ray import tqdm
 
-    return tqdm(total=images, desc=f"epoch {epoch + 1}/{epochs}", unit="img")
+    return tqdm(total=images, desc=_bar_text(epoch, epochs, label), unit="img")
+
+
+def _bar_text(epoch: int, epochs: int, label: str = "") -> str:
+    return f"{label + ': ' if label else ''}epoch {epoch + 1}/{epochs}"
 
 
 def _epoch_summary(metrics: dict, verbose: bool) -> str:
@@ -257,7 +262,8 @@ def train_loop_per_worker(cfg: dict) -> None:
     on_disk = checkpoint.newest_on_disk(os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]))
     if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
         state = on_disk
-    if rank == 0:
+    label = cfg["runtime"].get("trial") or ""  # a sweep's trial: the sweep prints one line per epoch for it
+    if rank == 0 and (verbose or not label):
         views = getattr(tr.views_of, "executor", tr.views_of)
         print(f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
               f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
@@ -283,7 +289,7 @@ def train_loop_per_worker(cfg: dict) -> None:
         tr.timing = dict.fromkeys(tr.timing, 0.0)
         t0 = t_log = time.monotonic()
         steps_since_log = 0
-        bar = _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world) \
+        bar = _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world, label) \
             if rank == 0 else None
         for images, params in tr.batches(shard, epoch):
             out = tr.train_step(images, params)
@@ -297,7 +303,7 @@ def train_loop_per_worker(cfg: dict) -> None:
                 t_log, steps_since_log = now, 0
                 logger.log(out, tr.step)
                 if bar:
-                    bar.set_description(f"epoch {epoch + 1}/{epochs} loss {out['loss']:.3f}")
+                    bar.set_description(f"{_bar_text(epoch, epochs, label)} loss {out['loss']:.3f}")
                 if verbose:
                     print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
                           f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
@@ -319,6 +325,7 @@ def train_loop_per_worker(cfg: dict) -> None:
             shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
             logger.log(shown, tr.step)
             logger.flush()
-            print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)
+            if verbose or not label:
+                print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)
         last = epoch + 1 == epochs
         tr.save_and_report(metrics, epoch, last or (epoch + 1) % cfg["train"]["checkpoint_every"] == 0)

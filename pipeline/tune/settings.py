@@ -1,0 +1,141 @@
+"""A sweep's settings (`sweep.*`, conf/sweep/) and every check that can run before a trial starts.
+
+`compose_sweep(argv)` composes the command line with the sweep's size (its `sweep.sizes[sweep.size]` overrides
+first, the command line's after them), `check_sweep(cfg)` then answers bad input in one `error:` line: an
+unknown key in the space, an empty range, a value the config schema refuses, a metric the loop never reports,
+a scheduler that cannot see its metric every epoch. The cluster's room for the concurrent trials is checked
+once Ray is up (pipeline.tune.sweep).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pipeline.config import ConfigError, compose_config, config_hash
+from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
+from pipeline.tune.space import Dim, candidates, override, parse_space, reported_metrics
+
+# Sections a trial may not vary: where the data lives and how the cluster and store are reached are the
+# sweep's, shared by every trial (the data is made once, before the trials start).
+FIXED_SECTIONS = ("data", "trainer", "paths", "tracking", "run", "sweep", "debug", "verbose")
+
+
+class Sweep(_Section):
+    name: Str()
+    size: Str()
+    sizes: dict[str, list[str]] = {}
+    space: dict
+    metric: Str()
+    mode: Choice("min", "max")
+    scheduler: Choice("asha", "fifo")
+    stop_metric: Str(null=True) = None
+    stop_mode: Choice("min", "max", null=True) = None
+    grace_period: Int(1) = 1
+    reduction_factor: Int(2) = 2
+    num_samples: Int(1) = 1
+    max_concurrent_trials: Int(1) = 1
+    seed: Int(0) = 0
+
+
+def sweep_argv(argv: list[str]) -> list[str]:
+    """The command line with the chosen size's overrides in front (a key the command line sets is left to it)."""
+    first = compose_config(argv)
+    sweep = first.get("sweep")
+    if not isinstance(sweep, dict):
+        raise ConfigError("no sweep chosen: add +sweep=<name> (conf/sweep/: "
+                          f"{', '.join(available())})")
+    size, sizes = sweep.get("size"), sweep.get("sizes") or {}
+    if size not in sizes:
+        raise bad("sweep.size", size, f"expected one of {', '.join(sorted(sizes)) or '(none defined)'}")
+    given = {a.split("=", 1)[0].lstrip("+~") for a in argv}
+    chosen = [o for o in sizes[size] if o.split("=", 1)[0].lstrip("+~") not in given]
+    # the sweep preset first: the size's keys apply on top of it, the command line's on top of both
+    presets = [a for a in argv if a.startswith("+sweep=")]
+    return presets + chosen + [a for a in argv if not a.startswith("+sweep=")]
+
+
+def available() -> list[str]:
+    from pipeline.config import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
+
+
+def compose_sweep(argv: list[str]) -> tuple[dict, list[str]]:
+    """(config, argv): the composed config of the sweep at its size, and the command line that makes it (each
+    trial composes this line plus its own values)."""
+    full = sweep_argv(argv)
+    return compose_config(full), full
+
+
+def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
+    """Everything about the sweep that can be checked without Ray: its settings, the space's keys and values
+    (each value composed and validated as a trial would be), the metrics. Returns the dimensions."""
+    check_model(Sweep, cfg["sweep"], root="sweep")
+    s = cfg["sweep"]
+    dims = parse_space(s["space"])
+    for d in dims:
+        _check_key(cfg, d)
+    validate(cfg)  # the base config, as every trial shares it
+    for d in dims:
+        for value in candidates(d):
+            try:
+                validate(compose_config(argv + [override(d.key, value)]))
+            except ConfigError as e:
+                raise ConfigError(f"sweep.space.{d.key}: the trial with {d.key}={value} is refused: {e}") from None
+    _check_metrics(cfg)
+    return dims
+
+
+def _check_key(cfg: dict, d: Dim) -> None:
+    node, parts = cfg, d.key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            known = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a mapping)"
+            where = ".".join(parts[:i]) or "the config"
+            raise ConfigError(f"sweep.space.{d.key}: unknown config key ({where} has: {known})")
+        node = node[part]
+    if isinstance(node, dict):
+        raise ConfigError(f"sweep.space.{d.key}: a section, not a value; search one of its keys "
+                          f"({', '.join(sorted(node))})")
+    if parts[0] in FIXED_SECTIONS:
+        raise ConfigError(f"sweep.space.{d.key}: {parts[0]}.* is shared by every trial of a sweep; set it on the "
+                          f"command line instead")
+
+
+def _check_metrics(cfg: dict) -> None:
+    s = cfg["sweep"]
+    epoch, final = reported_metrics(cfg)
+    if s["metric"] not in epoch | final:
+        raise bad("sweep.metric", s["metric"], f"a metric this sweep's runs never report; they report "
+                  f"{', '.join(sorted(epoch | final))}")
+    if s["scheduler"] == "asha":
+        stop = s.get("stop_metric")
+        if stop is None:
+            raise ConfigError("sweep.stop_metric is missing: ASHA compares the trials every epoch; name a per-epoch "
+                              f"metric ({', '.join(sorted(epoch))})")
+        if stop not in epoch:
+            raise bad("sweep.stop_metric", stop, f"not reported every epoch, which ASHA needs; expected one of "
+                      f"{', '.join(sorted(epoch))}" + (" (eval.knn.every=0 turns the kNN monitor off)"
+                                                       if not cfg["eval"]["knn"]["every"] else ""))
+        if stop.startswith("knn_") and cfg["eval"]["knn"]["every"] != 1:
+            raise bad("eval.knn.every", cfg["eval"]["knn"]["every"], f"ASHA stops trials on {stop}: expected 1 "
+                      f"(the kNN monitor every epoch)")
+        if s.get("stop_mode") is None:
+            raise ConfigError(f"sweep.stop_mode is missing: min or max for sweep.stop_metric={stop}")
+
+
+def sweep_name(cfg: dict) -> str:
+    """The sweep's identity: its name and a hash of what decides its trials (the base config, the evaluation
+    that scores them, the sweep's settings except how many run at once). Rerunning the command finds it again."""
+    s = {k: v for k, v in cfg["sweep"].items() if k not in ("max_concurrent_trials", "sizes", "size")}
+    base = {k: v for k, v in cfg.items() if k != "sweep"}
+    what = {"base": config_hash(base), "eval": cfg["eval"], "sweep": s}
+    digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"sweep-{cfg['sweep']['name']}-{digest}"
+
+
+def trials_argv(argv: list[str], sweep_run: str, trial_id: str, params: dict) -> list[str]:
+    """A trial's command line: the sweep's, its values, its run name (the sweep's and the Tune trial id, which
+    stays the same when the sweep is resumed) and nothing the parent already logs once (the gallery)."""
+    return argv + [override(k, v) for k, v in params.items()] + [f"run.name={sweep_run}-{trial_id}",
+                                                                  "gallery.at_pretrain=false"]

@@ -1,0 +1,300 @@
+"""The sweep driver behind jobs/tune.py: check everything, make the data once, then run the trials on Ray Tune,
+each trial a pretraining run (pipeline.tune.trial), tracked in MLflow as children of one sweep run.
+
+A sweep has an identity (settings.sweep_name) and a lock, like a pretraining run: rerunning an interrupted sweep
+restores Tune's experiment (finished trials kept, unfinished ones resumed from their Train checkpoints);
+rerunning a finished one prints its results and logs nothing.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pipeline.config import ConfigError, to_yaml
+from pipeline.train.run_lock import RunBusy, run_lock
+from pipeline.tune.settings import check_sweep, compose_sweep, sweep_name
+from pipeline.tune.space import Dim, num_trials, short
+
+TABLE, PLOT, BEST = "sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"
+
+
+def _log(msg: str) -> None:
+    print(f"[tune] {msg}", flush=True)
+
+
+def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim]]:
+    """Compose and check the sweep, make its data; (base config, the sweep's command line, dimensions).
+    ConfigError with one line on bad input, before Ray or MLflow is touched."""
+    from pipeline.train.launch import resolve
+
+    cfg, full = compose_sweep(argv)
+    dims = check_sweep(cfg, full)
+    cfg["run"]["name"] = sweep_name(cfg)
+    cfg = resolve(cfg)  # validates again, makes the Spirograph data once for every trial, checks the shards
+    return cfg, full, dims
+
+
+def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
+    """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "table", "plot"}."""
+    import mlflow
+
+    from pipeline import tracking
+    from pipeline.train.launch import init_ray, quiet_logs
+
+    quiet_logs(cfg)
+    name, s = cfg["run"]["name"], cfg["sweep"]
+    with run_lock(cfg):
+        found = tracking.find_run(tracking.setup(cfg), name)
+        if found is not None and found.info.status == "FINISHED":
+            return _finished(cfg, found)
+        if found is not None:
+            _log(f"resuming sweep {name} (MLflow run {found.info.run_id}, {found.info.status})")
+        init_ray(cfg, trials=s["max_concurrent_trials"])
+        _check_room(cfg)
+        run_id = tracking.start_or_resume(cfg, name, name, job="tune")
+        try:
+            out = _run(cfg, argv, dims, run_id)
+        except BaseException as e:
+            status = tracking.end_failed(e)
+            _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
+            raise
+        if out.get("interrupted"):
+            mlflow.end_run(status="KILLED")
+            _log("interrupted: rerun the same command to resume the sweep")
+        else:
+            mlflow.end_run()
+    return out
+
+
+def _check_room(cfg: dict) -> None:
+    """sweep.max_concurrent_trials Train runs at once must fit the cluster: a local cluster has this machine's
+    cores (its logical CPUs are padded for Ray Data's tasks), a joined one what its nodes offer."""
+    from pipeline.train.resources import alive_nodes, check_resources
+
+    trials, tr = cfg["sweep"]["max_concurrent_trials"], cfg["trainer"]
+    address = tr.get("address") or os.environ.get("RAY_ADDRESS")
+    nodes = alive_nodes
+    if not address:
+        def nodes():  # noqa: E306  the machine, not the padded logical CPUs
+            return [{**n, "CPU": float(os.cpu_count() or 1)} for n in alive_nodes()]
+    check_resources(tr, nodes=nodes, log=_log, trials=trials)
+
+
+def _threads(cfg: dict) -> int:
+    """Torch threads per worker: this machine's cores shared by every worker of every concurrent trial."""
+    workers = cfg["sweep"]["max_concurrent_trials"] * cfg["trainer"]["num_workers"]
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
+    import mlflow
+
+    from pipeline import tracking
+    from pipeline.train.launch import log_gallery
+
+    s, name = cfg["sweep"], cfg["run"]["name"]
+    uri = tracking.tracking_uri(cfg)
+    cfg["runtime"]["sweep_argv"] = argv
+    if not mlflow.get_run(run_id).data.params:
+        mlflow.log_params({**{f"sweep.{k}": v for k, v in s.items() if k not in ("space", "sizes")},
+                           **{f"space.{d.key}": d.describe() for d in dims}, "command": " ".join(argv)})
+        mlflow.log_text(to_yaml({k: v for k, v in cfg.items() if k != "runtime"}), "config.yaml")
+        if cfg["gallery"]["at_pretrain"]:
+            log_gallery(cfg)
+    total = num_trials(dims, s["num_samples"])
+    _log(f"sweep {name}: {total} trial(s) of {s['metric']} ({s['mode']}), {s['scheduler'].upper()}, "
+         f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}")
+    t0 = time.monotonic()
+    setup = {"argv": argv, "sweep_run": name, "parent_run_id": run_id, "threads": _threads(cfg),
+             "tracking_uri": uri}
+    grid = _tuner(cfg, dims, setup).fit()
+    minutes = (time.monotonic() - t0) / 60
+    interrupted = grid.num_terminated + grid.num_errors < len(grid)
+    rows = _rows(grid, cfg, dims, interrupted)
+    _close_children(uri, run_id, rows)
+    return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": interrupted}
+
+
+def _tuner(cfg: dict, dims: list[Dim], setup: dict):
+    """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from pipeline.tune.console import Console
+    from pipeline.tune.space import to_tune
+    from pipeline.tune.trial import CLOCK, run_trial
+
+    s, name, storage = cfg["sweep"], cfg["run"]["name"], cfg["trainer"]["storage"]
+    if not cfg.get("verbose"):  # Tune's status tables and "View detailed results here": the Console says enough
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # The trial itself only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it.
+    trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01})
+    path = f"{storage.rstrip('/')}/{name}"
+    if tune.Tuner.can_restore(path):
+        _log(f"restoring the Tune experiment {path}: finished trials are kept, the others resume")
+        return tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
+    if s["scheduler"] == "asha":
+        # max_t one past the last epoch: ASHA never stops a trial for reaching it, so the probe always runs
+        scheduler = ASHAScheduler(time_attr=CLOCK, metric=s["stop_metric"], mode=s["stop_mode"],
+                                  max_t=cfg["train"]["epochs"] + 1, grace_period=s["grace_period"],
+                                  reduction_factor=s["reduction_factor"])
+    else:
+        scheduler = FIFOScheduler()
+    return tune.Tuner(
+        trainable, param_space=to_tune(dims),
+        tune_config=tune.TuneConfig(num_samples=s["num_samples"], max_concurrent_trials=s["max_concurrent_trials"],
+                                    scheduler=scheduler, search_alg=BasicVariantGenerator(random_state=s["seed"]),
+                                    trial_dirname_creator=lambda t: t.trial_id),
+        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=1 if cfg.get("verbose") else 0,
+                                  callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))]),
+    )
+
+
+def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
+    from pipeline import tracking
+    from pipeline.tune.trial import CLOCK
+
+    s, epochs = cfg["sweep"], cfg["train"]["epochs"]
+    curve_metric = s.get("stop_metric") or _per_epoch_metric(cfg)
+    rows = []
+    for r in grid:
+        m, trial = r.metrics or {}, Path(r.path).name
+        if r.error is not None:
+            status = f"failed: {tracking.error_line(r.error)[:200]}"
+        elif m.get("final"):
+            status = "done"
+        elif interrupted:
+            status = "unfinished"
+        else:
+            status = f"stopped at epoch {m.get(CLOCK, 0)}/{epochs}"
+        curve = []
+        df = r.metrics_dataframe
+        if df is not None and curve_metric in df and CLOCK in df:
+            per_epoch = df[df["final"] != 1] if "final" in df else df
+            curve = [(int(e), float(v)) for e, v in zip(per_epoch[CLOCK], per_epoch[curve_metric])]
+        rows.append({"trial": trial.rsplit("_", 1)[-1], "trial_id": trial, "params": dict(r.config or {}),
+                     "status": status, "metric": m.get(s["metric"]) if status == "done" else None,
+                     "curve": curve})
+    return rows
+
+
+def _per_epoch_metric(cfg: dict) -> str | None:
+    from pipeline.tune.space import reported_metrics
+
+    epoch, _ = reported_metrics(cfg)
+    knn = sorted(k for k in epoch if k in ("knn_r2", "knn_top1"))
+    return knn[0] if knn else "epoch_loss"
+
+
+def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
+    """Trial runs the scheduler stopped (their process was ended mid-training) end KILLED with the reason; a
+    failed trial's run that its process could not close ends FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_run(parent).info.experiment_id
+    children = client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    by_trial = {c.data.tags.get("tune_trial_id"): c for c in children}
+    for row in rows:
+        child = by_trial.get(row["trial_id"])
+        if child is None:
+            continue
+        row["run_id"] = child.info.run_id
+        if child.info.status != "RUNNING":
+            continue
+        if row["status"].startswith("stopped"):
+            client.set_tag(child.info.run_id, "stopped_early", f"{row['status']} by ASHA")
+            client.set_terminated(child.info.run_id, "KILLED")
+        elif row["status"].startswith("failed"):
+            client.set_tag(child.info.run_id, "error", row["status"][len("failed: "):])
+            client.set_terminated(child.info.run_id, "FAILED")
+
+
+def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
+    """The table, the plot and the best trial: printed, written under <paths.runs>/sweep/, logged to the parent."""
+    import mlflow
+
+    from pipeline.tune import report
+
+    s, name = cfg["sweep"], cfg["run"]["name"]
+    baseline = _random_baseline(cfg)
+    out_dir = Path(cfg["paths"]["runs"]) / "sweep"
+    text = report.table(rows, dims, s["metric"], s["mode"], baseline)
+    table_path = out_dir / f"{name}.md"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table_path.write_text(f"# {name}\n\n{text}")
+    plot_path = report.plot(rows, dims, s["metric"], s["mode"], out_dir / f"{name}.png", name,
+                            curve_metric=s.get("stop_metric") or _per_epoch_metric(cfg), baseline=baseline)
+    top = report.best(rows, s["mode"])
+    mlflow.log_text(text, TABLE)
+    mlflow.log_artifact(str(plot_path), "sweep")
+    counts = {f"trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
+    mlflow.log_metrics({**counts, "sweep_minutes": minutes})
+    if baseline is not None:
+        mlflow.log_metric(f"random_{s['metric']}", baseline)
+    if top is not None:
+        mlflow.log_metric(f"best_{s['metric']}", top["metric"])
+        best = {"trial": top["trial_id"], "mlflow_run_id": top.get("run_id"), s["metric"]: top["metric"],
+                "params": top["params"], "command": _pretrain_command(cfg, top["params"])}
+        mlflow.log_text(to_yaml(best), BEST)
+    print(f"\n{text}", flush=True)
+    print(f"Done: sweep {name}, {len(rows)} trial(s) in {minutes:.1f} min.", flush=True)
+    print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)",
+          flush=True)
+    if top is not None:
+        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}",
+              flush=True)
+    return {"run_id": run_id, "rows": rows, "best": top, "table": table_path, "plot": plot_path}
+
+
+def _pretrain_command(cfg: dict, params: dict) -> str:
+    from pipeline.tune.space import override
+
+    return " ".join(["python jobs/pretrain.py", *cfg["runtime"]["sweep_argv"],
+                     *[override(k, v) for k, v in params.items()]])
+
+
+def _random_baseline(cfg: dict) -> float | None:
+    """The sweep's metric for a random-init backbone under the same linear probe (once per sweep, not per trial);
+    None for metrics other than the plain probe's."""
+    metric = cfg["sweep"]["metric"]
+    prefix = "probe_pretrained_"
+    if not metric.startswith(prefix) or metric.startswith(prefix + "fa_"):
+        return None
+    from pipeline.eval.run_probe import probe_backbone, random_backbone
+
+    _log("probing a random-init backbone once, as the sweep's baseline")
+    return probe_backbone(random_backbone(cfg["model"], cfg["seed"]), cfg).get(metric[len(prefix):])
+
+
+def _finished(cfg: dict, run) -> dict:
+    """A finished sweep found again: print its table and where its results are; train and log nothing."""
+    import mlflow
+
+    name, run_id = cfg["run"]["name"], run.info.run_id
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
+    _log(f"sweep {name} finished before (MLflow run {run_id}, {when}): nothing to run; its results:")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    try:
+        text = mlflow.artifacts.load_text(f"runs:/{run_id}/{TABLE}")
+    except Exception as e:  # noqa: BLE001  a store without the artifact: say so, do not rerun
+        text = f"(its table could not be read: {type(e).__name__})"
+    print(f"\n{text}", flush=True)
+    plot = Path(cfg["paths"]["runs"]) / "sweep" / f"{name}.png"
+    if plot.exists():
+        print(f"  plot   {plot}", flush=True)
+    print(f"  MLflow run {run_id}; sweep again under another name with sweep.name=<name>", flush=True)
+    return {"run_id": run_id, "rows": None, "best": None, "table": text, "plot": plot}
+
+
+def main(argv: list[str]) -> int:
+    from pipeline.config import fail
+
+    try:
+        cfg, full, dims = prepare(argv)
+        run_sweep(cfg, full, dims)
+    except (ConfigError, RunBusy) as e:
+        fail(str(e))
+    return 0

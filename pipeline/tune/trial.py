@@ -1,0 +1,73 @@
+"""One trial of a sweep: a pretraining run of the same driver and loop as jobs/pretrain.py, launched from
+inside a Tune trial (Ray 2.60's pattern for Train inside Tune: the Tune function builds and fits a
+TorchTrainer; a Train callback forwards each epoch's results to Tune).
+
+Tune sees, per epoch, what the loop reports (loss, speed, the kNN monitor) plus `epochs_done`, the scheduler's
+clock; then one last result with the linear probe of the pretrained backbone and `final` = 1. A trial that
+ASHA stops never reaches that last result.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from pipeline.config import compose_config
+from pipeline.tune.settings import trials_argv
+from pipeline.tune.space import short
+
+CLOCK = "epochs_done"   # Tune's time attribute: 1-based epochs, the same after a resumed run as before
+
+
+class ForwardToTune(TuneReportCallback):
+    """Rank 0's per-epoch results to Tune with `epochs_done`, each metric carried forward from its last epoch
+    (every Tune result then holds the scheduler's metric even where the loop skips it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: dict = {}
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.last.update({k: v for k, v in metrics[0].items() if isinstance(v, (int, float))})
+        merged = {**self.last, CLOCK: int(metrics[0]["epoch"]) + 1}
+        super().after_report(run_context, [merged], checkpoint)
+
+
+def run_trial(params: dict, setup: dict) -> None:
+    """Tune's function: compose the trial's config (the sweep's command line plus its values), pretrain it as a
+    child run of the sweep, then report the finished run's metrics, probe included, as the last result.
+
+    `setup`: argv (the sweep's command line), sweep_run (its name), parent_run_id, tracking_uri, threads (torch
+    threads per worker, so concurrent trials share the cores instead of oversubscribing them). Unless verbose,
+    what the run prints goes to <paths.runs>/sweep/<sweep>/<trial id>.log: the sweep's console has a line per
+    trial event instead."""
+    import ray.data
+    import ray.tune
+
+    trial_id = ray.tune.get_context().get_trial_id()
+    cfg = compose_config(trials_argv(setup["argv"], setup["sweep_run"], trial_id, params))
+    cfg.pop("sweep", None)
+    if cfg["trainer"]["torch_threads"] is None:
+        cfg["trainer"]["torch_threads"] = setup["threads"]
+    verbose = bool(cfg.get("verbose"))
+    ray.data.DataContext.get_current().enable_progress_bars = verbose
+    if verbose:
+        return _pretrain_and_report(cfg, params, setup, trial_id)
+    log = Path(cfg["paths"]["runs"]) / "sweep" / setup["sweep_run"] / f"{trial_id}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        _pretrain_and_report(cfg, params, setup, trial_id)
+
+
+def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) -> None:
+    import ray.tune
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.train.launch import Trial, pretrain, resolve
+
+    cfg = resolve(cfg)
+    index = trial_id.rsplit("_", 1)[-1]
+    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{index} {short(params)}", (ForwardToTune(),)))
+    metrics = MlflowClient(setup["tracking_uri"]).get_run(out["run_id"]).data.metrics
+    ray.tune.report({**metrics, CLOCK: cfg["train"]["epochs"], "final": 1})
