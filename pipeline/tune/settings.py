@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
@@ -83,7 +84,22 @@ def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
             except ConfigError as e:
                 raise ConfigError(f"sweep.space.{d.key}: the trial with {d.key}={value} is refused: {e}") from None
     _check_metrics(cfg)
+    _check_local_room(cfg)
     return dims
+
+
+def _check_local_room(cfg: dict) -> None:
+    """On a private local cluster (no trainer.address or $RAY_ADDRESS) the concurrent trials' workers share this
+    machine's cores; a joined cluster is checked once Ray is up (pipeline.tune.sweep._check_room)."""
+    tr, n = cfg["trainer"], cfg["sweep"]["max_concurrent_trials"]
+    if tr.get("address") or os.environ.get("RAY_ADDRESS") or tr.get("autoscale"):
+        return
+    cores = os.cpu_count() or 1
+    need = n * tr["num_workers"] * tr["cpus_per_worker"]
+    if need > cores:
+        raise bad("sweep.max_concurrent_trials", n, f"{n} trials x trainer.num_workers={tr['num_workers']} x "
+                  f"trainer.cpus_per_worker={tr['cpus_per_worker']} = {need:g} CPUs, more than this machine's "
+                  f"{cores} cores; expected at most {max(1, int(cores // (tr['num_workers'] * tr['cpus_per_worker'])))}")
 
 
 def _check_key(cfg: dict, d: Dim) -> None:

@@ -47,6 +47,8 @@ def parse_space(space: Any) -> list[Dim]:
 
 def _dim(key: str, spec: Any) -> Dim:
     where = f"sweep.space.{key}"
+    if isinstance(spec, dict):  # a kind set to null is left out: `{grid: null, uniform: [lo, hi]}` on the command
+        spec = {k: v for k, v in spec.items() if v is not None}  # line switches a key's kind (Hydra merges dicts)
     kinds = [k for k in KINDS if isinstance(spec, dict) and k in spec]
     extra = sorted(set(spec) - set(KINDS) - {"log"}) if isinstance(spec, dict) else []
     if len(kinds) != 1 or extra:

@@ -144,8 +144,11 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
         scheduler = FIFOScheduler()
     return tune.Tuner(
         trainable, param_space=to_tune(dims),
-        tune_config=tune.TuneConfig(num_samples=s["num_samples"], max_concurrent_trials=s["max_concurrent_trials"],
-                                    scheduler=scheduler, search_alg=BasicVariantGenerator(random_state=s["seed"]),
+        # the generator itself limits the trials in flight (Tune ignores TuneConfig.max_concurrent_trials when it
+        # is handed a generator), and its random_state makes the draws the same on every run of the command
+        tune_config=tune.TuneConfig(num_samples=s["num_samples"], scheduler=scheduler,
+                                    search_alg=BasicVariantGenerator(random_state=s["seed"],
+                                                                     max_concurrent=s["max_concurrent_trials"]),
                                     trial_dirname_creator=lambda t: t.trial_id),
         run_config=tune.RunConfig(name=name, storage_path=storage, verbose=1 if cfg.get("verbose") else 0,
                                   callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))]),

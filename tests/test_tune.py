@@ -1,0 +1,390 @@
+"""Ray Tune sweeps: the search space, the checks before any trial, the report, and end to end (ASHA stopping a
+trial, the MLflow parent/child tree, a finished rerun, resume after the driver is killed)."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import CONF_DIR, ConfigError, compose_config
+from pipeline.tune import report
+from pipeline.tune.settings import check_sweep, compose_sweep, sweep_argv, sweep_name
+from pipeline.tune.space import Dim, num_trials, override, parse_space, reported_metrics, to_tune
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
+
+
+# ----------------------------------------------------------------------------- the space
+
+
+def test_parse_space_reads_every_kind_in_order():
+    dims = parse_space({"a.b": {"grid": [0, 1e-3], "log": True}, "c": {"choice": ["x", "y"]},
+                        "d": {"uniform": [0.1, 0.5]}, "e": {"loguniform": [1e-4, 1e-1]}})
+    assert [(d.key, d.kind, d.values, d.log) for d in dims] == [
+        ("a.b", "grid", (0, 1e-3), True), ("c", "choice", ("x", "y"), False),
+        ("d", "uniform", (0.1, 0.5), False), ("e", "loguniform", (1e-4, 1e-1), True)]
+
+
+@pytest.mark.parametrize("space, words", [
+    ({}, "expected a mapping"),
+    ({"k": {"grid": []}}, "an empty search range"),
+    ({"k": {"uniform": [1.0, 1.0]}}, "an empty search range; expected lo < hi"),
+    ({"k": {"uniform": [2.0, 1.0]}}, "an empty search range"),
+    ({"k": {"loguniform": [0.0, 1.0]}}, "0 < lo < hi"),
+    ({"k": {"uniform": [1.0]}}, "expected [lo, hi]"),
+    ({"k": {"grid": [1], "choice": [2]}}, "exactly one of"),
+    ({"k": {"range": [1, 2]}}, "exactly one of"),
+    ({"k": [1, 2]}, "exactly one of"),
+    ({"k": {"grid": [1, 1]}}, "appears twice"),
+    ({"k": {"grid": [-1, 1], "log": True}}, "numbers >= 0"),
+    ({"k": {"grid": [1, 2], "log": "yes"}}, "expected true or false"),
+])
+def test_bad_space_specs_fail_in_one_line_naming_the_key(space, words):
+    with pytest.raises(ConfigError) as e:
+        parse_space(space)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    if space:
+        assert str(e.value).startswith("sweep.space.k")
+
+
+def test_to_tune_builds_the_searchers_own_objects():
+    from ray.tune.search.sample import Categorical, Float
+
+    space = to_tune(parse_space({"a": {"grid": [1, 2]}, "b": {"choice": [3, 4]}, "c": {"uniform": [0.0, 1.0]},
+                                 "d": {"loguniform": [1e-3, 1.0]}}))
+    assert space["a"] == {"grid_search": [1, 2]}
+    assert isinstance(space["b"], Categorical) and space["b"].categories == [3, 4]
+    assert isinstance(space["c"], Float) and (space["c"].lower, space["c"].upper) == (0.0, 1.0)
+    assert isinstance(space["d"].get_sampler(), Float._LogUniform)
+
+
+def test_trial_counts_follow_tunes_rule():
+    dims = parse_space({"a": {"grid": [1, 2, 3]}, "b": {"grid": [4, 5]}, "c": {"uniform": [0.0, 1.0]}})
+    assert num_trials(dims, 1) == 6 and num_trials(dims, 3) == 18
+    assert num_trials(parse_space({"c": {"uniform": [0.0, 1.0]}}), 5) == 5
+
+
+@pytest.mark.parametrize("key, value", [("method.temperature", 0.07), ("plugin.invclr.lam", 1e-4),
+                                        ("augment.joint.crop.beta", None), ("augment.joint.crop.beta", -2),
+                                        ("plugin.cocor.fixed_targets", [0.9, 0.85, 0.75]),
+                                        ("method.symmetric", False)])
+def test_a_sampled_value_round_trips_through_the_command_line(key, value):
+    presets = {"plugin.invclr.lam": ["plugin=[invclr]"], "plugin.cocor.fixed_targets": ["+experiment=cocor_mocov2"],
+               "augment.joint.crop.beta": ["augment=mocov2"]}.get(key, [])
+    cfg = compose_config(presets + [override(key, value)])
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    assert node == value and type(node) is type(value)
+
+
+def test_reported_metrics_follow_the_task_and_the_evaluation():
+    cfg = compose_config([])
+    epoch, final = reported_metrics(cfg)
+    assert {"epoch_loss", "knn_r2", "knn_r2_m"} <= epoch and "knn_top1" not in epoch
+    assert {"probe_pretrained_mse", "probe_pretrained_r2_sigma"} <= final
+    epoch, final = reported_metrics(compose_config(["data=cifar10", "eval.knn.every=0",
+                                                    "eval.probe.after_pretrain=false"]))
+    assert epoch == {"epoch_loss", "epoch_images_per_s"} and final == set()
+
+
+# ----------------------------------------------------------------------------- the shipped sweeps
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_shipped_sweep_composes_and_validates_at_its_cpu_size(name):
+    cfg, argv = compose_sweep([f"+sweep={name}"])
+    dims = check_sweep(cfg, argv)  # every value of the space composed and validated as its trial would be
+    assert cfg["sweep"]["name"] == name and cfg["sweep"]["size"] == "cpu" and dims
+    assert sweep_name(cfg).startswith(f"sweep-{name}-")
+    epoch, final = reported_metrics(cfg)
+    assert cfg["sweep"]["metric"] in final  # ranked on the probe at the end
+    if cfg["sweep"]["scheduler"] == "asha":
+        assert cfg["sweep"]["stop_metric"] in epoch
+    if name != "smoke":
+        assert "paper" in cfg["sweep"]["sizes"]
+
+
+@pytest.mark.parametrize("name", [n for n in SWEEPS if n != "smoke"])
+def test_every_shipped_sweep_composes_at_paper_size(name):
+    cfg, _ = compose_sweep([f"+sweep={name}", "sweep.size=paper"])
+    cpu, _ = compose_sweep([f"+sweep={name}"])
+    assert cfg["train"]["epochs"] > cpu["train"]["epochs"]
+    parse_space(cfg["sweep"]["space"])
+
+
+def test_the_command_line_wins_over_the_size():
+    argv = sweep_argv(["+sweep=invclr_lambda", "train.epochs=3"])
+    assert argv[0] == "+sweep=invclr_lambda" and argv.count("train.epochs=3") == 1
+    assert not any(a.startswith("train.epochs=6") for a in argv)
+    cfg = compose_config(argv)
+    assert cfg["train"]["epochs"] == 3 and cfg["data"]["generate"]["n_train"] == 2000
+
+
+def test_the_sweep_name_ignores_concurrency_but_not_the_space():
+    a, _ = compose_sweep(["+sweep=smoke"])
+    b, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=1"])
+    c, _ = compose_sweep(["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, 0.2]}}"])
+    d, _ = compose_sweep(["+sweep=smoke", "eval.probe.steps=10"])
+    assert sweep_name(a) == sweep_name(b)
+    assert len({sweep_name(a), sweep_name(c), sweep_name(d)}) == 3
+
+
+# ----------------------------------------------------------------------------- bad input, one line
+
+
+def _tune(*args, root: Path, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
+                          cwd=root, capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def _env() -> dict:
+    """The test's environment without an MLflow store or a Ray cluster it may point at."""
+    return {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+
+
+BAD = [
+    (["+sweep=smoke", "++sweep.space={method.temprature: {grid: [0.1]}}"],
+     "sweep.space.method.temprature: unknown config key"),
+    (["+sweep=smoke", "sweep.space={method.temperature: {grid: []}}"], "an empty search range"),
+    (["+sweep=smoke", "++sweep.space={method.temperature: {grid: null, uniform: [0.5, 0.1]}}"],
+     "an empty search range"),
+    (["+sweep=smoke", "sweep.metric=probe_pretrained_top1"], "a metric this sweep's runs never report"),
+    (["+sweep=smoke", "eval.knn.every=0"], "sweep.stop_metric=knn_r2: not reported every epoch"),
+    (["+sweep=smoke", "eval.knn.every=2"], "eval.knn.every=2: ASHA stops trials on knn_r2"),
+    (["+sweep=smoke", "sweep.max_concurrent_trials=64"], "sweep.max_concurrent_trials=64:"),
+    (["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, -1.0], log: false}}"],
+     "the trial with method.temperature=-1.0 is refused"),
+    (["+sweep=smoke", "++sweep.space={data.image_size: {grid: [16, 32]}}"], "shared by every trial"),
+    (["+sweep=smoke", "sweep.scheduler=hyperband"], "sweep.scheduler=hyperband: expected one of asha, fifo"),
+    (["+sweep=smoke", "sweep.size=huge"], "sweep.size=huge: expected one of cpu, paper"),
+    (["train.epochs=2"], "no sweep chosen: add +sweep=<name>"),
+    (["+sweep=nosuch"], "nosuch"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD, ids=[w[:30] for _, w in BAD])
+def test_bad_sweeps_fail_in_one_error_line_before_ray_or_mlflow(tmp_path, args, words):
+    t0 = time.monotonic()
+    r = _tune(*args, root=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], r.stderr
+    assert time.monotonic() - t0 < 15
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()  # nothing made, no store
+
+
+def test_help_lists_the_sweeps(tmp_path):
+    r = _tune("--help", root=tmp_path)
+    assert r.returncode == 0 and "+sweep:" in r.stdout
+    for name in SWEEPS:
+        assert name in r.stdout
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _rows():
+    return [
+        {"trial": "00000", "trial_id": "t_00000", "params": {"plugin.invclr.lam": 0}, "status": "done",
+         "metric": 0.30, "curve": [(1, 0.1), (2, 0.2)]},
+        {"trial": "00001", "trial_id": "t_00001", "params": {"plugin.invclr.lam": 1e-3}, "status": "done",
+         "metric": 0.20, "curve": [(1, 0.2), (2, 0.3)]},
+        {"trial": "00002", "trial_id": "t_00002", "params": {"plugin.invclr.lam": 1e-1},
+         "status": "stopped at epoch 1/2", "metric": None, "curve": [(1, 0.05)]},
+        {"trial": "00003", "trial_id": "t_00003", "params": {"plugin.invclr.lam": 1e-2}, "status": "done",
+         "metric": float("nan"), "curve": []},
+    ]
+
+
+def test_the_table_ranks_by_the_metric_and_mode_with_unscored_trials_last():
+    dims = [Dim("plugin.invclr.lam", "grid", (0, 1e-3, 1e-2, 1e-1), True)]
+    text = report.table(_rows(), dims, "probe_pretrained_mse", "min", baseline=0.5)
+    body = [ln for ln in text.splitlines() if ln.startswith("| 0")]
+    assert [ln.split("|")[1].strip() for ln in body] == ["00001", "00000", "00002", "00003"]
+    assert "stopped at epoch 1/2" in body[2] and "| — |" in body[2]
+    assert "probe_pretrained_mse = 0.5" in text
+    assert report.best(_rows(), "min")["trial"] == "00001"
+    assert report.best(_rows(), "max")["trial"] == "00000"
+    assert [r["trial"] for r in report.sort_rows(_rows(), "max")][:2] == ["00000", "00001"]
+
+
+def test_the_plot_puts_a_log_space_with_zero_on_a_symlog_axis(tmp_path):
+    import matplotlib.image as mpimg
+
+    dims = [Dim("plugin.invclr.lam", "grid", (0, 1e-3, 1e-2, 1e-1), True)]
+    path = report.plot(_rows(), dims, "probe_pretrained_mse", "min", tmp_path / "s.png", "sweep",
+                       curve_metric="knn_r2", baseline=0.5)
+    img = mpimg.imread(path)
+    assert img.shape[1] > 2 * img.shape[0]  # two panels side by side: the key, the curves
+    # categorical and linear keys draw too
+    dims = [Dim("plugin.cocor.fixed_targets", "grid", ([0.9, 0.8], [0.7, 0.6]), False)]
+    rows = [{**_rows()[0], "params": {"plugin.cocor.fixed_targets": [0.7, 0.6]}}]
+    assert report.plot(rows, dims, "m", "min", tmp_path / "c.png", "sweep").exists()
+
+
+def test_forward_to_tune_carries_metrics_forward_and_adds_the_clock():
+    from pipeline.tune.trial import CLOCK, ForwardToTune
+
+    class Queue:
+        def __init__(self):
+            self.items = []
+
+        def put(self, item):
+            self.items.append(item)
+
+    cb = ForwardToTune.__new__(ForwardToTune)  # outside a Tune session: the queue by hand
+    cb.last, cb._training_actor_item_queue = {}, Queue()
+    cb.after_report(None, [{"epoch": 0, "epoch_loss": 5.0, "knn_r2": 0.2}], None)
+    cb.after_report(None, [{"epoch": 1, "epoch_loss": 4.0}], None)  # an epoch without the kNN monitor
+    first, second = cb._training_actor_item_queue.items
+    assert first[CLOCK] == 1 and second[CLOCK] == 2
+    assert second["knn_r2"] == 0.2 and second["epoch_loss"] == 4.0
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+SMOKE = ["+sweep=smoke", "sweep.max_concurrent_trials=1"]  # one at a time: the trials' order is fixed
+
+
+def _runs(root: Path):
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{root / 'runs' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("augssl")
+    return client, client.search_runs([exp.experiment_id])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One smoke sweep for the end-to-end checks below: two one-epoch trials, one at a time, ASHA on kNN R²."""
+    root = tmp_path_factory.mktemp("sweep")
+    t0 = time.monotonic()
+    r = _tune(*SMOKE, root=root, timeout=900)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return root, r, time.monotonic() - t0
+
+
+@pytest.mark.slow
+def test_asha_stops_the_trial_that_is_worse_at_its_first_rung(smoke):
+    root, r, _ = smoke
+    client, runs = _runs(root)
+    children = sorted((c for c in runs if c.data.tags.get("mlflow.parentRunId")), key=lambda c: c.info.run_name)
+    assert [c.info.run_name for c in children] == ["00000 temperature=0.2", "00001 temperature=10"]
+    first, second = children
+    knn = [client.get_metric_history(c.info.run_id, "knn_r2")[-1].value for c in children]
+    # ASHA's rule with two trials and reduction factor 2: the second to reach the rung continues only if it is
+    # at least as good as the first there
+    assert knn[1] < knn[0], knn
+    assert first.info.status == "FINISHED" and "probe_pretrained_mse" in first.data.metrics
+    assert second.info.status == "KILLED" and "probe_pretrained_mse" not in second.data.metrics
+    assert second.data.tags["stopped_early"] == "stopped at epoch 1/1 by ASHA"
+    out = r.stdout
+    assert "[tune] trial 00001 stopped early by the scheduler after epoch 1/1" in out
+    assert "[tune] trial 00000 done: probe_pretrained_mse=" in out
+
+
+@pytest.mark.slow
+def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
+    root, r, _ = smoke
+    client, runs = _runs(root)
+    parents = [p for p in runs if "mlflow.parentRunId" not in p.data.tags]
+    assert len(parents) == 1 and len(runs) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["job"] == "tune"
+    assert parent.info.run_name.startswith("sweep-smoke-")
+    assert parent.data.params["space.method.temperature"] == "grid [0.2, 10.0] (log)"
+    assert parent.data.params["sweep.metric"] == "probe_pretrained_mse"
+    m = parent.data.metrics
+    assert (m["trials_done"], m["trials_stopped"], m["trials_failed"]) == (1, 1, 0)
+    assert "random_probe_pretrained_mse" in m and "best_probe_pretrained_mse" in m
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
+    assert arts == {"sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"}
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"config.yaml", "gallery", "sweep"}
+    best = client.download_artifacts(parent.info.run_id, "sweep/best.yaml", str(root))
+    text = Path(best).read_text()
+    assert "method.temperature: 0.2" in text and "python jobs/pretrain.py +sweep=smoke" in text
+    done = next(c for c in runs if c.info.run_name.startswith("00000"))
+    assert done.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert done.data.params["method.temperature"] == "0.2" and done.data.tags["job"] == "tune-trial"
+    assert m["best_probe_pretrained_mse"] == done.data.metrics["probe_pretrained_mse"]
+    child_arts = {a.path for a in client.list_artifacts(done.info.run_id)}
+    assert {"config.yaml", "checkpoint", "curves", "probe"} <= child_arts and "gallery" not in child_arts
+    assert len(client.get_metric_history(done.info.run_id, "loss")) >= 1  # its own per-step curve
+    name = parent.info.run_name
+    assert (root / "runs" / "sweep" / f"{name}.png").stat().st_size > 10_000
+    table = (root / "runs" / "sweep" / f"{name}.md").read_text()
+    assert table.index("| 00000 |") < table.index("| 00001 |")
+    # the console: the sweep's own lines, not Tune's tables or the trials' prints
+    assert "Done: sweep sweep-smoke-" in r.stdout and "Trial status" not in r.stdout
+    assert "View detailed results" not in r.stdout and "Linear probe on spirograph" not in r.stdout
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_rerun_prints_its_results_and_logs_nothing(smoke):
+    root, _, _ = smoke
+    _, before = _runs(root)
+    t0 = time.monotonic()
+    r = _tune(*SMOKE, root=root)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert "finished before" in r.stdout and "| 00000 | 0.2 |" in r.stdout
+    _, after = _runs(root)
+    assert [x.info.run_id for x in after] == [x.info.run_id for x in before]
+    assert took < 15, took
+
+
+def _child_statuses(root: Path) -> dict:
+    db = root / "runs" / "mlflow.db"
+    if not db.exists():
+        return {}
+    try:
+        _, runs = _runs(root)
+    except Exception:  # noqa: BLE001  the store is being created
+        return {}
+    return {r.info.run_name.split()[0]: r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags}
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path):
+    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "sweep.scheduler=fifo", "train.epochs=2"]
+    cmd = [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={tmp_path}"]
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=_env(),
+                             start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:  # kill the driver (and its local Ray) once trial 0 finished and trial 1 checkpointed its first epoch
+        while time.monotonic() < deadline and first.poll() is None:
+            statuses = _child_statuses(tmp_path)
+            checkpoints = list((tmp_path / "runs" / "ray").glob("sweep-smoke-*_00001/checkpoint_*"))
+            if statuses.get("00000") == "FINISHED" and checkpoints:
+                break
+            time.sleep(0.5)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert _child_statuses(tmp_path) == {"00000": "FINISHED", "00001": "RUNNING"}
+
+    r = _tune(*args, root=tmp_path, timeout=900)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert "resuming sweep sweep-smoke-" in r.stdout and "restoring the Tune experiment" in r.stdout
+    assert "trial 00000 started" not in r.stdout  # kept, not run again
+    client, runs = _runs(tmp_path)
+    assert len(runs) == 3 and all(x.info.status == "FINISHED" for x in runs)
+    trial1 = next(x for x in runs if x.info.run_name.startswith("00001"))
+    # its Train run went on from the checkpoint of its first epoch
+    log1 = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*/*_00001.log")).read_text()
+    assert "resuming run" in log1
+    assert [m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")] == sorted(
+        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")})
+    assert len(client.get_metric_history(trial1.info.run_id, "knn_r2")) == 2
+    assert not math.isnan(trial1.data.metrics["probe_pretrained_mse"])
