@@ -75,6 +75,15 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         assert r.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
+        # a sweep submitted the same way: its trials' Train runs on the joined head, tracked in the same store
+        r = _submit(["python", "jobs/tune.py", "+sweep=smoke", f"paths.root={tmp_path / 'store'}",
+                     "sweep.max_concurrent_trials=1", "sweep.scheduler=fifo", "data.generate.n_train=256",
+                     "data.generate.n_val=64", "model.width=8", "train.batch_size=64", "eval.knn.bank_size=128",
+                     "eval.knn.val_size=64", "eval.probe.steps=10"], work, shell, 900)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-4000:]
+        assert "succeeded" in out.lower() and "Done: sweep sweep-smoke-" in out and out.count("done: probe_") == 2
+        assert len(list((tmp_path / "store" / "runs" / "sweep").glob("sweep-smoke-*.png"))) == 1
         # the job ran in .venv, and .rayignore kept data/ out of the uploaded working directory
         probe = _submit(["python", "-c", "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), "
                          "os.path.exists('jobs'), sys.prefix)"], work, shell, 300)

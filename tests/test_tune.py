@@ -121,9 +121,9 @@ def test_every_shipped_sweep_composes_at_paper_size(name):
 def test_the_command_line_wins_over_the_size():
     argv = sweep_argv(["+sweep=invclr_lambda", "train.epochs=3"])
     assert argv[0] == "+sweep=invclr_lambda" and argv.count("train.epochs=3") == 1
-    assert not any(a.startswith("train.epochs=6") for a in argv)
+    assert not any(a.startswith("train.epochs=5") for a in argv)
     cfg = compose_config(argv)
-    assert cfg["train"]["epochs"] == 3 and cfg["data"]["generate"]["n_train"] == 2000
+    assert cfg["train"]["epochs"] == 3 and cfg["data"]["generate"]["n_train"] == 1500
 
 
 def test_the_sweep_name_ignores_concurrency_but_not_the_space():

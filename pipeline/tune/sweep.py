@@ -59,9 +59,16 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
             status = tracking.end_failed(e)
             _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
             raise
+        failed = [r for r in out["rows"] if r["status"].startswith("failed")]
         if out.get("interrupted"):
             mlflow.end_run(status="KILLED")
             _log("interrupted: rerun the same command to resume the sweep")
+        elif failed:  # FAILED, so the same command retries them (from their checkpoints) instead of reporting
+            mlflow.set_tag("error", f"{len(failed)} trial(s) failed; trial {failed[0]['trial']}: "
+                                    f"{failed[0]['status'][len('failed: '):]}")
+            mlflow.end_run(status="FAILED")
+            _log(f"{len(failed)} trial(s) failed (their errors: runs/sweep/{name}/<trial id>.log); rerun the same "
+                 f"command to retry them")
         else:
             mlflow.end_run()
     return out
