@@ -340,6 +340,9 @@ def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
         model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
+        if err["type"] == "extra_forbidden":
+            where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
+            raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
         keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
             if m is None or not isinstance(part, str) or part not in m.model_fields:

@@ -126,21 +126,31 @@ def test_the_command_line_wins_over_the_size():
     assert cfg["train"]["epochs"] == 3 and cfg["data"]["generate"]["n_train"] == 1500
 
 
-def test_the_sweep_name_ignores_concurrency_but_not_the_space():
+def test_the_sweep_name_follows_what_decides_its_trials():
     a, _ = compose_sweep(["+sweep=smoke"])
+    same, _ = compose_sweep(["+sweep=smoke", "verbose=true", "sweep.size=cpu"])
     b, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=1"])
     c, _ = compose_sweep(["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, 0.2]}}"])
     d, _ = compose_sweep(["+sweep=smoke", "eval.probe.steps=10"])
-    assert sweep_name(a) == sweep_name(b)
-    assert len({sweep_name(a), sweep_name(c), sweep_name(d)}) == 3
+    assert sweep_name(a) == sweep_name(same)
+    assert len({sweep_name(a), sweep_name(b), sweep_name(c), sweep_name(d)}) == 4
 
 
 # ----------------------------------------------------------------------------- bad input, one line
 
 
-def _tune(*args, root: Path, timeout: int = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
-                          cwd=root, capture_output=True, text=True, timeout=timeout, env=_env())
+def _tune(*args, root: Path, timeout: int = 60, relative: bool = False) -> subprocess.CompletedProcess:
+    """`python jobs/tune.py ...` with its store under `root`: given as paths.root, or (relative) by running a
+    copy of the job from `root` with the default paths.root=. (a trial runs in Tune's own folder: the paths
+    must still be the driver's)."""
+    if not relative:
+        return subprocess.run([sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
+                              cwd=root, capture_output=True, text=True, timeout=timeout, env=_env())
+    if not (root / "jobs").exists():
+        for part in ("jobs", "pipeline", "conf"):
+            (root / part).symlink_to(ROOT / part)
+    return subprocess.run([sys.executable, "jobs/tune.py", *args], cwd=root, capture_output=True, text=True,
+                          timeout=timeout, env=_env())
 
 
 def _env() -> dict:
@@ -155,8 +165,12 @@ BAD = [
     (["+sweep=smoke", "++sweep.space={method.temperature: {grid: null, uniform: [0.5, 0.1]}}"],
      "an empty search range"),
     (["+sweep=smoke", "sweep.metric=probe_pretrained_top1"], "a metric this sweep's runs never report"),
-    (["+sweep=smoke", "eval.knn.every=0"], "sweep.stop_metric=knn_r2: not reported every epoch"),
-    (["+sweep=smoke", "eval.knn.every=2"], "eval.knn.every=2: ASHA stops trials on knn_r2"),
+    (["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=0"],
+     "sweep.stop_metric=knn_r2: not reported every epoch"),
+    (["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=2"],
+     "eval.knn.every=2: ASHA stops trials on knn_r2"),
+    (["+sweep=smoke", "sweep.scheduler=asha"], "sweep.grace_period=1: ASHA judges a trial"),
+    (["+sweep=smoke", "+sweep.grace_periods=2"], "sweep.grace_periods: unknown key"),
     (["+sweep=smoke", "sweep.max_concurrent_trials=64"], "sweep.max_concurrent_trials=64:"),
     (["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, -1.0], log: false}}"],
      "the trial with method.temperature=-1.0 is refused"),
@@ -229,7 +243,7 @@ def test_the_plot_puts_a_log_space_with_zero_on_a_symlog_axis(tmp_path):
 
 
 def test_forward_to_tune_carries_metrics_forward_and_adds_the_clock():
-    from pipeline.tune.trial import CLOCK, ForwardToTune
+    from pipeline.tune.trial import CLOCK, TRAINED, ForwardToTune
 
     class Queue:
         def __init__(self):
@@ -239,18 +253,23 @@ def test_forward_to_tune_carries_metrics_forward_and_adds_the_clock():
             self.items.append(item)
 
     cb = ForwardToTune.__new__(ForwardToTune)  # outside a Tune session: the queue by hand
-    cb.last, cb._training_actor_item_queue = {}, Queue()
+    cb.epochs, cb.last, cb._training_actor_item_queue = 3, {}, Queue()
     cb.after_report(None, [{"epoch": 0, "epoch_loss": 5.0, "knn_r2": 0.2}], None)
     cb.after_report(None, [{"epoch": 1, "epoch_loss": 4.0}], None)  # an epoch without the kNN monitor
-    first, second = cb._training_actor_item_queue.items
+    cb.after_report(None, [{"epoch": 2, "epoch_loss": 3.0, "knn_r2": 0.4}], None)
+    first, second, last = cb._training_actor_item_queue.items
     assert first[CLOCK] == 1 and second[CLOCK] == 2
     assert second["knn_r2"] == 0.2 and second["epoch_loss"] == 4.0
+    # the last epoch carries no clock: ASHA, which ignores such a result, cannot stop a trial before its probe
+    assert CLOCK not in last and last["knn_r2"] == 0.4
+    assert [r[TRAINED] for r in (first, second, last)] == [1, 2, 3]
 
 
 # ----------------------------------------------------------------------------- end to end
 
 
-SMOKE = ["+sweep=smoke", "sweep.max_concurrent_trials=1"]  # one at a time: the trials' order is fixed
+# one at a time, so the trials' order is fixed; ASHA judges them after their first of two epochs
+SMOKE = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "sweep.scheduler=asha", "train.epochs=2"]
 
 
 def _runs(root: Path):
@@ -263,10 +282,12 @@ def _runs(root: Path):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """One smoke sweep for the end-to-end checks below: two one-epoch trials, one at a time, ASHA on kNN R²."""
+    """One smoke sweep for the end-to-end checks below: two two-epoch trials, one at a time, ASHA on kNN R². Run as
+    the README shows it, from the project's folder with no paths.root: its store lands in <project>/runs, so the
+    test works on a copy of the project."""
     root = tmp_path_factory.mktemp("sweep")
     t0 = time.monotonic()
-    r = _tune(*SMOKE, root=root, timeout=900)
+    r = _tune(*SMOKE, root=root, timeout=900, relative=True)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return root, r, time.monotonic() - t0
 
@@ -284,9 +305,9 @@ def test_asha_stops_the_trial_that_is_worse_at_its_first_rung(smoke):
     assert knn[1] < knn[0], knn
     assert first.info.status == "FINISHED" and "probe_pretrained_mse" in first.data.metrics
     assert second.info.status == "KILLED" and "probe_pretrained_mse" not in second.data.metrics
-    assert second.data.tags["stopped_early"] == "stopped at epoch 1/1 by ASHA"
+    assert second.data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
     out = r.stdout
-    assert "[tune] trial 00001 stopped early by the scheduler after epoch 1/1" in out
+    assert "[tune] trial 00001 stopped early by the scheduler after epoch 1/2" in out
     assert "[tune] trial 00000 done: probe_pretrained_mse=" in out
 
 
@@ -316,7 +337,7 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
     assert m["best_probe_pretrained_mse"] == done.data.metrics["probe_pretrained_mse"]
     child_arts = {a.path for a in client.list_artifacts(done.info.run_id)}
     assert {"config.yaml", "checkpoint", "curves", "probe"} <= child_arts and "gallery" not in child_arts
-    assert len(client.get_metric_history(done.info.run_id, "loss")) >= 1  # its own per-step curve
+    assert len(client.get_metric_history(done.info.run_id, "epoch_loss")) == 2  # its own curves, one point an epoch
     name = parent.info.run_name
     assert (root / "runs" / "sweep" / f"{name}.png").stat().st_size > 10_000
     table = (root / "runs" / "sweep" / f"{name}.md").read_text()
@@ -331,7 +352,7 @@ def test_a_finished_sweep_rerun_prints_its_results_and_logs_nothing(smoke):
     root, _, _ = smoke
     _, before = _runs(root)
     t0 = time.monotonic()
-    r = _tune(*SMOKE, root=root)
+    r = _tune(*SMOKE, root=root, relative=True)
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert "finished before" in r.stdout and "| 00000 | 0.2 |" in r.stdout
@@ -353,7 +374,7 @@ def _child_statuses(root: Path) -> dict:
 
 @pytest.mark.slow
 def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path):
-    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "sweep.scheduler=fifo", "train.epochs=2"]
+    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "train.epochs=2"]
     cmd = [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={tmp_path}"]
     log = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=_env(),

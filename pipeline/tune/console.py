@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray import tune
 
 from pipeline.tune.space import short
-from pipeline.tune.trial import CLOCK
+from pipeline.tune.trial import TRAINED
 
 
 def say(msg: str) -> None:
@@ -31,12 +31,12 @@ class Console(tune.Callback):
             return
         shown = dict.fromkeys(k for k in (self.stop_metric, "knn_r2", "knn_top1", "epoch_loss") if k and k in result)
         values = " ".join(f"{k}={result[k]:.4g}" for k in shown)
-        say(f"trial {index(trial)} epoch {result.get(CLOCK)}/{self.epochs}: {values}")
+        say(f"trial {index(trial)} epoch {result.get(TRAINED)}/{self.epochs}: {values}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = trial.last_result or {}
         if not last.get("final"):
-            say(f"trial {index(trial)} stopped early by the scheduler after epoch {last.get(CLOCK, 0)}/{self.epochs}")
+            say(f"trial {index(trial)} stopped early by the scheduler after epoch {last.get(TRAINED, 0)}/{self.epochs}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         say(f"trial {index(trial)} failed; its error: {trial.error_file or trial.path}")

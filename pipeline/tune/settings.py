@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 
+from pydantic import ConfigDict
+
 from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
 from pipeline.tune.space import Dim, candidates, override, parse_space, reported_metrics
@@ -22,6 +24,8 @@ FIXED_SECTIONS = ("data", "trainer", "paths", "tracking", "run", "sweep", "debug
 
 
 class Sweep(_Section):
+    model_config = ConfigDict(extra="forbid", strict=True)  # a misspelt sweep key would silently do nothing
+
     name: Str()
     size: Str()
     sizes: dict[str, list[str]] = {}
@@ -136,22 +140,29 @@ def _check_metrics(cfg: dict) -> None:
         if stop.startswith("knn_") and cfg["eval"]["knn"]["every"] != 1:
             raise bad("eval.knn.every", cfg["eval"]["knn"]["every"], f"ASHA stops trials on {stop}: expected 1 "
                       f"(the kNN monitor every epoch)")
+        if s["grace_period"] >= cfg["train"]["epochs"]:
+            raise bad("sweep.grace_period", s["grace_period"], f"ASHA judges a trial after at least this many epochs "
+                      f"and before its last (train.epochs={cfg['train']['epochs']}), so it could stop none; expected "
+                      f"less than {cfg['train']['epochs']}, or sweep.scheduler=fifo")
         if s.get("stop_mode") is None:
             raise ConfigError(f"sweep.stop_mode is missing: min or max for sweep.stop_metric={stop}")
 
 
 def sweep_name(cfg: dict) -> str:
     """The sweep's identity: its name and a hash of what decides its trials (the base config, the evaluation
-    that scores them, the sweep's settings except how many run at once). Rerunning the command finds it again."""
-    s = {k: v for k, v in cfg["sweep"].items() if k not in ("max_concurrent_trials", "sizes", "size")}
+    that scores them, the sweep's settings; how many run at once too, as a restored Tune experiment keeps its
+    own). Rerunning the command finds it again."""
+    s = {k: v for k, v in cfg["sweep"].items() if k not in ("sizes", "size")}
     base = {k: v for k, v in cfg.items() if k != "sweep"}
     what = {"base": config_hash(base), "eval": cfg["eval"], "sweep": s}
     digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return f"sweep-{cfg['sweep']['name']}-{digest}"
 
 
-def trials_argv(argv: list[str], sweep_run: str, trial_id: str, params: dict) -> list[str]:
+def trials_argv(setup: dict, trial_id: str, params: dict) -> list[str]:
     """A trial's command line: the sweep's, its values, its run name (the sweep's and the Tune trial id, which
-    stays the same when the sweep is resumed) and nothing the parent already logs once (the gallery)."""
-    return argv + [override(k, v) for k, v in params.items()] + [f"run.name={sweep_run}-{trial_id}",
-                                                                  "gallery.at_pretrain=false"]
+    stays the same when the sweep is resumed), the driver's absolute root and store (a trial runs in a folder of
+    Tune's, where a relative paths.root would point elsewhere) and nothing the parent logs once (the gallery)."""
+    return setup["argv"] + [override(k, v) for k, v in params.items()] + [
+        f"run.name={setup['sweep_run']}-{trial_id}", f"paths.root={setup['root']}",
+        f"tracking.uri={setup['tracking_uri']}", "gallery.at_pretrain=false"]

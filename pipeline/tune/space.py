@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import ConfigError
+from pipeline.schema import _show
 
 KINDS = ("grid", "choice", "uniform", "loguniform")
 
@@ -131,10 +132,6 @@ def _fmt(v: Any) -> str:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _show(v: Any) -> str:
-    return json.dumps(v, default=str).replace('"', "")
 
 
 # ----------------------------------------------------------------------------- what the loop reports

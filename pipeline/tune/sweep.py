@@ -8,6 +8,8 @@ rerunning a finished one prints its results and logs nothing.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,25 +69,22 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
             mlflow.set_tag("error", f"{len(failed)} trial(s) failed; trial {failed[0]['trial']}: "
                                     f"{failed[0]['status'][len('failed: '):]}")
             mlflow.end_run(status="FAILED")
-            _log(f"{len(failed)} trial(s) failed (their errors: runs/sweep/{name}/<trial id>.log); rerun the same "
-                 f"command to retry them")
+            _log(f"{len(failed)} trial(s) failed (each trial's output: runs/sweep/{name}/<trial id>.log; its error: "
+                 f"its MLflow run's errors/ and Tune's error.txt under {cfg['trainer']['storage']}/{name}); rerun "
+                 f"the same command to retry them")
         else:
             mlflow.end_run()
     return out
 
 
 def _check_room(cfg: dict) -> None:
-    """sweep.max_concurrent_trials Train runs at once must fit the cluster: a local cluster has this machine's
-    cores (its logical CPUs are padded for Ray Data's tasks), a joined one what its nodes offer."""
-    from pipeline.train.resources import alive_nodes, check_resources
+    """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
+    cluster was checked against this machine's cores before Ray started: settings._check_local_room)."""
+    from pipeline.train.resources import check_resources
 
-    trials, tr = cfg["sweep"]["max_concurrent_trials"], cfg["trainer"]
-    address = tr.get("address") or os.environ.get("RAY_ADDRESS")
-    nodes = alive_nodes
-    if not address:
-        def nodes():  # noqa: E306  the machine, not the padded logical CPUs
-            return [{**n, "CPU": float(os.cpu_count() or 1)} for n in alive_nodes()]
-    check_resources(tr, nodes=nodes, log=_log, trials=trials)
+    tr = cfg["trainer"]
+    if tr.get("address") or os.environ.get("RAY_ADDRESS"):
+        check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
 
 
 def _threads(cfg: dict) -> int:
@@ -113,14 +112,16 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     _log(f"sweep {name}: {total} trial(s) of {s['metric']} ({s['mode']}), {s['scheduler'].upper()}, "
          f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}")
     t0 = time.monotonic()
-    setup = {"argv": argv, "sweep_run": name, "parent_run_id": run_id, "threads": _threads(cfg),
-             "tracking_uri": uri}
+    setup = {"argv": argv, "sweep_run": name, "root": cfg["paths"]["root"], "parent_run_id": run_id,
+             "threads": _threads(cfg), "tracking_uri": uri}
     grid = _tuner(cfg, dims, setup).fit()
     minutes = (time.monotonic() - t0) / 60
-    interrupted = grid.num_terminated + grid.num_errors < len(grid)
+    interrupted = grid.num_terminated + grid.num_errors < max(len(grid), total)
     rows = _rows(grid, cfg, dims, interrupted)
     _close_children(uri, run_id, rows)
-    return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": interrupted}
+    if interrupted:  # no table or plot of a sweep half run: the rerun resumes it and reports
+        return {"run_id": run_id, "rows": rows, "best": None, "table": None, "plot": None, "interrupted": True}
+    return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": False}
 
 
 def _tuner(cfg: dict, dims: list[Dim], setup: dict):
@@ -140,12 +141,19 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01})
     path = f"{storage.rstrip('/')}/{name}"
     if tune.Tuner.can_restore(path):
-        _log(f"restoring the Tune experiment {path}: finished trials are kept, the others resume")
-        return tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
+        _log(f"restoring the Tune experiment {path}: finished trials are kept, the others resume "
+             f"(ASHA's rungs start empty again: Tune does not save a scheduler's state)")
+        try:
+            return tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
+        except (ValueError, RuntimeError, FileNotFoundError) as e:  # killed before Tune saved its first state
+            aside = f"{path}.unrestorable-{time.strftime('%Y%m%d-%H%M%S')}"
+            _log(f"it cannot be restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved to {aside}, "
+                 f"starting it afresh")
+            os.rename(path, aside)
     if s["scheduler"] == "asha":
-        # max_t one past the last epoch: ASHA never stops a trial for reaching it, so the probe always runs
+        # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)
         scheduler = ASHAScheduler(time_attr=CLOCK, metric=s["stop_metric"], mode=s["stop_mode"],
-                                  max_t=cfg["train"]["epochs"] + 1, grace_period=s["grace_period"],
+                                  max_t=cfg["train"]["epochs"], grace_period=s["grace_period"],
                                   reduction_factor=s["reduction_factor"])
     else:
         scheduler = FIFOScheduler()
@@ -164,7 +172,7 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
 
 def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
     from pipeline import tracking
-    from pipeline.tune.trial import CLOCK
+    from pipeline.tune.trial import TRAINED
 
     s, epochs = cfg["sweep"], cfg["train"]["epochs"]
     curve_metric = s.get("stop_metric") or _per_epoch_metric(cfg)
@@ -178,12 +186,12 @@ def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
         elif interrupted:
             status = "unfinished"
         else:
-            status = f"stopped at epoch {m.get(CLOCK, 0)}/{epochs}"
+            status = f"stopped at epoch {m.get(TRAINED, 0)}/{epochs}"
         curve = []
         df = r.metrics_dataframe
-        if df is not None and curve_metric in df and CLOCK in df:
+        if df is not None and curve_metric in df and TRAINED in df:
             per_epoch = df[df["final"] != 1] if "final" in df else df
-            curve = [(int(e), float(v)) for e, v in zip(per_epoch[CLOCK], per_epoch[curve_metric])]
+            curve = [(int(e), float(v)) for e, v in zip(per_epoch[TRAINED], per_epoch[curve_metric])]
         rows.append({"trial": trial.rsplit("_", 1)[-1], "trial_id": trial, "params": dict(r.config or {}),
                      "status": status, "metric": m.get(s["metric"]) if status == "done" else None,
                      "curve": curve})
@@ -214,7 +222,9 @@ def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
         row["run_id"] = child.info.run_id
         if child.info.status != "RUNNING":
             continue
-        if row["status"].startswith("stopped"):
+        if row["status"] == "unfinished":  # the sweep was interrupted; the rerun resumes this run
+            client.set_terminated(child.info.run_id, "KILLED")
+        elif row["status"].startswith("stopped"):
             client.set_tag(child.info.run_id, "stopped_early", f"{row['status']} by ASHA")
             client.set_terminated(child.info.run_id, "KILLED")
         elif row["status"].startswith("failed"):
@@ -239,7 +249,8 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
                             curve_metric=s.get("stop_metric") or _per_epoch_metric(cfg), baseline=baseline)
     top = report.best(rows, s["mode"])
     mlflow.log_text(text, TABLE)
-    mlflow.log_artifact(str(plot_path), "sweep")
+    with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
+        mlflow.log_artifact(shutil.copy(plot_path, Path(d) / Path(PLOT).name), "sweep")
     counts = {f"trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
     mlflow.log_metrics({**counts, "sweep_minutes": minutes})
     if baseline is not None:

@@ -3,8 +3,8 @@ inside a Tune trial (Ray 2.60's pattern for Train inside Tune: the Tune function
 TorchTrainer; a Train callback forwards each epoch's results to Tune).
 
 Tune sees, per epoch, what the loop reports (loss, speed, the kNN monitor) plus `epochs_done`, the scheduler's
-clock; then one last result with the linear probe of the pretrained backbone and `final` = 1. A trial that
-ASHA stops never reaches that last result.
+clock (not on the last epoch); then one last result with the linear probe of the pretrained backbone and
+`final` = 1. A trial that ASHA stops (after an epoch before the last) never reaches that last result.
 """
 from __future__ import annotations
 
@@ -17,20 +17,26 @@ from pipeline.config import compose_config
 from pipeline.tune.settings import trials_argv
 from pipeline.tune.space import short
 
-CLOCK = "epochs_done"   # Tune's time attribute: 1-based epochs, the same after a resumed run as before
+CLOCK = "epochs_done"       # ASHA's time attribute: 1-based epochs, the same after a resumed run as before
+TRAINED = "trained_epochs"  # the same count on every result, the last epoch's too (the console, the curves)
 
 
 class ForwardToTune(TuneReportCallback):
     """Rank 0's per-epoch results to Tune with `epochs_done`, each metric carried forward from its last epoch
-    (every Tune result then holds the scheduler's metric even where the loop skips it)."""
+    (every Tune result then holds the scheduler's metric even where the loop skips it).
 
-    def __init__(self):
+    The last epoch's result goes without `epochs_done`: ASHA ignores a result without its clock, so it never
+    stops a trial that trained to the end before its probe; the probe's result carries it (pipeline.tune.sweep
+    sets ASHA's max_t to the epochs, so that result ends the trial)."""
+
+    def __init__(self, epochs: int):
         super().__init__()
-        self.last: dict = {}
+        self.epochs, self.last = epochs, {}
 
     def after_report(self, run_context, metrics, checkpoint):
         self.last.update({k: v for k, v in metrics[0].items() if isinstance(v, (int, float))})
-        merged = {**self.last, CLOCK: int(metrics[0]["epoch"]) + 1}
+        done = int(metrics[0]["epoch"]) + 1
+        merged = {**self.last, TRAINED: done, **({CLOCK: done} if done < self.epochs else {})}
         super().after_report(run_context, [merged], checkpoint)
 
 
@@ -38,15 +44,18 @@ def run_trial(params: dict, setup: dict) -> None:
     """Tune's function: compose the trial's config (the sweep's command line plus its values), pretrain it as a
     child run of the sweep, then report the finished run's metrics, probe included, as the last result.
 
-    `setup`: argv (the sweep's command line), sweep_run (its name), parent_run_id, tracking_uri, threads (torch
+    `setup`: argv (the sweep's command line), sweep_run (its name), root, parent_run_id, tracking_uri, threads (torch
     threads per worker, so concurrent trials share the cores instead of oversubscribing them). Unless verbose,
     what the run prints goes to <paths.runs>/sweep/<sweep>/<trial id>.log: the sweep's console has a line per
     trial event instead."""
     import ray.data
     import ray.tune
 
+    import torch
+
+    torch.set_num_threads(setup["threads"])  # the probe runs here, beside the other trials' workers
     trial_id = ray.tune.get_context().get_trial_id()
-    cfg = compose_config(trials_argv(setup["argv"], setup["sweep_run"], trial_id, params))
+    cfg = compose_config(trials_argv(setup, trial_id, params))
     cfg.pop("sweep", None)
     if cfg["trainer"]["torch_threads"] is None:
         cfg["trainer"]["torch_threads"] = setup["threads"]
@@ -68,6 +77,7 @@ def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) ->
 
     cfg = resolve(cfg)
     index = trial_id.rsplit("_", 1)[-1]
-    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{index} {short(params)}", (ForwardToTune(),)))
+    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{index} {short(params)}", (ForwardToTune(cfg["train"]["epochs"]),)))
     metrics = MlflowClient(setup["tracking_uri"]).get_run(out["run_id"]).data.metrics
-    ray.tune.report({**metrics, CLOCK: cfg["train"]["epochs"], "final": 1})
+    epochs = cfg["train"]["epochs"]
+    ray.tune.report({**metrics, CLOCK: epochs, TRAINED: epochs, "final": 1})
