@@ -65,7 +65,7 @@ def no_ray(monkeypatch):
 
     monkeypatch.setattr(launch, "init_ray", lambda cfg: None)
     monkeypatch.setattr(resources, "check_resources", lambda *a, **k: None)
-    monkeypatch.setattr(launch, "build_trainer", lambda cfg: SimpleNamespace(fit=fit))
+    monkeypatch.setattr(launch, "build_trainer", lambda cfg, callbacks=(): SimpleNamespace(fit=fit))
     return calls
 
 
@@ -76,7 +76,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
     from pipeline.eval import run_probe
     from pipeline.train import launch
 
-    def broken(checkpoint, cfg):
+    def broken(checkpoint, cfg, model=True):
         raise OSError("disk full while logging the backbone")
 
     monkeypatch.setattr(launch, "_log_checkpoint", broken)
@@ -92,12 +92,12 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
     assert not mlflow.active_run()
 
     # the same command again resumes the run and finishes it; the probe logs into it
-    def logged_probe(cfg, ckpt, run_name=None):
+    def logged_probe(cfg, ckpt, run_name=None, baseline=True):
         results = {"pretrained": {"r2_m": 0.5, "mse_m": 0.2}, "random": {"r2_m": 0.1, "mse_m": 0.4}}
         mlflow.log_metrics({f"probe_{k}_{m}": v for k, r in results.items() for m, v in r.items()})
         return results
 
-    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg: store / "ckpt")
+    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg, model=True: store / "ckpt")
     monkeypatch.setattr(run_probe, "compare_with_random", logged_probe)
     out = launch.pretrain(_cfg(store, "r1"))
     run = client.get_run(run.info.run_id)
@@ -133,13 +133,13 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
     local = store / "runs" / "checkpoints" / "r3"
     local.mkdir(parents=True)
     torch.save({"cfg": {}, "method": {}}, local / "state.pt")
-    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg: local)
+    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg, model=True: local)
     out = launch.pretrain(_cfg(store, "r3", "eval.probe.after_pretrain=false"))
     assert out["probe"] is None and no_ray.fit == 1
 
     probed = []
 
-    def logged_probe(cfg, ckpt, run_name=None):
+    def logged_probe(cfg, ckpt, run_name=None, baseline=True):
         probed.append((sorted(ckpt) if isinstance(ckpt, dict) else ckpt, run_name, mlflow.active_run().info.run_id))
         if len(probed) == 1:
             raise MemoryError("probe out of memory")
