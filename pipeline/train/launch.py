@@ -159,7 +159,9 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
     # result", Ray Data's execution plans) and Ray Data's progress bars; the job's own lines and bar stay.
     logs = {"logging_level": logging.ERROR if quiet else logging.INFO,
             "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO")}
-    address = cfg["trainer"].get("address") or os.environ.get("RAY_ADDRESS")
+    from pipeline.train.resources import cluster_address
+
+    address = cluster_address(cfg["trainer"])
     if address:
         ray.init(address=address, **logs)
     else:

@@ -8,10 +8,17 @@ so often saying what it waits for.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Callable, Iterable, Mapping
 
 from pipeline.config import ConfigError
+
+
+def cluster_address(trainer: Mapping) -> str | None:
+    """The cluster a job joins (trainer.address, else $RAY_ADDRESS, which `ray job submit` sets), or None for a
+    private local cluster of its own."""
+    return trainer.get("address") or os.environ.get("RAY_ADDRESS") or None
 
 
 def worker_bundle(trainer: Mapping) -> dict[str, float]:

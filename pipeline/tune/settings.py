@@ -16,7 +16,8 @@ from pydantic import ConfigDict
 
 from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
-from pipeline.tune.space import Dim, candidates, override, parse_space, reported_metrics
+from pipeline.train.resources import cluster_address
+from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 
 # Sections a trial may not vary: where the data lives and how the cluster and store are reached are the
 # sweep's, shared by every trial (the data is made once, before the trials start).
@@ -82,7 +83,7 @@ def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
         _check_key(cfg, d)
     validate(cfg)  # the base config, as every trial shares it
     for d in dims:
-        for value in candidates(d):
+        for value in d.values:  # every grid or choice value, a range's two ends
             try:
                 validate(compose_config(argv + [override(d.key, value)]))
             except ConfigError as e:
@@ -96,7 +97,7 @@ def _check_local_room(cfg: dict) -> None:
     """On a private local cluster (no trainer.address or $RAY_ADDRESS) the concurrent trials' workers share this
     machine's cores; a joined cluster is checked once Ray is up (pipeline.tune.sweep._check_room)."""
     tr, n = cfg["trainer"], cfg["sweep"]["max_concurrent_trials"]
-    if tr.get("address") or os.environ.get("RAY_ADDRESS") or tr.get("autoscale"):
+    if cluster_address(tr) or tr.get("autoscale"):
         return
     cores = os.cpu_count() or 1
     need = n * tr["num_workers"] * tr["cpus_per_worker"]

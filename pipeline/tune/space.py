@@ -77,12 +77,6 @@ def _dim(key: str, spec: Any) -> Dim:
     return Dim(key, kind, tuple(values), log)
 
 
-def candidates(dim: Dim) -> list:
-    """Values a trial can take that validation tries before any trial starts: every grid or choice value, a
-    range's two ends."""
-    return list(dim.values)
-
-
 def num_trials(dims: list[Dim], num_samples: int) -> int:
     """How many trials Tune makes: the grid's product, times num_samples (each sample draws the other keys)."""
     grid = math.prod(len(d.values) for d in dims if d.kind == "grid")

@@ -80,10 +80,10 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
 def _check_room(cfg: dict) -> None:
     """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
     cluster was checked against this machine's cores before Ray started: settings._check_local_room)."""
-    from pipeline.train.resources import check_resources
+    from pipeline.train.resources import check_resources, cluster_address
 
     tr = cfg["trainer"]
-    if tr.get("address") or os.environ.get("RAY_ADDRESS"):
+    if cluster_address(tr):
         check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
 
 
@@ -172,10 +172,10 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
 
 def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
     from pipeline import tracking
-    from pipeline.tune.trial import TRAINED
+    from pipeline.tune.trial import TRAINED, trial_number
 
     s, epochs = cfg["sweep"], cfg["train"]["epochs"]
-    curve_metric = s.get("stop_metric") or _per_epoch_metric(cfg)
+    curve_metric = _curve_metric(cfg)
     rows = []
     for r in grid:
         m, trial = r.metrics or {}, Path(r.path).name
@@ -192,13 +192,16 @@ def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
         if df is not None and curve_metric in df and TRAINED in df:
             per_epoch = df[df["final"] != 1] if "final" in df else df
             curve = [(int(e), float(v)) for e, v in zip(per_epoch[TRAINED], per_epoch[curve_metric])]
-        rows.append({"trial": trial.rsplit("_", 1)[-1], "trial_id": trial, "params": dict(r.config or {}),
+        rows.append({"trial": trial_number(trial), "trial_id": trial, "params": dict(r.config or {}),
                      "status": status, "metric": m.get(s["metric"]) if status == "done" else None,
                      "curve": curve})
     return rows
 
 
-def _per_epoch_metric(cfg: dict) -> str | None:
+def _curve_metric(cfg: dict) -> str:
+    """The per-epoch metric the plot follows: ASHA's, else the kNN monitor's, else the loss."""
+    if cfg["sweep"].get("stop_metric"):
+        return cfg["sweep"]["stop_metric"]
     from pipeline.tune.space import reported_metrics
 
     epoch, _ = reported_metrics(cfg)
@@ -246,7 +249,7 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path.write_text(f"# {name}\n\n{text}")
     plot_path = report.plot(rows, dims, s["metric"], s["mode"], out_dir / f"{name}.png", name,
-                            curve_metric=s.get("stop_metric") or _per_epoch_metric(cfg), baseline=baseline)
+                            curve_metric=_curve_metric(cfg), baseline=baseline)
     top = report.best(rows, s["mode"])
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run

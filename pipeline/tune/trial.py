@@ -21,6 +21,11 @@ CLOCK = "epochs_done"       # ASHA's time attribute: 1-based epochs, the same af
 TRAINED = "trained_epochs"  # the same count on every result, the last epoch's too (the console, the curves)
 
 
+def trial_number(trial_id: str) -> str:
+    """A trial's number within its sweep: the end of Tune's trial id (`a1b2c_00003` -> `00003`)."""
+    return trial_id.rsplit("_", 1)[-1]
+
+
 class ForwardToTune(TuneReportCallback):
     """Rank 0's per-epoch results to Tune with `epochs_done`, each metric carried forward from its last epoch
     (every Tune result then holds the scheduler's metric even where the loop skips it).
@@ -76,8 +81,7 @@ def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) ->
     from pipeline.train.launch import Trial, pretrain, resolve
 
     cfg = resolve(cfg)
-    index = trial_id.rsplit("_", 1)[-1]
-    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{index} {short(params)}", (ForwardToTune(cfg["train"]["epochs"]),)))
+    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{trial_number(trial_id)} {short(params)}", (ForwardToTune(cfg["train"]["epochs"]),)))
     metrics = MlflowClient(setup["tracking_uri"]).get_run(out["run_id"]).data.metrics
     epochs = cfg["train"]["epochs"]
     ray.tune.report({**metrics, CLOCK: epochs, TRAINED: epochs, "final": 1})
