@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import cli, fail  # noqa: E402
+from pipeline.config import ConfigError, cli, fail  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -27,37 +27,26 @@ def main(argv: list[str]) -> int:
         fail("eval.probe.checkpoint=<MLflow run id, folder or state.pt> is required")
     import hashlib
     import json
-    import tempfile
 
-    import torch
     from mlflow.tracking import MlflowClient
 
     from pipeline import tracking
-    from pipeline.eval.run_probe import (compare_with_random, config_for_run, download_state, resolve_checkpoint,
-                                         run_config)
+    from pipeline.eval.run_probe import compare_with_random, config_for_run
+    from pipeline.eval.source import load_source
+    from pipeline.schema import validate
 
     tracking.setup(cfg)
-    path = resolve_checkpoint(str(ref), cfg)
-    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:  # downloads go here and go away with it
-        if path is not None:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-            parent = (state["cfg"].get("runtime") or {}).get("mlflow_run_id")
-            run_cfg, source = state["cfg"], str(path.resolve())
-        else:
-            try:
-                state = download_state(str(ref), tmp)
-            except FileNotFoundError as e:
-                fail(str(e))
-            parent, source = str(ref), f"runs:/{ref}/checkpoint/state.pt"
-            run_cfg = run_config(parent, tmp, state)
     try:
-        cfg = config_for_run(cfg, run_cfg, argv)
-    except ValueError as e:
+        src = load_source(str(ref))
+    except FileNotFoundError as e:
         fail(str(e))
     try:
-        parent_run = MlflowClient().get_run(parent) if parent else None
-    except Exception:  # noqa: BLE001 - a checkpoint from another MLflow store
-        parent_run = None
+        cfg = config_for_run(cfg, src.cfg, argv)
+        validate(cfg)  # the run's sections with the command line's on top: one line, before anything is logged
+    except (ValueError, ConfigError) as e:
+        fail(str(e))
+    state, parent, source = src.state, src.run_id, src.ref
+    parent_run = MlflowClient().get_run(parent) if parent else None
 
     # One child run per (checkpoint, data, probe settings): rerunning the same probe updates it.
     probe_eval = {k: v for k, v in cfg["eval"].items() if k != "knn"}

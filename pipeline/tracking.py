@@ -2,6 +2,7 @@
 fails or is interrupted after its run opened ends it FAILED or KILLED with the error recorded."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -30,7 +31,11 @@ def artifact_root(cfg: dict) -> str | None:
 
 
 def setup(cfg: dict) -> str:
-    """Point MLflow at the store and make sure the experiment exists; returns the experiment id."""
+    """Point MLflow at the store and make sure the experiment exists; returns the experiment id. MLflow's own
+    set-up lines (a new store's tables) and its download bars are for verbose=true only."""
+    if not cfg.get("verbose"):
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     root = artifact_root(cfg)  # before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide ours
     mlflow.set_tracking_uri(tracking_uri(cfg))
     name = cfg["tracking"]["experiment"]

@@ -45,6 +45,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     # the console: quiet by default, 1-based epochs, one summary line per epoch, a closing list of what was made
     console = r.stdout + r.stderr
     assert "Started a local Ray instance" not in console and "Creating initial MLflow database" not in console
+    assert "PreemptionWatcher" not in console  # Train's spot-node watcher: off on a private cluster
     assert "[train] epoch 1/2 done:" in console and "[train] epoch 2/2 done:" in console
     assert "epoch 0/" not in console and "epoch 3/2" not in console
     assert "Done: run " in r.stdout and "probe chart" in r.stdout and "mlflow ui --backend-store-uri" in r.stdout
@@ -238,6 +239,24 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
                           "eval.probe.checkpoint=no-such-run"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, env=job_env())
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+    # a bad value on top of the run's config: the schema's one line, and no probe run made
+    bad = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
+                          f"eval.probe.checkpoint={run.info.run_id}", "eval.probe.steps=-3"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=job_env())
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: eval.probe.steps"), bad.stderr[-2000:]
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert len(mlflow_runs(tmp_path)[1]) == len(runs)
+    # export by run id: the run's backbone as detectron2's .pkl, logged to a child run of it
+    exp = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), f"paths.root={tmp_path}",
+                          f"run={run.info.run_id}"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=job_env())
+    assert exp.returncode == 0, exp.stderr[-3000:]
+    pkl = tmp_path / "runs" / "export" / f"{run.info.run_name}.pkl"
+    assert pkl.exists() and str(pkl) in exp.stdout
+    client, runs = mlflow_runs(tmp_path)
+    (child,) = [c for c in runs if c.data.tags.get("job") == "export"]
+    assert child.data.tags["mlflow.parentRunId"] == run.info.run_id and child.info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(child.info.run_id, "export")] == [f"export/{pkl.name}"]
 
     # SupCon + CoCor: class labels ride from the shards' cls member through Ray Data into the views' parameters,
     # and CoCor's outer loss is cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each).

@@ -23,44 +23,6 @@ from pipeline.models.backbones import build_backbone
 from pipeline.train import checkpoint as ck
 
 
-def resolve_checkpoint(ref: str, cfg: dict) -> Path | None:
-    """A checkpoint folder or state.pt file as the state.pt path; None where `ref` is neither (a run id)."""
-    p = Path(ref)
-    if p.is_dir() and (p / ck.STATE_FILE).exists():
-        return p / ck.STATE_FILE
-    if p.is_file():
-        return p
-    return None
-
-
-def download_state(run_id: str, dst: str | Path) -> dict:
-    """The state.pt a run logged (checkpoint/state.pt), loaded, downloaded into `dst` (a temporary folder the
-    caller removes). FileNotFoundError with one line when `run_id` is no run with a checkpoint."""
-    import mlflow
-
-    try:
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"checkpoint/{ck.STATE_FILE}",
-                                                    dst_path=str(dst))
-    except Exception as e:  # noqa: BLE001 - MLflow raises several types for an unknown id
-        raise FileNotFoundError(f"checkpoint {run_id!r} is neither a path nor an MLflow run with a checkpoint "
-                                f"({type(e).__name__})") from None
-    return torch.load(local, map_location="cpu", weights_only=False)
-
-
-def run_config(run_id: str, dst: str | Path, state: dict | None = None) -> dict:
-    """The config a run trained with: its config.yaml artifact, else the copy inside its checkpoint state."""
-    import mlflow
-    from omegaconf import OmegaConf
-
-    try:
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml", dst_path=str(dst))
-    except Exception:  # noqa: BLE001 - an older run without config.yaml
-        if state is None:
-            raise
-        return state["cfg"]
-    return OmegaConf.to_container(OmegaConf.load(local), resolve=True)
-
-
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
 
 

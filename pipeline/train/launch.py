@@ -170,6 +170,9 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         cores = os.cpu_count() or 1
         need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"] * trials
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        # Train's preemption watcher polls for nodes being drained (spot instances); a private cluster has none,
+        # and its actor logs an error-level line at every start. Train propagates this variable from the driver.
+        os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         if quiet:  # Ray's own deprecation notices and Ray Data's execution plans are not the user's to act on
             env.update(PYTHONWARNINGS="ignore::DeprecationWarning", RAY_DATA_LOG_LEVEL="ERROR")
         # address="local": a private cluster even when another one runs on this machine (tests, a demo).
@@ -360,7 +363,8 @@ def _probe_finished(cfg: dict, run, local: Path) -> dict:
     import torch
 
     from pipeline import tracking
-    from pipeline.eval.run_probe import compare_with_random, download_state
+    from pipeline.eval.run_probe import compare_with_random
+    from pipeline.eval.source import download_state
 
     run_id = run.info.run_id
     _log(f"run {cfg['run']['name']} finished without a probe: probing its checkpoint")

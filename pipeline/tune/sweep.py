@@ -38,7 +38,8 @@ def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim]]:
 
 
 def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
-    """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "table", "plot"}."""
+    """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
+    (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
     import mlflow
 
     from pipeline import tracking
@@ -120,7 +121,8 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     rows = _rows(grid, cfg, dims, interrupted)
     _close_children(uri, run_id, rows)
     if interrupted:  # no table or plot of a sweep half run: the rerun resumes it and reports
-        return {"run_id": run_id, "rows": rows, "best": None, "table": None, "plot": None, "interrupted": True}
+        return {"run_id": run_id, "rows": rows, "best": None, "baseline": None, "text": None, "table": None,
+                "plot": None, "interrupted": True}
     return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": False}
 
 
@@ -270,7 +272,8 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     if top is not None:
         print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}",
               flush=True)
-    return {"run_id": run_id, "rows": rows, "best": top, "table": table_path, "plot": plot_path}
+    return {"run_id": run_id, "rows": rows, "best": top, "baseline": baseline, "text": text, "table": table_path,
+            "plot": plot_path}
 
 
 def _pretrain_command(cfg: dict, params: dict) -> str:
@@ -310,7 +313,21 @@ def _finished(cfg: dict, run) -> dict:
     if plot.exists():
         print(f"  plot   {plot}", flush=True)
     print(f"  MLflow run {run_id}; sweep again under another name with sweep.name=<name>", flush=True)
-    return {"run_id": run_id, "rows": None, "best": None, "table": text, "plot": plot}
+    metric = cfg["sweep"]["metric"]
+    return {"run_id": run_id, "rows": None, "best": _logged_best(run_id, metric),
+            "baseline": run.data.metrics.get(f"random_{metric}"), "text": text, "table": None, "plot": plot}
+
+
+def _logged_best(run_id: str, metric: str) -> dict | None:
+    """A finished sweep's best trial as _report logged it ({"params", "metric", "trial_id"}), or None."""
+    import mlflow
+    import yaml
+
+    try:
+        best = yaml.safe_load(mlflow.artifacts.load_text(f"runs:/{run_id}/{BEST}"))
+    except Exception:  # noqa: BLE001  no trial finished, or a store without the artifact
+        return None
+    return {"params": best["params"], "metric": best[metric], "trial_id": best["trial"]}
 
 
 def main(argv: list[str]) -> int:

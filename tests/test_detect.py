@@ -1,0 +1,202 @@
+"""Detection transfer: the backbone's names in detectron2's layout, the export job, and detectron2's own
+loading report on the exported file."""
+from __future__ import annotations
+
+import logging
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
+from pipeline.eval.source import Source
+from pipeline.models.backbones import build_backbone
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    import detectron2  # noqa: F401
+
+    HAVE_D2 = True
+except ImportError:
+    HAVE_D2 = False
+needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (make venv installs it from "
+                                                   "../shared/wheels when that folder exists)")
+
+LAYOUTS = {  # (backbone, cifar_stem, width): the standard ImageNet ResNet-50, and the demo's narrow ResNet-18
+    "r50": ("resnet50", False, 64),
+    "r18-cifar-w16": ("resnet18", True, 16),
+    "r50-narrow": ("resnet50", False, 16),
+}
+
+
+def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0) -> Source:
+    """A checkpoint as jobs/pretrain.py writes it (the online backbone under the method's keys), random weights
+    with BatchNorm statistics that differ from their defaults."""
+    torch.manual_seed(seed)
+    net = build_backbone(backbone, cifar, width)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_()
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.normal_()
+                m.bias.normal_()
+    cfg = {"model": {"backbone": backbone, "cifar_stem": cifar, "width": width},
+           "data": {"image_size": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
+           "augment": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}, "run": {"name": "fake-run"}}
+    state = {"method": {f"online.backbone.{k}": v for k, v in net.state_dict().items()}, "cfg": cfg}
+    return Source(state, cfg, None, "fake")
+
+
+def test_names_follow_detectron2():
+    assert detectron2_name("conv1.weight") == "stem.conv1.weight"
+    assert detectron2_name("bn1.running_var") == "stem.conv1.norm.running_var"
+    assert detectron2_name("layer1.0.conv3.weight") == "res2.0.conv3.weight"
+    assert detectron2_name("layer4.2.bn2.bias") == "res5.2.conv2.norm.bias"
+    assert detectron2_name("layer2.0.downsample.0.weight") == "res3.0.shortcut.weight"
+    assert detectron2_name("layer3.0.downsample.1.running_mean") == "res4.0.shortcut.norm.running_mean"
+    assert detectron2_name("fc.weight") is None and detectron2_name("bn1.num_batches_tracked") is None
+    for bad in ("head.0.weight", "layer5.0.conv1.weight", "layer1.0.relu.weight"):
+        with pytest.raises(ValueError, match="not a torchvision ResNet key"):
+            detectron2_name(bad)
+
+
+def test_config_from_the_model():
+    assert resnet_config({"backbone": "resnet50", "width": 64}) == {
+        "DEPTH": 50, "STEM_OUT_CHANNELS": 64, "RES2_OUT_CHANNELS": 256, "WIDTH_PER_GROUP": 64, "NUM_GROUPS": 1,
+        "STRIDE_IN_1X1": False, "CIFAR_STEM": False}
+    r = resnet_config({"backbone": "resnet18", "width": 16, "cifar_stem": True})
+    assert (r["DEPTH"], r["STEM_OUT_CHANNELS"], r["RES2_OUT_CHANNELS"], r["CIFAR_STEM"]) == (18, 16, 16, True)
+    with pytest.raises(ValueError, match="resnet101"):
+        resnet_config({"backbone": "resnet101"})
+    assert pixel_config({"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}) == {
+        "PIXEL_MEAN": [123.675, 116.28, 103.53], "PIXEL_STD": [58.395, 57.12, 57.375], "FORMAT": "RGB"}
+
+
+@needs_d2
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_names_are_exactly_the_detectron2_trunks(layout):
+    """Every converted key is a parameter or buffer of detectron2's ResNet built for the same layout, and every
+    one of those is covered (the registered builder, so narrow and CIFAR-stem trunks count too)."""
+    from pipeline.detect.d2_config import model_config
+
+    from detectron2.layers import ShapeSpec
+    from detectron2.modeling import BACKBONE_REGISTRY
+
+    src = fake_source(*LAYOUTS[layout])
+    from pipeline.detect.export import backbone_meta
+
+    cfg = model_config(backbone_meta(src), "fpn", num_classes=3)
+    cfg.MODEL.RESNETS.OUT_FEATURES = ["res2", "res3", "res4", "res5"]
+    trunk = BACKBONE_REGISTRY.get("build_augssl_resnet_backbone")(cfg, ShapeSpec(channels=3))
+    ours = to_detectron2(src.backbone)
+    theirs = {k: v.shape for k, v in trunk.state_dict().items() if not k.endswith("num_batches_tracked")}
+    assert set(ours) == set(theirs)
+    assert all(tuple(ours[k].shape) == tuple(theirs[k]) for k in ours)
+
+
+def _exported(tmp_path: Path, layout: str, fmt: str = "detectron2") -> tuple[Source, Path]:
+    """The export job run as the README shows it, on a checkpoint file."""
+    src = fake_source(*LAYOUTS[layout])
+    ckpt = tmp_path / "ckpt" / "state.pt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(src.state, ckpt)
+    out = tmp_path / f"backbone.{'pkl' if fmt == 'detectron2' else 'pt'}"
+    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), f"run={ckpt}", f"format={fmt}",
+                        f"out={out}", f"paths.root={tmp_path}"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert str(out) in r.stdout and not list(tmp_path.glob("*.partial"))
+    return src, out
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()))
+
+
+def load_report(model, path: Path) -> str:
+    """What detectron2's checkpointer says while loading `path` into `model` (its warnings name the model's
+    parameters it did not find, the file's keys it did not use and the shapes it skipped)."""
+    from detectron2.checkpoint import DetectionCheckpointer
+
+    handler = _Records()
+    loggers = [logging.getLogger(n) for n in ("fvcore", "detectron2")]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    try:
+        DetectionCheckpointer(model).load(str(path))
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+    return "\n".join(handler.lines)
+
+
+@needs_d2
+@pytest.mark.parametrize("layout,arch", [("r50", "c4"), ("r50", "fpn"), ("r18-cifar-w16", "fpn"),
+                                         ("r50-narrow", "c4")])
+def test_exported_pkl_loads_in_detectron2_with_every_backbone_weight(tmp_path, layout, arch):
+    from detectron2.modeling import build_model
+
+    from pipeline.detect.d2_config import model_config
+
+    src, pkl = _exported(tmp_path, layout)
+    meta = pickle.loads(pkl.read_bytes())["augssl"]
+    assert meta["pixel"]["PIXEL_MEAN"] == [127.5, 102.0, 76.5] and meta["pixel"]["FORMAT"] == "RGB"
+    cfg = model_config(meta, arch, num_classes=3)
+    cfg.MODEL.DEVICE = "cpu"
+    model = build_model(cfg)
+    report = load_report(model, pkl)
+    assert "Reading a file from 'augssl'" in report
+    assert "not used by the model" not in report and "will not be loaded" not in report, report
+    trunk = "backbone.bottom_up." if arch == "fpn" else "backbone."
+    missing = report.split("not found in the checkpoint:")[-1] if "not found in the checkpoint" in report else ""
+    for token in ("stem", "res2", "res3", "res4", "res5"):  # no trunk part among what was not found
+        assert not re.search(rf"(bottom_up\.|backbone\.|roi_heads\.){token}\b", missing), (token, missing)
+    # the weights detectron2 holds now are the pretrained ones, res5 included (in the C4 box head)
+    state, want = model.state_dict(), to_detectron2(src.backbone)
+    for name, value in want.items():
+        where = (f"roi_heads.{name}" if arch == "c4" and name.startswith("res5") else trunk + name)
+        assert torch.equal(state[where].cpu(), value.float()), where
+    assert list(model.pixel_mean.flatten().tolist()) == pytest.approx(meta["pixel"]["PIXEL_MEAN"])
+
+
+@needs_d2
+def test_c4_refuses_a_basic_block_resnet():
+    from pipeline.detect.d2_config import model_config
+    from pipeline.detect.export import backbone_meta
+
+    with pytest.raises(ValueError, match="arch=c4 needs a bottleneck ResNet"):
+        model_config(backbone_meta(fake_source(*LAYOUTS["r18-cifar-w16"])), "c4", num_classes=3)
+
+
+def test_torchvision_export_loads_into_torchvision(tmp_path):
+    import torchvision
+
+    src, pt = _exported(tmp_path, "r50", fmt="torchvision")
+    saved = torch.load(pt, weights_only=False)
+    net = torchvision.models.resnet50()
+    result = net.load_state_dict(saved["state_dict"], strict=False)
+    assert sorted(result.missing_keys) == ["fc.bias", "fc.weight"] and not result.unexpected_keys
+    assert torch.equal(net.layer4[2].bn3.running_var, src.backbone["layer4.2.bn3.running_var"])
+    assert saved["augssl"]["resnets"]["DEPTH"] == 50
+
+
+def test_export_refuses_bad_input_in_one_line(tmp_path):
+    for args, needle in ((["run=nope"], "error: checkpoint 'nope' is neither"),
+                         (["run=x", "format=onnx"], "error: format=onnx"),
+                         (["run=x", "out=a.pt"], "error: out=a.pt: format=detectron2 writes a .pkl")):
+        r = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), *args, f"paths.root={tmp_path}"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1
