@@ -9,10 +9,15 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # torch/torchvision are pinned in pyproject.toml (PyPI's torchvision only imports beside its own torch).
+# detectron2 is not on PyPI: where a folder of wheels holds one (WHEELS), it is installed from there too.
+WHEELS ?= ../shared/wheels
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
+	if ls $(WHEELS)/detectron2-*.whl >/dev/null 2>&1; then \
+	  $(PY) -m pip install -q --find-links $(WHEELS) -e '.[test,bench,detectron2]'; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -100,6 +100,8 @@ def config_groups(config_name: str = "config") -> tuple[list[str], list[str]]:
             groups += [str(k).split("@")[0].removeprefix("override ").lstrip("/") for k in entry]
     if not groups:
         return [], []
+    if config_name != "config":  # presets (+experiment=, +sweep=) apply to the training config only
+        return groups, []
     presets = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in groups)
     return groups, presets
 

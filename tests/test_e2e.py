@@ -46,6 +46,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     console = r.stdout + r.stderr
     assert "Started a local Ray instance" not in console and "Creating initial MLflow database" not in console
     assert "PreemptionWatcher" not in console  # Train's spot-node watcher: off on a private cluster
+    assert "Token authentication" not in console  # Ray's notice of the auth mode it picked
     assert "[train] epoch 1/2 done:" in console and "[train] epoch 2/2 done:" in console
     assert "epoch 0/" not in console and "epoch 3/2" not in console
     assert "Done: run " in r.stdout and "probe chart" in r.stdout and "mlflow ui --backend-store-uri" in r.stdout

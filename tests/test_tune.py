@@ -409,3 +409,17 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
         {m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")})
     assert len(client.get_metric_history(trial1.info.run_id, "knn_r2")) == 2
     assert not math.isnan(trial1.data.metrics["probe_pretrained_mse"])
+
+
+def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypatch):
+    from pipeline.tune import sweep
+    from pipeline.tune.space import Dim
+
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
+    cfg = {"sweep": {"max_concurrent_trials": 2, "num_samples": 1}, "trainer": {"num_workers": 2}}
+    one = [Dim("method.temperature", "grid", (0.2,), False)]
+    five = [Dim("plugin.invclr.lam", "grid", (0, 1e-4, 1e-3, 1e-2, 1e-1), True)]
+    assert sweep._threads(cfg, five) == 2          # 2 trials x 2 workers on 8 cores
+    assert sweep._threads(cfg, one) == 4           # a one-trial sweep: its workers get every core
+    cfg["sweep"]["max_concurrent_trials"] = 16
+    assert sweep._threads(cfg, five) == 1          # never below one thread

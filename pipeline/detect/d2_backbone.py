@@ -13,6 +13,8 @@ ResNet-50; ResNet-18/34 go with FPN.
 """
 from __future__ import annotations
 
+import math
+
 import torch.nn.functional as F
 from detectron2.layers import CNNBlockBase, Conv2d, ShapeSpec, get_norm
 from detectron2.modeling import BACKBONE_REGISTRY
@@ -66,9 +68,12 @@ def build_augssl_resnet_backbone(cfg, input_shape: ShapeSpec) -> ResNet:
 
 @BACKBONE_REGISTRY.register()
 def build_augssl_resnet_fpn_backbone(cfg, input_shape: ShapeSpec) -> FPN:
-    return FPN(bottom_up=build_augssl_resnet_backbone(cfg, input_shape), in_features=cfg.MODEL.FPN.IN_FEATURES,
-               out_channels=cfg.MODEL.FPN.OUT_CHANNELS, norm=cfg.MODEL.FPN.NORM, top_block=LastLevelMaxPool(),
-               fuse_type=cfg.MODEL.FPN.FUSE_TYPE)
+    bottom_up = build_augssl_resnet_backbone(cfg, input_shape)
+    top = LastLevelMaxPool()  # it pools the FPN's last level, which is not p5 behind the CIFAR stem or without res5
+    stride = bottom_up.output_shape()[cfg.MODEL.FPN.IN_FEATURES[-1]].stride
+    top.in_feature = f"p{int(math.log2(stride))}"
+    return FPN(bottom_up=bottom_up, in_features=cfg.MODEL.FPN.IN_FEATURES, out_channels=cfg.MODEL.FPN.OUT_CHANNELS,
+               norm=cfg.MODEL.FPN.NORM, top_block=top, fuse_type=cfg.MODEL.FPN.FUSE_TYPE)
 
 
 def fpn_levels(cifar_stem: bool) -> list[str]:

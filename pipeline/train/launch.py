@@ -153,8 +153,9 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
     if ray.is_initialized():
         return
     quiet = not cfg.get("verbose")
-    if quiet:  # the token-auth notice ray.init logs before its own level applies
+    if quiet:  # the token-auth notice ray.init logs before its own level applies (its logger has a level of its own)
         logging.getLogger("ray").setLevel(logging.ERROR)
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     # Quiet unless verbose=true: Ray's start-up lines, its workers' INFO logs (Train's "Reporting training
     # result", Ray Data's execution plans) and Ray Data's progress bars; the job's own lines and bar stay.
     logs = {"logging_level": logging.ERROR if quiet else logging.INFO,

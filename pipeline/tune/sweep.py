@@ -88,10 +88,12 @@ def _check_room(cfg: dict) -> None:
         check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
 
 
-def _threads(cfg: dict) -> int:
-    """Torch threads per worker: this machine's cores shared by every worker of every concurrent trial."""
-    workers = cfg["sweep"]["max_concurrent_trials"] * cfg["trainer"]["num_workers"]
-    return max(1, (os.cpu_count() or 1) // workers)
+def _threads(cfg: dict, dims: list[Dim]) -> int:
+    """Torch threads per worker: this machine's cores shared by every worker of every concurrent trial (no more
+    trials run at once than the sweep has: a one-trial sweep's workers get every core, as pretrain's do)."""
+    s = cfg["sweep"]
+    concurrent = min(s["max_concurrent_trials"], num_trials(dims, s["num_samples"]))
+    return max(1, (os.cpu_count() or 1) // (concurrent * cfg["trainer"]["num_workers"]))
 
 
 def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
@@ -114,7 +116,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
          f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}")
     t0 = time.monotonic()
     setup = {"argv": argv, "sweep_run": name, "root": cfg["paths"]["root"], "parent_run_id": run_id,
-             "threads": _threads(cfg), "tracking_uri": uri}
+             "threads": _threads(cfg, dims), "tracking_uri": uri}
     grid = _tuner(cfg, dims, setup).fit()
     minutes = (time.monotonic() - t0) / 60
     interrupted = grid.num_terminated + grid.num_errors < max(len(grid), total)

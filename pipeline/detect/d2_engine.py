@@ -1,0 +1,131 @@
+"""Detection transfer on detectron2: its own DefaultTrainer, data loader, solver and COCOEvaluator, from the
+backbone exported by pipeline.detect.export (or from random init), configured from conf/detect/."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+from pathlib import Path
+
+from detectron2.engine import DefaultTrainer, HookBase
+from detectron2.evaluation import COCOEvaluator
+
+from pipeline.detect import d2_backbone  # noqa: F401  (registers the project's backbones)
+from pipeline.detect.d2_config import model_config
+
+
+def register(name: str, json_file: str, images: str) -> str:
+    """A COCO-format split in detectron2's DatasetCatalog (once per process)."""
+    from detectron2.data import DatasetCatalog
+    from detectron2.data.datasets import register_coco_instances
+
+    if name not in DatasetCatalog.list():
+        register_coco_instances(name, {}, str(json_file), str(images))
+    return name
+
+
+def fpn_names(in_features: list[str], cifar_stem: bool) -> list[str]:
+    """detectron2's FPN level names for these stages (p<log2 stride>) and the max-pooled level above them."""
+    first = 0 if cifar_stem else 2  # res2's stride: 1 behind the CIFAR stem, 4 behind the 7x7/2 stem + pool
+    logs = [first + int(f[3:]) - 2 for f in in_features]
+    return [f"p{i}" for i in logs] + [f"p{logs[-1] + 1}"]
+
+
+def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_dir: Path, weights: str, tag: str):
+    """The detectron2 CfgNode of one transfer: the arch's model-zoo config, the backbone's layout and pixel
+    statistics (meta), the preset's detector, input sizes and schedule (d), the registered splits."""
+    cfg = model_config(meta, d["arch"], num_classes, base=d.get("detectron2_base"))
+    cfg.MODEL.WEIGHTS = weights
+    cfg.MODEL.DEVICE = device
+    cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else ("SyncBN" if device == "cuda" else "BN")
+    if d["arch"] == "fpn":
+        levels = fpn_names(d["in_features"], meta["resnets"]["CIFAR_STEM"])
+        cfg.MODEL.RESNETS.OUT_FEATURES = cfg.MODEL.FPN.IN_FEATURES = list(d["in_features"])
+        cfg.MODEL.RPN.IN_FEATURES = levels
+        cfg.MODEL.ROI_HEADS.IN_FEATURES = levels[:-1]
+        cfg.MODEL.FPN.OUT_CHANNELS = d["fpn_channels"]
+        cfg.MODEL.ANCHOR_GENERATOR.SIZES = [[int(s)] for s in d["anchor_sizes"]]
+    else:
+        cfg.MODEL.ANCHOR_GENERATOR.SIZES = [[int(s) for s in d["anchor_sizes"]]]
+    cfg.MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS = [[0.5, 1.0, 2.0]]
+    cfg.MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE = d["roi_batch_per_image"]
+    cfg.DATASETS.TRAIN = (register(f"{tag}_train", data["train_json"], data["train_images"]),)
+    cfg.DATASETS.TEST = (register(f"{tag}_val", data["val_json"], data["val_images"]),)
+    cfg.DATALOADER.NUM_WORKERS = 0 if device == "cpu" else 4
+    cfg.INPUT.MIN_SIZE_TRAIN, cfg.INPUT.MAX_SIZE_TRAIN = (d["min_size"],), d["max_size"]
+    cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST = d["min_size"], d["max_size"]
+    cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR = d["batch_size"], d["lr"]
+    cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS = d["iterations"], tuple(d["steps"])
+    cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.WEIGHT_DECAY = d["warmup"], d["weight_decay"]
+    cfg.SOLVER.CHECKPOINT_PERIOD = max(d["iterations"], 1)
+    cfg.TEST.EVAL_PERIOD = 0
+    cfg.SEED = d["seed"]
+    cfg.OUTPUT_DIR = str(out_dir)
+    return cfg
+
+
+class _Progress(HookBase):
+    """One tqdm bar over the iterations, and the losses to `log(iteration, losses)` every `every` steps."""
+
+    def __init__(self, total: int, label: str, every: int, log=None):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=f"[detect] {label}", unit="it", mininterval=2.0)
+        self.every, self.log = every, log
+
+    def after_step(self):
+        it = self.trainer.iter + 1
+        self.bar.update(1)
+        if it % self.every == 0 or it == self.trainer.max_iter:
+            latest = self.trainer.storage.latest()
+            losses = {k: float(v[0]) for k, v in latest.items() if k.startswith("loss") or k == "total_loss"}
+            if not all(math.isfinite(v) for v in losses.values()):
+                raise FloatingPointError(f"detection loss is not finite at iteration {it}: {losses}")
+            self.bar.set_postfix(loss=f"{losses.get('total_loss', float('nan')):.3f}")
+            if self.log is not None:
+                self.log(it, {"loss": losses.get("total_loss", float("nan")),
+                              **{k: v for k, v in losses.items() if k != "total_loss"}})
+
+    def after_train(self):
+        self.bar.close()
+
+
+class Trainer(DefaultTrainer):
+    @classmethod
+    def build_evaluator(cls, cfg, dataset_name, output_folder=None):
+        return COCOEvaluator(dataset_name, tasks=("bbox",), distributed=False,
+                             output_dir=output_folder or cfg.OUTPUT_DIR)
+
+
+def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log=None,
+             label: str = "", verbose: bool = False) -> dict:
+    """Train detectron2 from `weights` ("" = random init) and evaluate: {"AP", "AP50", "AP75", "results"}."""
+    if verbose:
+        from detectron2.utils.logger import setup_logger
+
+        setup_logger()  # detectron2's own console log: config, iterations, the evaluator's tables
+    else:
+        # DefaultTrainer installs that console log when INFO is off for "detectron2"; INFO on with no handler
+        # of its own lets only warnings reach the console (Python's last-resort handler)
+        logging.getLogger("detectron2").setLevel(logging.INFO)
+    num_classes = len(json.loads(Path(data["train_json"]).read_text())["categories"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = config(meta, d, data, num_classes, device, out_dir, weights, tag)
+    trainer = Trainer(cfg)
+    trainer.resume_or_load(resume=False)
+    trainer.register_hooks([_Progress(cfg.SOLVER.MAX_ITER, label, d["log_every"], log)])
+    trainer.train()
+    with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
+        res = Trainer.test(cfg, trainer.model)  # pycocotools prints its progress and summary to stdout
+    box = res.get("bbox", {})
+    results_file = out_dir / "coco_instances_results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else []
+    return {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75")),
+            "results": results}
+
+
+def _finite(x) -> float:
+    """detectron2 reports NaN AP for a class set with no detections at all: 0 here, as pycocotools' -1 is."""
+    return float(x) if x is not None and math.isfinite(float(x)) else 0.0

@@ -1,0 +1,213 @@
+"""jobs/detect.py: check the settings (one line, before MLflow or torch), then transfer the run's backbone, and a
+random-init twin, to a detector on either engine, logging into a child run of the pretraining run."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+ENGINES = ("torchvision", "detectron2")
+STAGES = ("res2", "res3", "res4", "res5")
+METRICS = ("AP", "AP50", "AP75")
+
+
+class DetectError(Exception):
+    """Bad input or a run that cannot be transferred: one line for the user."""
+
+
+def check(cfg: dict) -> None:
+    """Everything about the settings that can be checked without the run: engine, detector, schedule, data."""
+    d, engine = cfg["detect"], cfg["engine"]
+    if engine not in ENGINES:
+        raise DetectError(f"engine={engine}: expected one of {', '.join(ENGINES)}")
+    if engine == "detectron2":
+        try:
+            import detectron2  # noqa: F401
+        except ImportError:
+            raise DetectError("engine=detectron2: detectron2 is not installed (docs/detection.md says how; "
+                              "engine=torchvision needs nothing more)") from None
+    if cfg["device"] not in ("auto", "cpu", "cuda"):
+        raise DetectError(f"device={cfg['device']}: expected auto, cpu or cuda")
+    if d["arch"] not in ("fpn", "c4"):
+        raise DetectError(f"detect.arch={d['arch']}: expected fpn or c4")
+    if d["arch"] == "c4" and engine == "torchvision":
+        raise DetectError("detect.arch=c4: torchvision's engine builds FPN detectors; use engine=detectron2")
+    feats = list(d["in_features"])
+    if not feats or any(f not in STAGES for f in feats) or feats != sorted(set(feats)) or \
+            [STAGES.index(f) for f in feats] != list(range(STAGES.index(feats[0]), STAGES.index(feats[0]) + len(feats))):
+        raise DetectError(f"detect.in_features={feats}: consecutive stages out of {', '.join(STAGES)}, "
+                          "e.g. [res3, res4, res5]")
+    levels = len(feats) + 1 if d["arch"] == "fpn" else None
+    if levels is not None and len(d["anchor_sizes"]) != levels:
+        raise DetectError(f"detect.anchor_sizes={d['anchor_sizes']}: one size per FPN level, {levels} for "
+                          f"in_features={feats} (theirs and the max-pooled level above them)")
+    for key in ("iterations", "batch_size", "log_every", "fpn_channels", "min_size", "max_size",
+                "roi_batch_per_image"):
+        if not isinstance(d[key], int) or isinstance(d[key], bool) or d[key] < 1:
+            raise DetectError(f"detect.{key}={d[key]}: expected an integer >= 1")
+    if d["min_size"] > d["max_size"]:
+        raise DetectError(f"detect.min_size={d['min_size']}: more than detect.max_size={d['max_size']}")
+    if not isinstance(d["lr"], (int, float)) or d["lr"] <= 0:
+        raise DetectError(f"detect.lr={d['lr']}: expected a number > 0")
+    if not isinstance(d["warmup"], int) or d["warmup"] < 0:
+        raise DetectError(f"detect.warmup={d['warmup']}: expected an integer >= 0")
+    steps = list(d["steps"])
+    if steps != sorted(steps) or any(not isinstance(s, int) or not 0 < s < d["iterations"] for s in steps):
+        raise DetectError(f"detect.steps={steps}: increasing iterations between 1 and "
+                          f"detect.iterations={d['iterations']}")
+    if d["norm"] not in ("bn", "frozen"):
+        raise DetectError(f"detect.norm={d['norm']}: expected bn or frozen")
+    data = d["data"]
+    if data["kind"] == "coco":
+        for key in ("train_json", "train_images", "val_json", "val_images"):
+            if not Path(data[key]).exists():
+                raise DetectError(f"detect.data.{key}={data[key]}: no such file or folder")
+    elif data["kind"] != "shapes":
+        raise DetectError(f"detect.data.kind={data['kind']}: expected shapes or coco")
+
+
+def prepare_data(cfg: dict) -> dict:
+    """The splits' annotation files and image folders; the embedded set is made on first use."""
+    data = cfg["detect"]["data"]
+    if data["kind"] == "coco":
+        return {k: str(data[k]) for k in ("train_json", "train_images", "val_json", "val_images")}
+    from pipeline.detect.shapes import make_shapes
+
+    try:
+        root = make_shapes(Path(cfg["paths"]["data"]), data.get("generate") or {})
+    except ValueError as e:
+        raise DetectError(f"detect.data.generate: {e}") from None
+    return {"train_json": str(root / "train" / "annotations.json"), "train_images": str(root / "train" / "images"),
+            "val_json": str(root / "val" / "annotations.json"), "val_images": str(root / "val" / "images")}
+
+
+def _device(cfg: dict) -> str:
+    import torch
+
+    if cfg["device"] == "cuda" and not torch.cuda.is_available():
+        raise DetectError("device=cuda: torch sees no CUDA device here (device=auto picks what there is)")
+    return "cuda" if cfg["device"] == "cuda" or (cfg["device"] == "auto" and torch.cuda.is_available()) else "cpu"
+
+
+def run(cfg: dict) -> dict:
+    """Transfer, evaluate, log; returns {label: {AP, AP50, AP75}}."""
+    import mlflow
+
+    from pipeline import tracking
+    from pipeline.detect.export import backbone_meta
+    from pipeline.eval.source import load_source
+
+    exp_id = tracking.setup(cfg)
+    try:
+        src = load_source(str(cfg["run"]))
+        meta = backbone_meta(src)
+    except (FileNotFoundError, ValueError) as e:
+        raise DetectError(str(e)) from None
+    d, engine = cfg["detect"], cfg["engine"]
+    if engine == "detectron2" and d["arch"] == "c4" and meta["resnets"]["DEPTH"] < 50:
+        raise DetectError(f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
+                          f"blocks); this run's backbone is {meta['backbone']}: use detect.arch=fpn")
+    device = _device(cfg)
+    data = prepare_data(cfg)
+    settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    parent = src.cfg["run"].get("name") or Path(src.ref).parent.name
+    name = f"{parent}-detect-{engine}-{d['name']}-{key[:6]}"
+    run_key = f"detect:{key}"
+    found = tracking.find_run(exp_id, run_key)
+    if found is not None and found.info.status == "FINISHED":
+        return _finished(found, name)
+    run_id = (tracking.start_child(src.run_id, run_key, name, job="detect") if src.run_id is not None
+              else tracking.start_or_resume(cfg, run_key, name, job="detect"))
+    out_dir = Path(cfg["paths"]["runs"]) / "detect" / name
+    try:
+        if found is None:
+            mlflow.log_params({"engine": engine, "source": src.ref, "device": device, "baseline": cfg["baseline"],
+                               **tracking.flatten(d, "detect.")})
+        out = _transfer_all(cfg, src, meta, data, device, out_dir, key)
+    except BaseException as e:
+        status = tracking.end_failed(e)
+        print(f"[detect] MLflow run {run_id} ended {status}: {tracking.error_line(e)}", flush=True)
+        raise
+    mlflow.end_run()
+    where = f" (a child of {src.run_id})" if src.run_id else ""
+    print(f"[detect] done: MLflow run {run_id}{where}; detections: {out_dir / 'predictions.png'}", flush=True)
+    return out
+
+
+def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path, key: str) -> dict:
+    """Each backbone in turn (a backbone whose results an earlier, interrupted attempt logged is not redone)."""
+    import mlflow
+
+    from pipeline.detect.coco_data import CocoSplit
+    from pipeline.detect.draw import predictions_png
+
+    labels = ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]
+    logged = mlflow.get_run(mlflow.active_run().info.run_id).data.metrics
+    scores, results = {}, {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for label in labels:
+        saved = out_dir / f"{label}_results.json"
+        if f"{label}_AP" in logged and saved.exists():
+            scores[label] = {m: logged[f"{label}_{m}"] for m in METRICS}
+            results[label] = json.loads(saved.read_text())
+            print(f"[detect] {label}: done before (AP {scores[label]['AP']:.1f}); kept", flush=True)
+            continue
+        t0 = time.monotonic()
+        res = _transfer(cfg, src, meta, data, device, out_dir / label, key, label)
+        minutes = (time.monotonic() - t0) / 60
+        scores[label] = {m: res[m] for m in METRICS}
+        results[label] = res["results"]
+        saved.write_text(json.dumps(res["results"]))
+        mlflow.log_metrics({**{f"{label}_{m}": res[m] for m in METRICS}, f"{label}_minutes": minutes})
+        print(f"[detect] {label}: AP {res['AP']:.1f}  AP50 {res['AP50']:.1f}  AP75 {res['AP75']:.1f}  "
+              f"({minutes:.1f} min)", flush=True)
+    table = _table(scores)
+    print(table, flush=True)
+    mlflow.log_text(table, "detect/table.md")
+    png = predictions_png(CocoSplit(data["val_json"], data["val_images"]), results, out_dir / "predictions.png")
+    mlflow.log_artifact(str(png), "detect")
+    return scores
+
+
+def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path, key: str, label: str) -> dict:
+    import mlflow
+    import torch
+
+    from pipeline.eval.run_probe import backbone_from, random_backbone
+
+    d = {**cfg["detect"], "seed": cfg["seed"]}
+
+    def log(it: int, losses: dict) -> None:
+        mlflow.log_metrics({f"{label}_{k}": v for k, v in losses.items()}, step=it)
+
+    if cfg["engine"] == "torchvision":
+        from pipeline.detect import tv_engine
+
+        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
+        mean = [m / 255.0 for m in meta["pixel"]["PIXEL_MEAN"]]
+        std = [s / 255.0 for s in meta["pixel"]["PIXEL_STD"]]
+        return tv_engine.transfer(net, data, d, mean, std, torch.device(device), log, label)
+    from pipeline.detect import d2_engine
+    from pipeline.detect.export import export
+
+    weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
+    torch.manual_seed(cfg["seed"])
+    return d2_engine.transfer(meta, weights, data, d, device, out_dir, f"augssl_{key}", log, label,
+                              verbose=bool(cfg.get("verbose")))
+
+
+def _table(scores: dict[str, dict[str, float]]) -> str:
+    lines = ["| backbone | AP | AP50 | AP75 |", "| --- | --- | --- | --- |"]
+    lines += [f"| {k} | {v['AP']:.1f} | {v['AP50']:.1f} | {v['AP75']:.1f} |" for k, v in scores.items()]
+    return "\n".join(lines)
+
+
+def _finished(run, name: str) -> dict:
+    m = run.data.metrics
+    scores = {label: {k: m[f"{label}_{k}"] for k in METRICS} for label in ("pretrained", "random")
+              if f"{label}_AP" in m}
+    print(f"[detect] {name} finished before (MLflow run {run.info.run_id}); nothing to run. Its results:", flush=True)
+    print(_table(scores), flush=True)
+    return scores

@@ -1,0 +1,74 @@
+"""jobs/reproductions.py's report: the paper's optimum against the sweep's, and sections rewritten one at a time."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+
+import reproductions as rep  # noqa: E402
+
+
+def test_same_value_for_grids_ranges_and_lists():
+    assert rep.same_value(0.001, 1e-3, continuous=False)
+    assert not rep.same_value(0.01, 1e-3, continuous=False)
+    assert rep.same_value(0.25, 0.2, continuous=True) and not rep.same_value(0.35, 0.2, continuous=True)
+    assert rep.same_value([0.8, 0.75, 0.65], [0.8, 0.75, 0.65], continuous=False)
+    assert not rep.same_value([0.7, 0.65, 0.55], [0.8, 0.75, 0.65], continuous=False)
+    assert not rep.same_value(None, -2, continuous=False) and rep.same_value(None, None, continuous=False)
+
+
+def test_every_shipped_sweep_has_the_papers_optimum_on_its_searched_keys():
+    from pipeline.tune.settings import check_sweep, compose_sweep
+
+    for name, (paper, _) in rep.PAPER_SWEEPS.items():
+        dims = check_sweep(*compose_sweep([f"+sweep={name}"]))
+        assert set(paper) <= {d.key for d in dims}, name
+
+
+def _sweep(tmp_path: Path, best_metric: float, baseline: float, params: dict) -> dict:
+    plot = tmp_path / "s.png"
+    plot.write_bytes(b"png")
+    return {"name": "invclr_lambda", "argv": ["+sweep=invclr_lambda"], "run_id": "abc", "minutes": 5.0,
+            "metric": "probe_pretrained_mse", "mode": "min", "paper": {"plugin.invclr.lam": 1e-3},
+            "where": "InvCLR Fig. 6", "best": {"params": params, "metric": best_metric}, "baseline": baseline,
+            "agree": params == {"plugin.invclr.lam": 1e-3}, "plot": plot, "text": "| trial | lam |\n"}
+
+
+def test_sweep_section_says_where_it_disagrees(tmp_path):
+    docs = tmp_path / "docs"
+    lines = "\n".join(rep.sweep_section(_sweep(tmp_path, 0.115, 0.062, {"plugin.invclr.lam": 0.01}), docs))
+    assert "| paper | lam=0.001 |" in lines and "| here | lam=0.01 | 0.115 |" in lines
+    assert "a different optimum" in lines and "no trial beats a random-init backbone" in lines
+    assert (docs / "img" / "sweep-invclr_lambda.png").read_bytes() == b"png"
+    lines = "\n".join(rep.sweep_section(_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3}), docs))
+    assert "the same optimum as the paper" in lines and "random-init" not in lines.split("Here:")[1]
+
+
+def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeypatch):
+    path = tmp_path / "reproductions.md"
+    (tmp_path / "reproductions_notes.md").write_text("## What reproduces\n\nby hand\n")
+    path.write_text("# old header\n\n## co2\n\n_Made by x._\n\nold co2 table\n\n## Sweeps\n\nold sweeps\n\n"
+                    "## What reproduces\n\nby hand\n")
+    monkeypatch.setattr(sys, "argv", ["reproductions.py", "suites=[]"])
+    rep.write_report({}, [], path, [_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3})])
+    text = path.read_text()
+    assert "old co2 table" in text and "old sweeps" not in text and "### invclr_lambda" in text
+    assert "_Made by `python jobs/reproductions.py suites=[]` on " in text
+    assert text.index("## co2") < text.index("## Sweeps") < text.index("## What reproduces")
+    assert text.count("## What reproduces") == 1 and text.count("by hand") == 1 and "old header" not in text
+
+
+@pytest.mark.parametrize("args,needle", [(["sweeps=[nope]"], "error: unknown sweeps ['nope']"),
+                                         (["suites=[]", 'sweep_args=["sweep.metric=nope"]'],
+                                          "error: sweep invclr_lambda: sweep.metric=nope")])
+def test_bad_sweeps_fail_before_anything_runs(args, needle):
+    import subprocess
+
+    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "reproductions.py"), *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1
