@@ -310,6 +310,10 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     r = _detect(tmp_path, f"run={ckpt}", f"engine={engine}", *TINY)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "| pretrained |" in r.stdout and "| random |" in r.stdout
+    # quiet: no library notices, and detectron2's loading report read and summed up in one line
+    assert "Warning" not in r.stderr and "not found in the checkpoint" not in r.stdout + r.stderr, r.stderr[-2000:]
+    if engine == "detectron2":
+        assert "detectron2 loaded every backbone weight" in r.stdout
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     m = run.data.metrics
@@ -322,3 +326,25 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     again = _detect(tmp_path, f"run={ckpt}", f"engine={engine}", *TINY, timeout=120)
     assert again.returncode == 0 and "finished before" in again.stdout
     assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+@needs_d2
+def test_detectron2_load_report_fails_on_a_missing_trunk_weight(capsys):
+    """The engine reads detectron2's loading report: heads not found are expected, a trunk weight is an error."""
+    from pipeline.detect.d2_engine import _load
+
+    class Reports:
+        def __init__(self, *missing):
+            self.missing = missing
+
+        def resume_or_load(self, resume):
+            logging.getLogger("fvcore.common.checkpoint").warning(
+                "Some model parameters or buffers are not found in the checkpoint:\n" + "\n".join(self.missing))
+
+    _load(Reports("backbone.fpn_lateral3.{bias, weight}", "roi_heads.box_head.fc1.{bias, weight}"), "w.pkl", False)
+    assert "loaded every backbone weight" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="did not load every backbone weight"):
+        _load(Reports("backbone.fpn_lateral3.{bias, weight}", "backbone.bottom_up.res3.0.conv1.weight"), "w.pkl",
+              False)
+    with pytest.raises(RuntimeError, match="did not load every backbone weight"):
+        _load(Reports("roi_heads.res5.2.conv3.norm.{bias, weight}"), "w.pkl", False)

@@ -7,9 +7,10 @@ import io
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
-from detectron2.engine import DefaultTrainer, HookBase
+from detectron2.engine import DefaultTrainer, HookBase, hooks
 from detectron2.evaluation import COCOEvaluator
 
 from pipeline.detect import d2_backbone  # noqa: F401  (registers the project's backbones)
@@ -40,6 +41,7 @@ def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_d
     cfg.MODEL.WEIGHTS = weights
     cfg.MODEL.DEVICE = device
     cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else ("SyncBN" if device == "cuda" else "BN")
+    cfg.MODEL.BACKBONE.FREEZE_AT = 0  # MoCo's transfer protocol fine-tunes every stage (the zoo freezes stem+res2)
     if d["arch"] == "fpn":
         levels = fpn_names(d["in_features"], meta["resnets"]["CIFAR_STEM"])
         cfg.MODEL.RESNETS.OUT_FEATURES = cfg.MODEL.FPN.IN_FEATURES = list(d["in_features"])
@@ -93,6 +95,11 @@ class _Progress(HookBase):
 
 
 class Trainer(DefaultTrainer):
+    def build_hooks(self):
+        """DefaultTrainer's hooks less its EvalHook, which evaluates again after the last iteration: transfer()
+        evaluates once, with pycocotools' printing captured."""
+        return [h for h in super().build_hooks() if not isinstance(h, hooks.EvalHook)]
+
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         return COCOEvaluator(dataset_name, tasks=("bbox",), distributed=False,
@@ -114,7 +121,7 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = config(meta, d, data, num_classes, device, out_dir, weights, tag)
     trainer = Trainer(cfg)
-    trainer.resume_or_load(resume=False)
+    _load(trainer, weights, verbose)
     trainer.register_hooks([_Progress(cfg.SOLVER.MAX_ITER, label, d["log_every"], log)])
     trainer.train()
     with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
@@ -124,6 +131,43 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
     results = json.loads(results_file.read_text()) if results_file.exists() else []
     return {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75")),
             "results": results}
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+TRUNK = re.compile(r"(bottom_up\.|backbone\.|roi_heads\.)(stem|res[2-5])\b")
+
+
+def _load(trainer, weights: str, verbose: bool) -> None:
+    """Load `weights` through detectron2's checkpointer and read its report: a trunk weight it did not find or a
+    shape it skipped is an error (training would start partly from scratch without saying so); the new FPN and
+    heads it lists as not found are expected, so outside verbose mode the report becomes one line."""
+    logs = [logging.getLogger(n) for n in ("fvcore.common.checkpoint", "detectron2.checkpoint.c2_model_loading")]
+    lines, propagate = _Lines(), [lg.propagate for lg in logs]
+    for lg in logs:
+        lg.addHandler(lines)
+        lg.propagate = verbose
+    try:
+        trainer.resume_or_load(resume=False)
+    finally:
+        for lg, p in zip(logs, propagate):
+            lg.removeHandler(lines)
+            lg.propagate = p
+    if not weights:
+        return
+    report = "\n".join(re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in lines.lines)
+    missing = report.split("not found in the checkpoint:")[-1] if "not found in the checkpoint" in report else ""
+    if TRUNK.search(missing) or "will not be loaded" in report:
+        raise RuntimeError(f"detectron2 did not load every backbone weight of {weights}: {missing.strip()[:500]}")
+    if not verbose:
+        print("[detect] detectron2 loaded every backbone weight; the FPN and heads start from scratch", flush=True)
 
 
 def _finite(x) -> float:

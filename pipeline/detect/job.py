@@ -98,6 +98,8 @@ def run(cfg: dict) -> dict:
     from pipeline.detect.export import backbone_meta
     from pipeline.eval.source import load_source
 
+    if not cfg.get("verbose"):
+        _quiet_torch_notices()
     exp_id = tracking.setup(cfg)
     try:
         src = load_source(str(cfg["run"]))
@@ -196,6 +198,17 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     torch.manual_seed(cfg["seed"])
     return d2_engine.transfer(meta, weights, data, d, device, out_dir, f"augssl_{key}", log, label,
                               verbose=bool(cfg.get("verbose")))
+
+
+def _quiet_torch_notices() -> None:
+    """torch's notices about APIs detectron2 and torchvision's detectors call (jit.script at import, meshgrid, fx
+    tracing): not the user's to act on; verbose=true shows them."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
+    warnings.filterwarnings("ignore", message=r"torch\.meshgrid: in an upcoming release")
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def _table(scores: dict[str, dict[str, float]]) -> str:
