@@ -89,20 +89,26 @@ def to_yaml(cfg: dict) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(cfg))
 
 
-def config_groups(config_name: str = "config") -> tuple[list[str], list[str]]:
-    """(groups, presets) a config takes: the groups its defaults list picks from (`group=option`), and, where it
-    has one, the other groups of conf/ whose options apply on top of the whole config (`+group=option`).
-    A config without a defaults list (conf/shards.yaml, conf/reproductions.yaml) takes neither."""
+def _default_groups(config_name: str) -> list[str]:
+    """The groups conf/<config_name>.yaml's defaults list picks from."""
     defaults = OmegaConf.load(CONF_DIR / f"{config_name}.yaml").get("defaults") or []
     groups = []
     for entry in defaults:
         if OmegaConf.is_dict(entry):
             groups += [str(k).split("@")[0].removeprefix("override ").lstrip("/") for k in entry]
-    if not groups:
-        return [], []
-    if config_name != "config":  # presets (+experiment=, +sweep=) apply to the training config only
+    return groups
+
+
+def config_groups(config_name: str = "config") -> tuple[list[str], list[str]]:
+    """(groups, presets) a config takes: the groups its defaults list picks from (`group=option`), and, for the
+    training config, the other groups of conf/ whose options apply on top of the whole config (`+group=option`;
+    a group another job's config picks from, like detect/, is that job's, not a preset).
+    A config without a defaults list (conf/shards.yaml, conf/reproductions.yaml) takes neither."""
+    groups = _default_groups(config_name)
+    if not groups or config_name != "config":  # presets (+experiment=, +sweep=) apply to the training config only
         return groups, []
-    presets = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in groups)
+    others = {g for f in CONF_DIR.glob("*.yaml") if f.stem != config_name for g in _default_groups(f.stem)}
+    presets = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in groups + sorted(others))
     return groups, presets
 
 

@@ -175,6 +175,9 @@ def test_help_lists_groups(tmp_path):
     assert r.returncode == 0
     assert "method: byol, mocov1, mocov2, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
     assert "+experiment: clsa_byol" in r.stdout  # presets, with how to add them
+    assert "+detect" not in r.stdout  # jobs/detect.py's group, not a preset of the training config
+    d = _run(["--help"], tmp_path, job="detect.py")
+    assert d.returncode == 0 and "detect: coco, shapes" in d.stdout and "+experiment" not in d.stdout
 
 
 def test_gallery_job_validates_the_whole_config(tmp_path):
