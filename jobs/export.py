@@ -45,8 +45,12 @@ def main(argv: list[str]) -> int:
     print(f"[export] {fmt}: {path.resolve()}", flush=True)
     if src.run_id is not None:
         child = tracking.start_child(src.run_id, f"export:{src.run_id}:{fmt}", f"{name}-export-{fmt}", job="export")
-        mlflow.log_params({"format": fmt, "source": src.ref})
-        mlflow.log_artifact(str(path.resolve()), "export")
+        try:
+            mlflow.log_params({"format": fmt, "source": src.ref})
+            mlflow.log_artifact(str(path.resolve()), "export")
+        except BaseException as e:
+            tracking.end_failed(e)
+            raise
         mlflow.end_run()
         print(f"[export] logged to MLflow run {child} (a child of {src.run_id})", flush=True)
     return 0

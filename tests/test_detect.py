@@ -348,3 +348,33 @@ def test_detectron2_load_report_fails_on_a_missing_trunk_weight(capsys):
               False)
     with pytest.raises(RuntimeError, match="did not load every backbone weight"):
         _load(Reports("roi_heads.res5.2.conv3.norm.{bias, weight}"), "w.pkl", False)
+
+
+def test_non_contiguous_category_ids_train_as_labels_and_come_back_as_ids(tmp_path):
+    """COCO's 80 classes have ids up to 90: the torchvision detector sees labels 1..K, results carry the ids."""
+    import json
+
+    from pipeline.detect import tv_engine
+    from pipeline.detect.coco_data import CocoSplit
+    from pipeline.detect.shapes import make_shapes
+
+    root = make_shapes(tmp_path, {"n_train": 2, "n_val": 3, "size": 64, "min_side": 12, "max_side": 24})
+    ann = root / "val" / "annotations.json"
+    coco = json.loads(ann.read_text())
+    ids = {1: 90, 2: 7, 3: 3}
+    for c in coco["categories"]:
+        c["id"] = ids[c["id"]]
+    for a in coco["annotations"]:
+        a["category_id"] = ids[a["category_id"]]
+    ann.write_text(json.dumps(coco))
+    ds = CocoSplit(ann, root / "val" / "images")
+    assert ds.label_of == {3: 1, 7: 2, 90: 3} and ds.category_of == {1: 3, 2: 7, 3: 90}
+    _, target = ds[0]
+    want = sorted(ds.label_of[a["category_id"]] for a in coco["annotations"] if a["image_id"] == 1)
+    assert sorted(target["labels"].tolist()) == want
+    d = {"in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 16,
+         "min_size": 64, "max_size": 64, "norm": "bn", "roi_batch_per_image": 32}
+    model = tv_engine.build_detector(build_backbone("resnet18", True, 8), 3, d, [0.0] * 3, [1.0] * 3)
+    model.roi_heads.score_thresh = 0.0  # an untrained detector: keep whatever it finds
+    results = tv_engine.predict(model, ds, torch.device("cpu"))
+    assert results and {r["category_id"] for r in results} <= {3, 7, 90}

@@ -13,14 +13,17 @@ from PIL import Image
 
 
 class CocoSplit(torch.utils.data.Dataset):
-    """Images as float RGB tensors in [0, 1] with {"boxes" (x0, y0, x1, y1), "labels" (category ids),
-    "image_id"}; crowd boxes left out; `flip`: a random horizontal flip per sample (training)."""
+    """Images as float RGB tensors in [0, 1] with {"boxes" (x0, y0, x1, y1), "labels", "image_id"}; crowd boxes
+    left out; `flip`: a random horizontal flip per sample (training). Labels are 1..K in category-id order
+    (COCO's ids run to 90 for 80 classes, and 0 is a detector's background); `category_of` maps them back."""
 
     def __init__(self, annotations: str | Path, images: str | Path, flip: bool = False, seed: int = 0):
         self.annotations, self.root, self.flip = Path(annotations), Path(images), flip
         coco = json.loads(self.annotations.read_text())
         self.images = sorted(coco["images"], key=lambda im: im["id"])
         self.categories = sorted(coco["categories"], key=lambda c: c["id"])
+        self.label_of = {c["id"]: i + 1 for i, c in enumerate(self.categories)}
+        self.category_of = {label: cat for cat, label in self.label_of.items()}
         self.by_image: dict[int, list] = {im["id"]: [] for im in self.images}
         for a in coco["annotations"]:
             if not a.get("iscrowd", 0) and a["bbox"][2] > 0 and a["bbox"][3] > 0:
@@ -37,7 +40,7 @@ class CocoSplit(torch.utils.data.Dataset):
         anns = self.by_image[im["id"]]
         boxes = torch.tensor([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
                               for a in anns], dtype=torch.float32).reshape(-1, 4)
-        labels = torch.tensor([a["category_id"] for a in anns], dtype=torch.int64)
+        labels = torch.tensor([self.label_of[a["category_id"]] for a in anns], dtype=torch.int64)
         if self.flip and self.rng.random() < 0.5:
             x = x.flip(-1)
             w = x.shape[-1]

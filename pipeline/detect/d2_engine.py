@@ -40,7 +40,8 @@ def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_d
     cfg = model_config(meta, d["arch"], num_classes, base=d.get("detectron2_base"))
     cfg.MODEL.WEIGHTS = weights
     cfg.MODEL.DEVICE = device
-    cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else ("SyncBN" if device == "cuda" else "BN")
+    # one training process: plain BN (MoCo's protocol syncs BN across its 8 GPUs; with one process SyncBN is BN)
+    cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else "BN"
     cfg.MODEL.BACKBONE.FREEZE_AT = 0  # MoCo's transfer protocol fine-tunes every stage (the zoo freezes stem+res2)
     if d["arch"] == "fpn":
         levels = fpn_names(d["in_features"], meta["resnets"]["CIFAR_STEM"])

@@ -117,6 +117,10 @@ def run(cfg: dict) -> dict:
     parent = src.cfg["run"].get("name") or Path(src.ref).parent.name
     name = f"{parent}-detect-{engine}-{d['name']}-{key[:6]}"
     run_key = f"detect:{key}"
+    if src.run_id is not None:  # the child goes into its parent's experiment: look for it there
+        from mlflow.tracking import MlflowClient
+
+        exp_id = MlflowClient().get_run(src.run_id).info.experiment_id
     found = tracking.find_run(exp_id, run_key)
     if found is not None and found.info.status == "FINISHED":
         return _finished(found, name)
