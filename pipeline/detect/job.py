@@ -7,6 +7,9 @@ import json
 import time
 from pathlib import Path
 
+from pipeline.config import ConfigError
+from pipeline.schema import Choice, Int, Num, _Section, check_model
+
 ENGINES = ("torchvision", "detectron2")
 STAGES = ("res2", "res3", "res4", "res5")
 METRICS = ("AP", "AP50", "AP75")
@@ -16,48 +19,59 @@ class DetectError(Exception):
     """Bad input or a run that cannot be transferred: one line for the user."""
 
 
+class Detect(_Section):
+    """The typed keys of a conf/detect/ preset; their relations are checked in check()."""
+    arch: Choice("fpn", "c4")
+    fpn_channels: Int(1)
+    roi_batch_per_image: Int(1)
+    min_size: Int(1)
+    max_size: Int(1)
+    norm: Choice("bn", "frozen")
+    iterations: Int(1)
+    batch_size: Int(1)
+    lr: Num(gt=0)
+    warmup: Int(0)
+    log_every: Int(1)
+
+
+class Detection(_Section):
+    """The job's own keys (conf/detection.yaml), the preset under `detect`."""
+    engine: Choice(*ENGINES)
+    device: Choice("auto", "cpu", "cuda")
+    detect: Detect
+
+
 def check(cfg: dict) -> None:
-    """Everything about the settings that can be checked without the run: engine, detector, schedule, data."""
+    """Everything about the settings that can be checked without the run: the typed keys through the project's
+    schema (pipeline.schema.check_model), then engine, detector, schedule and data together."""
+    try:
+        check_model(Detection, cfg)
+    except ConfigError as e:
+        raise DetectError(str(e)) from None
     d, engine = cfg["detect"], cfg["engine"]
-    if engine not in ENGINES:
-        raise DetectError(f"engine={engine}: expected one of {', '.join(ENGINES)}")
     if engine == "detectron2":
         try:
             import detectron2  # noqa: F401
         except ImportError:
             raise DetectError("engine=detectron2: detectron2 is not installed (docs/detection.md says how; "
                               "engine=torchvision needs nothing more)") from None
-    if cfg["device"] not in ("auto", "cpu", "cuda"):
-        raise DetectError(f"device={cfg['device']}: expected auto, cpu or cuda")
-    if d["arch"] not in ("fpn", "c4"):
-        raise DetectError(f"detect.arch={d['arch']}: expected fpn or c4")
     if d["arch"] == "c4" and engine == "torchvision":
         raise DetectError("detect.arch=c4: torchvision's engine builds FPN detectors; use engine=detectron2")
     feats = list(d["in_features"])
-    if not feats or any(f not in STAGES for f in feats) or feats != sorted(set(feats)) or \
-            [STAGES.index(f) for f in feats] != list(range(STAGES.index(feats[0]), STAGES.index(feats[0]) + len(feats))):
+    first = STAGES.index(feats[0]) if feats and feats[0] in STAGES else None
+    if first is None or feats != list(STAGES[first:first + len(feats)]):  # consecutive, in order
         raise DetectError(f"detect.in_features={feats}: consecutive stages out of {', '.join(STAGES)}, "
                           "e.g. [res3, res4, res5]")
     levels = len(feats) + 1 if d["arch"] == "fpn" else None
     if levels is not None and len(d["anchor_sizes"]) != levels:
         raise DetectError(f"detect.anchor_sizes={d['anchor_sizes']}: one size per FPN level, {levels} for "
                           f"in_features={feats} (theirs and the max-pooled level above them)")
-    for key in ("iterations", "batch_size", "log_every", "fpn_channels", "min_size", "max_size",
-                "roi_batch_per_image"):
-        if not isinstance(d[key], int) or isinstance(d[key], bool) or d[key] < 1:
-            raise DetectError(f"detect.{key}={d[key]}: expected an integer >= 1")
     if d["min_size"] > d["max_size"]:
         raise DetectError(f"detect.min_size={d['min_size']}: more than detect.max_size={d['max_size']}")
-    if not isinstance(d["lr"], (int, float)) or d["lr"] <= 0:
-        raise DetectError(f"detect.lr={d['lr']}: expected a number > 0")
-    if not isinstance(d["warmup"], int) or d["warmup"] < 0:
-        raise DetectError(f"detect.warmup={d['warmup']}: expected an integer >= 0")
     steps = list(d["steps"])
     if steps != sorted(steps) or any(not isinstance(s, int) or not 0 < s < d["iterations"] for s in steps):
         raise DetectError(f"detect.steps={steps}: increasing iterations between 1 and "
                           f"detect.iterations={d['iterations']}")
-    if d["norm"] not in ("bn", "frozen"):
-        raise DetectError(f"detect.norm={d['norm']}: expected bn or frozen")
     data = d["data"]
     if data["kind"] == "coco":
         for key in ("train_json", "train_images", "val_json", "val_images"):
