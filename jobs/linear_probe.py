@@ -1,6 +1,6 @@
 """Linear probe on frozen features of a pretrained backbone.
 
-Takes a checkpoint (an MLflow run id, or a folder or state.pt written by jobs/pretrain.py) and trains a
+Takes a pretraining run (`run=`: an MLflow run id, or a folder or state.pt written by jobs/pretrain.py) and trains a
 linear head with full-batch L-BFGS: top-1 for classification data, per-target MSE and R² for
 Spirograph's (m, b, sigma, f_r). The same probe on a randomly initialised backbone is printed beside it.
 
@@ -10,7 +10,11 @@ the run's image size. The results are logged into a child run of the pretraining
 same probe is rerun); the chart goes to <paths.runs>/probe/<child run name>.png.
 
 Example:
-  python jobs/linear_probe.py eval.probe.checkpoint=<run id or path>
+  python jobs/linear_probe.py run=<run id or path>
+  python jobs/linear_probe.py run=<run id or path> eval.probe.steps=500 eval.feature_averaging.m=40
+
+(`eval.probe.checkpoint=<...>` is the same as `run=<...>`: `run` on its own is this job's, `run.<key>` is still the
+config's run section.)
 """
 import sys
 from pathlib import Path
@@ -21,10 +25,12 @@ from pipeline.config import ConfigError, cli, fail  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    runs = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]
+    argv = [a for a in argv if not a.startswith("run=")]
     cfg = cli(argv, __doc__)
-    ref = cfg["eval"]["probe"]["checkpoint"]
+    ref = runs[-1] if runs else cfg["eval"]["probe"]["checkpoint"]
     if not ref:
-        fail("eval.probe.checkpoint=<MLflow run id, folder or state.pt> is required")
+        fail("run=<MLflow run id, checkpoint folder or state.pt> is required")
     import hashlib
     import json
 

@@ -61,3 +61,28 @@ def init_gloo(rank: int, world: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
+
+
+def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0, cfg: dict | None = None):
+    """A checkpoint as jobs/pretrain.py writes it (the online backbone under the method's keys), random weights
+    with BatchNorm statistics that differ from their defaults. `cfg`: the run's config (default: the few keys
+    an export reads)."""
+    import torch
+
+    from pipeline.eval.source import Source
+    from pipeline.models.backbones import build_backbone
+
+    torch.manual_seed(seed)
+    net = build_backbone(backbone, cifar, width)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_()
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.normal_()
+                m.bias.normal_()
+    cfg = cfg or {"model": {"backbone": backbone, "cifar_stem": cifar, "width": width},
+                  "data": {"image_size": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
+                  "augment": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}, "run": {"name": "fake-run"}}
+    state = {"method": {f"online.backbone.{k}": v for k, v in net.state_dict().items()}, "cfg": cfg}
+    return Source(state, cfg, None, "fake")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
-from pipeline.eval.source import Source
+from helpers import fake_source
 from pipeline.models.backbones import build_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,25 +42,6 @@ LAYOUTS = {  # (backbone, cifar_stem, width): the standard ImageNet ResNet-50, a
     "r18-cifar-w16": ("resnet18", True, 16),
     "r50-narrow": ("resnet50", False, 16),
 }
-
-
-def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0) -> Source:
-    """A checkpoint as jobs/pretrain.py writes it (the online backbone under the method's keys), random weights
-    with BatchNorm statistics that differ from their defaults."""
-    torch.manual_seed(seed)
-    net = build_backbone(backbone, cifar, width)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.normal_()
-                m.running_var.uniform_(0.5, 2.0)
-                m.weight.normal_()
-                m.bias.normal_()
-    cfg = {"model": {"backbone": backbone, "cifar_stem": cifar, "width": width},
-           "data": {"image_size": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
-           "augment": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}, "run": {"name": "fake-run"}}
-    state = {"method": {f"online.backbone.{k}": v for k, v in net.state_dict().items()}, "cfg": cfg}
-    return Source(state, cfg, None, "fake")
 
 
 def test_names_follow_detectron2():
@@ -110,7 +91,7 @@ def test_names_are_exactly_the_detectron2_trunks(layout):
     assert all(tuple(ours[k].shape) == tuple(theirs[k]) for k in ours)
 
 
-def _exported(tmp_path: Path, layout: str, fmt: str = "detectron2") -> tuple[Source, Path]:
+def _exported(tmp_path: Path, layout: str, fmt: str = "detectron2") -> tuple:
     """The export job run as the README shows it, on a checkpoint file."""
     src = fake_source(*LAYOUTS[layout])
     ckpt = tmp_path / "ckpt" / "state.pt"

@@ -213,7 +213,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     # probe by run id with no data= on the command line: the run's data, model and image size, into a child run
     (tmp_path / "tmp").mkdir()
     probe = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
-                            f"eval.probe.checkpoint={run.info.run_id}", "eval.probe.steps=30"],
+                            f"run={run.info.run_id}", "eval.probe.steps=30"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
                            env={**job_env(), "TMPDIR": str(tmp_path / "tmp")})
     assert probe.returncode == 0, probe.stderr[-3000:]
@@ -237,7 +237,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert top1[0] > 0.9  # colour classes are linearly separable even for a barely trained backbone
 
     bad = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
-                          "eval.probe.checkpoint=no-such-run"], cwd=tmp_path, capture_output=True, text=True,
+                          "run=no-such-run"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, env=job_env())
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
     # a bad value on top of the run's config: the schema's one line, and no probe run made

@@ -31,13 +31,42 @@ def choose(labels: np.ndarray | None, n: int, fraction: float, seed: int, min_co
 
 def labelled_subset(root: str, task: str, targets: list[str] | None, fraction: float, seed: int,
                     min_count: int = 8) -> Split:
+    return select(root, task, targets, fraction, seed, min_count)[0]
+
+
+def sample_name(key: str) -> str:
+    """A sample's name without the shard writer's ordinal prefix: `00000012_n01440764_10026` (an ImageFolder
+    file, n01440764_10026.JPEG) is `n01440764_10026`; keys without a name (CIFAR's, Spirograph's) stay as they are."""
+    head, _, rest = key.partition("_")
+    return rest if head.isdigit() and rest else key
+
+
+def select(root: str, task: str, targets: list[str] | None, fraction: float, seed: int, min_count: int = 1,
+           names: list[str] | None = None) -> tuple[Split, list[str]]:
+    """The subset and its samples' keys: a seeded draw of `fraction` (choose), or, with `names`, exactly the
+    samples named there (file names as in ImageNet's 1percent.txt, extension optional, or shard keys).
+    ValueError with one line for a name no sample has."""
     manifest, uris = read_manifest(root)
-    ys = [targets_of(s, task, targets) for s in iter_samples(uris)]
-    classes = np.asarray(ys, dtype=np.int64) if task == "classification" else None
-    keep = set(choose(classes, len(ys), fraction, seed, min_count).tolist())
-    encoded, chosen = [], []
+    keys, ys = [], []
+    for s in iter_samples(uris):
+        keys.append(s["__key__"])
+        ys.append(targets_of(s, task, targets))
+    if names is None:
+        classes = np.asarray(ys, dtype=np.int64) if task == "classification" else None
+        keep = set(choose(classes, len(ys), fraction, seed, min_count).tolist())
+    else:
+        index = {**{sample_name(k): i for i, k in enumerate(keys)}, **{k: i for i, k in enumerate(keys)}}
+        wanted = [n.rsplit("/", 1)[-1] for n in names]
+        wanted = [n if n in index else n.rsplit(".", 1)[0] for n in wanted]
+        missing = [n for n in wanted if n not in index]
+        if missing:
+            raise ValueError(f"{len(missing)} of the {len(wanted)} listed samples are not in {root} "
+                             f"(first: {missing[0]!r})")
+        keep = {index[n] for n in wanted}
+    encoded, chosen, chosen_keys = [], [], []
     for i, s in enumerate(iter_samples(uris)):
         if i in keep:
             encoded.append(s[image_key(s)])
             chosen.append(ys[i])
-    return make_split(encoded, chosen, task, targets, manifest)
+            chosen_keys.append(keys[i])
+    return make_split(encoded, chosen, task, targets, manifest), chosen_keys

@@ -2,7 +2,6 @@
 random-init twin, to a detector on either engine, logging into a child run of the pretraining run."""
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -96,26 +95,20 @@ def prepare_data(cfg: dict) -> dict:
             "val_json": str(root / "val" / "annotations.json"), "val_images": str(root / "val" / "images")}
 
 
-def _device(cfg: dict) -> str:
-    import torch
-
-    if cfg["device"] == "cuda" and not torch.cuda.is_available():
-        raise DetectError("device=cuda: torch sees no CUDA device here (device=auto picks what there is)")
-    return "cuda" if cfg["device"] == "cuda" or (cfg["device"] == "auto" and torch.cuda.is_available()) else "cpu"
-
-
 def run(cfg: dict) -> dict:
     """Transfer, evaluate, log; returns {label: {AP, AP50, AP75}}."""
     import mlflow
 
     from pipeline import tracking
     from pipeline.detect.export import backbone_meta
+    from pipeline.eval import downstream
     from pipeline.eval.source import load_source
 
     if not cfg.get("verbose"):
         _quiet_torch_notices()
-    exp_id = tracking.setup(cfg)
     try:
+        device = downstream.pick_device(cfg["device"])
+        tracking.setup(cfg)  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
         meta = backbone_meta(src)
     except (FileNotFoundError, ValueError) as e:
@@ -124,33 +117,17 @@ def run(cfg: dict) -> dict:
     if engine == "detectron2" and d["arch"] == "c4" and meta["resnets"]["DEPTH"] < 50:
         raise DetectError(f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
                           f"blocks); this run's backbone is {meta['backbone']}: use detect.arch=fpn")
-    device = _device(cfg)
     data = prepare_data(cfg)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
-    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    parent = src.cfg["run"].get("name") or Path(src.ref).parent.name
-    name = f"{parent}-detect-{engine}-{d['name']}-{key[:6]}"
-    run_key = f"detect:{key}"
-    if src.run_id is not None:  # the child goes into its parent's experiment: look for it there
-        from mlflow.tracking import MlflowClient
-
-        exp_id = MlflowClient().get_run(src.run_id).info.experiment_id
-    found = tracking.find_run(exp_id, run_key)
-    if found is not None and found.info.status == "FINISHED":
-        return _finished(found, name)
-    run_id = (tracking.start_child(src.run_id, run_key, name, job="detect") if src.run_id is not None
-              else tracking.start_or_resume(cfg, run_key, name, job="detect"))
-    out_dir = Path(cfg["paths"]["runs"]) / "detect" / name
-    try:
-        if found is None:
+    ev = downstream.find(cfg, src, "detect", settings, f"{engine}-{d['name']}")
+    if ev.finished:
+        return _finished(ev.found, ev.name)
+    out_dir = Path(cfg["paths"]["runs"]) / "detect" / ev.name
+    with downstream.child_run(cfg, src, ev, "detect") as run_id:
+        if ev.found is None:
             mlflow.log_params({"engine": engine, "source": src.ref, "device": device, "baseline": cfg["baseline"],
                                **tracking.flatten(d, "detect.")})
-        out = _transfer_all(cfg, src, meta, data, device, out_dir, key)
-    except BaseException as e:
-        status = tracking.end_failed(e)
-        print(f"[detect] MLflow run {run_id} ended {status}: {tracking.error_line(e)}", flush=True)
-        raise
-    mlflow.end_run()
+        out = _transfer_all(cfg, src, meta, data, device, out_dir, ev.run_key.split(":", 1)[1])
     where = f" (a child of {src.run_id})" if src.run_id else ""
     print(f"[detect] done: MLflow run {run_id}{where}; detections: {out_dir / 'predictions.png'}", flush=True)
     return out

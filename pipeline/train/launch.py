@@ -350,7 +350,7 @@ def _finished(cfg: dict, run) -> dict:
         print(f"\nLinear probe on {cfg['data']['name']} (frozen features, L-BFGS):\n{format_table(shown)}\n",
               flush=True)
     print(f"  train again under another name with run.name=<name>; probe again with "
-          f"python jobs/linear_probe.py eval.probe.checkpoint={run_id}", flush=True)
+          f"python jobs/linear_probe.py run={run_id}", flush=True)
     return {"run_id": run_id, "checkpoint": str(local) if local.exists() else f"runs:/{run_id}/checkpoint",
             "probe": probe or None}
 
