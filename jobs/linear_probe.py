@@ -73,6 +73,12 @@ def main(argv: list[str]) -> int:
         run_id = tracking.start_or_resume(cfg, f"probe:{key}", name, job="linear_probe")
     import mlflow
 
+    from pipeline.eval.run_probe import probe_solver
+
+    if probe_solver(cfg) == "sgd":  # its features are extracted by Ray Data on the cluster
+        from pipeline.train.launch import init_ray
+
+        init_ray(cfg)
     try:
         mlflow.log_params(params)
         compare_with_random(cfg, state, run_name=name)

@@ -155,6 +155,16 @@ class Knn(_Section):
     val_size: Int(1)
 
 
+class ProbeSgd(_Section):
+    epochs: Int(1)
+    lr: Num(gt=0)
+    milestones: Annotated[list[StrictInt], _Allowed("a list of epochs")]
+    gamma: Num(gt=0, le=1)
+    momentum: Num(ge=0, lt=1)
+    weight_decay: Num(ge=0)
+    batch_size: Int(1)
+
+
 class Probe(_Section):
     checkpoint: Str(null=True) = None
     after_pretrain: Bool()
@@ -163,6 +173,9 @@ class Probe(_Section):
     train_size: Int(1, null=True) = None
     val_size: Int(1, null=True) = None
     batch_size: Int(1)
+    solver: Choice("auto", "lbfgs", "sgd")
+    lbfgs_max: Int(1)
+    sgd: ProbeSgd
 
 
 class FeatureAveraging(_Section):
@@ -386,6 +399,10 @@ def _check_relations(cfg: dict) -> None:
     knn = cfg["eval"]["knn"]
     if knn["every"] and knn["k"] > knn["bank_size"]:
         raise bad("eval.knn.k", knn["k"], f"expected at most eval.knn.bank_size={knn['bank_size']}")
+    sgd = cfg["eval"]["probe"]["sgd"]
+    if sgd["milestones"] != sorted(sgd["milestones"]) or any(not 0 < e < sgd["epochs"] for e in sgd["milestones"]):
+        raise bad("eval.probe.sgd.milestones", sgd["milestones"],
+                  f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd['epochs']} - 1")
     if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
     if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:

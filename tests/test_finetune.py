@@ -168,6 +168,7 @@ def _finetune(tmp_path: Path, *args: str, timeout: int = 600):
     (["label_fraction=0"], "error: label_fraction=0: expected a number > 0 and <= 1"),
     (["milestones=[30]"], "error: milestones=[30]: increasing epochs between 1 and epochs=20 - 1"),
     (["crop_scale=[0.5,0.1]"], "error: crop_scale=[0.5, 0.1]: auto or [lo, hi]"),
+    (["lr_head=fast"], "error: lr_head=fast: auto or a number > 0"),
     (["subset=/no/such/list.txt"], "error: subset=/no/such/list.txt: no such file"),
     (["device=tpu"], "error: device=tpu: expected one of auto, cpu, cuda"),
     (["run=no-such-run"], "error: checkpoint 'no-such-run' is neither a path nor an MLflow run"),

@@ -10,24 +10,66 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
 
-from pipeline.augment.torch_exec import eval_transform
 from pipeline.augment.view_maker import class_labels
-from pipeline.data.formats import image_key
+
+
+def eval_views(batch: dict[str, np.ndarray], size: int, task: str, targets: list[str] | None) -> dict[str, np.ndarray]:
+    """Ray Data's CPU stage: decode each image into the un-augmented eval view (eval_geometry's resize and
+    centre crop) as uint8 [B, 3, size, size], which is a quarter of float32's bytes through the object store;
+    undecodable images are dropped."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    from pipeline.augment.params import eval_geometry
+    from pipeline.augment.torch_exec import decode_rgb
+
+    rows, kept = [], []
+    for i, e in enumerate(row_images(batch)):
+        if e is None:
+            continue
+        try:
+            img = decode_rgb(bytes(e))  # np.bytes_ too
+        except RuntimeError:  # undecodable
+            continue
+        rh, rw, top, left = eval_geometry(img.shape[1], img.shape[2], size)
+        if (rh, rw) != tuple(img.shape[1:]):
+            img = F.resize(img, [rh, rw], interpolation=InterpolationMode.BILINEAR, antialias=True)
+        rows.append(img[:, top:top + size, left:left + size])
+        kept.append(i)
+    x = torch.stack(rows).numpy() if rows else np.zeros((0, 3, size, size), np.uint8)
+    return {"x": x, "y": targets_of_batch(batch, task, targets)[kept],
+            "key": np.asarray(batch["__key__"])[kept].astype(str)}
+
+
+def row_images(batch: dict[str, np.ndarray]) -> list:
+    """Each sample's image bytes (None without one): shards may mix members (png beside jpg), and a column holds
+    None or NaN where a sample lacks its member."""
+    from pipeline.data.formats import IMAGE_EXTS
+
+    cols = [batch[ext] for ext in IMAGE_EXTS if ext in batch]
+    return [next((c[i] for c in cols if isinstance(c[i], (bytes, bytearray, np.bytes_))), None)
+            for i in range(len(batch["__key__"]))]
 
 
 class Extractor:
-    """Ray Data's callable class: a batch of shard samples -> {"feat", "y", "key"} of those that decode."""
+    """Ray Data's callable class: eval views -> {"feat", "y", "key"}; one backbone per actor, normalisation and
+    the forward pass on the actor's device."""
 
-    def __init__(self, backbone_state: dict, model_cfg: dict, size: int, mean, std, task: str,
-                 targets: list[str] | None, threads: int | None = None):
+    def __init__(self, backbone_state: dict, model_cfg: dict, mean, std, threads: int | None = None,
+                 views: dict | None = None):
+        import ray
+
         from pipeline.models.backbones import build_backbone
 
+        if isinstance(backbone_state, ray.ObjectRef):  # put once by the driver, fetched once per actor
+            backbone_state = ray.get(backbone_state)
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -35,15 +77,20 @@ class Extractor:
         self.net = build_backbone(m["backbone"], m.get("cifar_stem", False), m.get("width", 64))
         self.net.load_state_dict(backbone_state)
         self.net.eval().to(self.device)
-        self.size, self.mean, self.std, self.task, self.targets = size, mean, std, task, targets
+        self.views = views  # eval_views' arguments when this actor decodes too (no GPU: one stage, no transfer)
+        self.mean = torch.tensor(mean, device=self.device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, device=self.device).view(1, 3, 1, 1) * 255
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        x, kept = eval_transform(list(batch[image_key(batch)]), self.size, self.mean, self.std)
-        feat = self.net(x.to(self.device, non_blocking=True)).float().cpu().numpy() if len(kept) else \
-            np.zeros((0, self.net.feat_dim), np.float32)
-        return {"feat": feat, "y": targets_of_batch(batch, self.task, self.targets)[kept],
-                "key": np.asarray(batch["__key__"])[kept].astype(str)}
+        if self.views is not None:
+            batch = eval_views(batch, **self.views)
+        x = torch.from_numpy(batch["x"]).to(self.device, non_blocking=True)
+        if len(x):
+            feat = self.net((x.float() - self.mean) / self.std).float().cpu().numpy()
+        else:
+            feat = np.zeros((0, self.net.feat_dim), np.float32)
+        return {"feat": feat, "y": batch["y"], "key": batch["key"]}
 
 
 def targets_of_batch(batch: dict[str, np.ndarray], task: str, targets: list[str] | None) -> np.ndarray:
@@ -67,7 +114,10 @@ def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: P
                   on_bad_shard: str = "skip", progress: bool = True) -> dict:
     """Features of every decodable sample of the split at `split_root` into `out` (reused when complete);
     returns its meta {"n", "dim", "seconds", "images_per_s", "actors", "device"}. Ray is initialised."""
+    import logging
+
     import ray
+    import ray.data
 
     meta_path = out / "meta.json"
     if meta_path.exists():
@@ -79,34 +129,52 @@ def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: P
     total = int(manifest["num_samples"])
     gpus = int(ray.cluster_resources().get("GPU", 0))
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 2))
+    actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 4))
     threads = None if gpus else max(1, (os.cpu_count() or 1) // actors)
+    if not ray.data.DataContext.get_current().enable_progress_bars:  # quiet (init_ray): its plan and timing lines
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # also its "progress bars disabled" notice
     state_ref = ray.put(backbone_state)
-    ds = train_dataset(split_root, shuffle_files=False, on_bad_shard=on_bad_shard).map_batches(
-        Extractor, fn_constructor_args=(state_ref, model_cfg, size, mean, std, task, targets, threads),
-        batch_size=batch_size, batch_format="numpy", concurrency=actors, num_gpus=1 if gpus else 0,
-        num_cpus=0 if gpus else max(1, min(cpus // actors, threads or 1)))
+    views = {"size": size, "task": task, "targets": targets}
+    ds = train_dataset(split_root, shuffle_files=False, on_bad_shard=on_bad_shard)
+    if gpus:  # CPU tasks decode while the GPUs run the backbone; on CPUs alone a separate stage only competes
+        ds = ds.map_batches(eval_views, fn_kwargs=views, batch_size=batch_size, batch_format="numpy")
+    with warnings.catch_warnings():
+        # No actor restarts: a restarted actor would need the weights in the object store again (Ray's core worker
+        # warns of it at every start, ray#53727); a lost actor fails the extraction, and rerunning the job redoes
+        # that split. Ray 2.60 takes max_restarts only through ray_remote_args, which it calls deprecated.
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ds.map_batches(
+            Extractor, fn_constructor_args=(state_ref, model_cfg, mean, std, threads, None if gpus else views),
+            batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+            num_gpus=1 if gpus else 0, num_cpus=0 if gpus else max(1, min(cpus // actors, threads or 1)),
+            max_restarts=0)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    n = _stream(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2), out, total, progress)
+    n, first = _stream(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2), out, total,
+                       progress)
     seconds = time.monotonic() - t0
     dim = int(np.load(out / "feat.npy", mmap_mode="r").shape[1])
+    # the rate once the first block is in: Ray's planning and the actors' start-up (a few seconds) are left out
+    steady = (n - first[0]) / max(first[2] - first[1], 1e-9) if first[2] > first[1] else n / max(seconds, 1e-9)
     meta = {"n": n, "dim": dim, "split": split_root, "size": size, "seconds": round(seconds, 2),
-            "images_per_s": round(n / max(seconds, 1e-9), 1), "actors": actors, "device": "cuda" if gpus else "cpu"}
+            "startup_s": round(first[1] - t0, 2), "images_per_s": round(steady, 1), "actors": actors,
+            "device": "cuda" if gpus else "cpu"}
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
 
 
-def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> int:
+def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> tuple[int, tuple[int, float, float]]:
     """Write each arriving block into memory-mapped arrays sized for the manifest's count; trimmed to what
-    decoded at the end. Returns the number of rows."""
+    decoded at the end. Returns the number of rows and (rows of the first block, its arrival, the last's)."""
     feat = y = None
     keys, n = [], 0
     last = time.monotonic()
+    first = (0, last, last)
     for b in batches:
         k = len(b["feat"])
         if k == 0:
             continue
+        first = (k, time.monotonic(), first[2]) if feat is None else (first[0], first[1], time.monotonic())
         if feat is None:
             feat = np.lib.format.open_memmap(out / "feat.tmp.npy", "w+", np.float32, (total, b["feat"].shape[1]))
             y = np.lib.format.open_memmap(out / "y.tmp.npy", "w+", b["y"].dtype, (total, *b["y"].shape[1:]))
@@ -131,9 +199,20 @@ def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> i
         del trimmed, arr
         os.remove(out / f"{name}.tmp.npy")
     (out / "keys.txt").write_text("\n".join(keys) + "\n")
-    return n
+    return n, first
 
 
 def load_features(out: Path) -> tuple[np.ndarray, np.ndarray]:
     """A complete folder's features and targets, memory-mapped: readers take what they need in chunks."""
     return np.load(out / "feat.npy", mmap_mode="r"), np.load(out / "y.npy", mmap_mode="r")
+
+
+def weights_tag(state: dict) -> str:
+    """A digest of a backbone's weights: the same backbone's features are found again, another's never are."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for k in sorted(state):
+        h.update(k.encode())
+        h.update(state[k].detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

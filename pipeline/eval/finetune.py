@@ -89,6 +89,13 @@ class Classifier(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(x))
 
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs in the targets' units (a regression head trains on z-scored targets)."""
+        out = self(x)
+        if hasattr(self.head, "target_mean"):
+            out = out * self.head.target_std + self.head.target_mean
+        return out
+
 
 def optimiser(model: Classifier, s: Schedule) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.MultiStepLR]:
     """SGD with the backbone's and the head's learning rates, the step decay applied per epoch."""
@@ -119,7 +126,7 @@ def scores(model: nn.Module, val: Split, size: int, mean, std, task: str, device
     outs = []
     for i in range(0, len(val.encoded), batch_size):
         x, _ = eval_transform(val.encoded[i:i + batch_size], size, mean, std)
-        outs.append(model(x.to(device)).float().cpu())
+        outs.append((model.predict if hasattr(model, "predict") else model)(x.to(device)).float().cpu())
     model.train(was)
     out = torch.cat(outs)
     y = torch.as_tensor(val.y)
@@ -142,6 +149,12 @@ def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: 
     is saved there and a run that stopped part-way resumes from it (same seed: the same batches)."""
     torch.manual_seed(seed)
     model = Classifier(backbone, out_dim).to(device)
+    ys = torch.as_tensor(train.y)
+    if task == "regression":  # trained on z-scored targets (the heads' lr is set for unit-scale outputs), scored
+        mu, sd = ys.mean(0), ys.std(0).clamp_min(1e-6)  # in the targets' own units
+        ys = (ys - mu) / sd
+        model.head.register_buffer("target_mean", mu.to(device))
+        model.head.register_buffer("target_std", sd.to(device))
     opt, sched = optimiser(model, s)
     start = 0
     if ckpt is not None and ckpt.exists():
@@ -151,7 +164,6 @@ def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: 
         sched.load_state_dict(saved["sched"])
         start = saved["epoch"]
         print(f"[finetune] resuming after epoch {start} from {ckpt}", flush=True)
-    ys = torch.as_tensor(train.y)
     model.train()
     for epoch in range(start, s.epochs):
         gen = torch.Generator().manual_seed(seed * 100_003 + epoch)  # per epoch: a resumed run draws the same

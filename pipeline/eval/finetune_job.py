@@ -14,7 +14,7 @@ class FinetuneError(Exception):
 
 
 class Finetune(_Section):
-    """The typed keys of conf/finetune.yaml; crop_scale, flip, milestones and the subset file in check()."""
+    """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check()."""
     label_fraction: Num(gt=0, le=1)
     subset: Str(null=True) = None
     baseline: Bool()
@@ -23,7 +23,6 @@ class Finetune(_Section):
     epochs: Int(1)
     batch_size: Int(2)
     lr_backbone: Num(ge=0)
-    lr_head: Num(gt=0)
     gamma: Num(gt=0, le=1)
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
@@ -42,6 +41,9 @@ def check(cfg: dict) -> None:
     if not isinstance(ms, list) or ms != sorted(ms) or any(not isinstance(m, int) or not 0 < m < cfg["epochs"]
                                                            for m in ms):
         raise FinetuneError(f"milestones={ms}: increasing epochs between 1 and epochs={cfg['epochs']} - 1")
+    lr = cfg["lr_head"]
+    if lr != "auto" and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
+        raise FinetuneError(f"lr_head={lr}: auto or a number > 0")
     scale = cfg["crop_scale"]
     if scale != "auto" and not (isinstance(scale, list) and len(scale) == 2
                                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale)
@@ -61,7 +63,8 @@ def schedule(cfg: dict, task: str):
     regression = task == "regression"
     scale = cfg["crop_scale"] if cfg["crop_scale"] != "auto" else ([1.0, 1.0] if regression else [0.08, 1.0])
     flip = cfg["flip"] if cfg["flip"] != "auto" else not regression
-    return Schedule(cfg["epochs"], cfg["batch_size"], cfg["lr_backbone"], cfg["lr_head"], cfg["milestones"],
+    lr_head = cfg["lr_head"] if cfg["lr_head"] != "auto" else (cfg["lr_backbone"] if regression else 1.0)
+    return Schedule(cfg["epochs"], cfg["batch_size"], cfg["lr_backbone"], lr_head, cfg["milestones"],
                     cfg["gamma"], cfg["momentum"], cfg["weight_decay"], [float(v) for v in scale], bool(flip))
 
 
@@ -101,7 +104,10 @@ def run(cfg: dict) -> dict:
                                "data.train": data["train"], "data.val": data["val"], "seed": cfg["seed"],
                                **{f"schedule.{k}": v for k, v in s.__dict__.items()}})
             mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
-        results = _all(cfg, src, data, train, val, s, out_dir)
+        try:
+            results = _all(cfg, src, data, train, val, s, out_dir)
+        except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line
+            raise FinetuneError(str(e)) from None
     print(f"[finetune] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""),
           flush=True)
     return results

@@ -47,3 +47,35 @@ def knn_metrics(bank, bank_y, query, query_y, task: str, k: int, temperature: fl
     for name, v in zip(names or [], r2.tolist()):
         out[f"knn_r2_{name}"] = v
     return out
+
+
+@torch.no_grad()
+def knn_streamed(bank, bank_y, query, query_y, task: str, k: int = 200, temperature: float = 0.07,
+                 num_classes: int | None = None, names: list[str] | None = None, chunk: int = 65536,
+                 device: str | torch.device = "cpu") -> dict[str, float]:
+    """knn_metrics for a bank too large for memory (a memory-mapped array): the bank is read once, a chunk at a
+    time, keeping each query's running top-k; the queries are held. Same votes as knn_classify / knn_regress."""
+    import numpy as np
+
+    q = F.normalize(torch.as_tensor(np.array(query)).float().to(device), dim=1)
+    top_sim = torch.full((len(q), 0), -2.0, device=device)
+    top_idx = torch.zeros((len(q), 0), dtype=torch.long, device=device)
+    for start in range(0, len(bank), chunk):
+        b = F.normalize(torch.as_tensor(np.array(bank[start:start + chunk])).float().to(device), dim=1)
+        sim = q @ b.t()
+        s, i = sim.topk(min(k, sim.shape[1]), dim=1)
+        top_sim, pos = torch.cat([top_sim, s], 1).topk(min(k, top_sim.shape[1] + s.shape[1]), dim=1)
+        top_idx = torch.cat([top_idx, i + start], 1).gather(1, pos)
+    w = (top_sim / temperature).exp().cpu()
+    neighbours_y = torch.as_tensor(np.array(bank_y))[top_idx.cpu()]
+    qy = torch.as_tensor(np.array(query_y))
+    if task == "classification":
+        c = num_classes or int(max(int(np.max(bank_y)), int(qy.max()))) + 1
+        votes = torch.zeros(len(q), c, dtype=w.dtype).scatter_add_(1, neighbours_y, w)
+        return {"knn_top1": float((votes.argmax(1) == qy).float().mean())}
+    w = w / w.sum(1, keepdim=True)
+    r2 = r2_score((w.unsqueeze(-1) * neighbours_y.float()).sum(1), qy.float())
+    out = {"knn_r2": float(r2.mean())}
+    for name, v in zip(names or [], r2.tolist()):
+        out[f"knn_r2_{name}"] = v
+    return out

@@ -80,7 +80,50 @@ def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
     return build_backbone(model_cfg["backbone"], model_cfg.get("cifar_stem", False), model_cfg.get("width", 64))
 
 
+def probe_solver(cfg: dict) -> str:
+    """lbfgs or sgd: eval.probe.solver, or for auto, sgd when the train split (or train_size of it) has more than
+    eval.probe.lbfgs_max samples."""
+    from pipeline.data.shards import read_manifest
+
+    p = cfg["eval"]["probe"]
+    if p["solver"] != "auto":
+        return p["solver"]
+    n = int(read_manifest(cfg["data"]["train"])[0]["num_samples"])
+    return "sgd" if min(n, p["train_size"] or n) > p["lbfgs_max"] else "lbfgs"
+
+
+SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on features extracted by Ray Data"}
+
+
+def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
+    """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
+    for the same weights), then SGD (pipeline.eval.sgd_probe). Ray is initialised by the caller. The whole splits:
+    train_size and val_size are for the in-memory probe."""
+    from pipeline.data.shards import read_manifest
+    from pipeline.eval.extract import extract_split, feature_dir, load_features, weights_tag
+    from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
+
+    data, p = cfg["data"], cfg["eval"]["probe"]
+    size, mean, std = eval_settings(cfg["augment"])
+    state = backbone.state_dict()
+    tag, targets = weights_tag(state), data.get("targets")
+    feats = {}
+    for split in ("train", "val"):
+        out = feature_dir(cfg["paths"]["runs"], tag, data[split], size)
+        extract_split(state, cfg["model"], data[split], out, size, mean, std, data["task"], targets, p["batch_size"])
+        feats[split] = load_features(out)
+    if data["task"] == "classification":
+        names = read_manifest(data["train"])[0].get("class_names") or []
+        out_dim = max(len(names), int(feats["train"][1].max()) + 1)
+    else:
+        out_dim = len(targets)
+    head = fit_sgd(*feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]))
+    return score(head, *feats["val"], data["task"], list(targets or []))
+
+
 def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
+    if probe_solver(cfg) == "sgd":
+        return probe_backbone_sgd(backbone, cfg)
     data, p, aug = cfg["data"], cfg["eval"]["probe"], cfg["augment"]
     targets = data.get("targets")
     train = load_split(data["train"], data["task"], targets, limit=p["train_size"])
@@ -222,7 +265,9 @@ def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None
     shown = {labels[k]: v for k, v in results.items()}
     table = format_table(shown)
     size = eval_settings(cfg["augment"])[0]
-    print(f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, L-BFGS):\n{table}\n", flush=True)
+    solver = probe_solver(cfg)
+    print(f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, {SOLVER_NAMES[solver]}):\n"
+          f"{table}\n", flush=True)
     if inv_on:
         inv_table, inv_metrics = _invariance_report(invariance, cfg)
         print(inv_table + "\n", flush=True)
@@ -231,6 +276,7 @@ def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None
         for name, res in results.items():
             if name != "invariance":
                 mlflow.log_metrics({f"probe_{name}_{k}": v for k, v in res.items()})
+        mlflow.set_tag("probe_solver", solver)
         if m > 0:
             mlflow.log_metric("probe_fa_m", m)
         mlflow.log_text(table, "probe/table.txt")

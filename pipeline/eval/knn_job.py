@@ -1,0 +1,116 @@
+"""jobs/knn.py: weighted kNN of a pretraining run's frozen features (k=200, T=0.07 by default): both splits'
+features extracted by Ray Data to disk (pipeline.eval.extract), the whole train split as the memory bank, the
+whole validation split as queries; the same for a random-init twin; a child run of the pretraining run."""
+from __future__ import annotations
+
+from pipeline.config import ConfigError
+from pipeline.schema import Bool, Int, Num, _Section, check_model
+
+
+class KnnError(Exception):
+    """Bad input or a run that cannot be evaluated: one line for the user."""
+
+
+class Knn(_Section):
+    k: Int(1)
+    temperature: Num(gt=0)
+    baseline: Bool()
+    batch_size: Int(1)
+    actors: Int(1, null=True) = None
+    seed: Int(0)
+
+
+def check(cfg: dict) -> None:
+    try:
+        check_model(Knn, cfg)
+    except ConfigError as e:
+        raise KnnError(str(e)) from None
+    if not isinstance(cfg["data"], dict):
+        raise KnnError(f"data={cfg['data']}: expected keys on top of the run's data (data.train=...)")
+
+
+def run(cfg: dict) -> dict:
+    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}."""
+    from pipeline import tracking
+    from pipeline.eval import downstream
+    from pipeline.eval.source import load_source
+
+    try:
+        tracking.setup(cfg)  # a run id is looked up in the store
+        src = load_source(str(cfg["run"]))
+    except (FileNotFoundError, ValueError) as e:
+        raise KnnError(str(e)) from None
+    data = {**src.cfg["data"], **cfg["data"]}
+    for split in ("train", "val"):
+        from pipeline.data.shards import read_manifest
+
+        try:
+            read_manifest(data[split])
+        except (FileNotFoundError, ValueError) as e:
+            raise KnnError(f"data.{split}={data[split]}: {e}") from None
+    settings = {"source": src.ref, "data": {k: data[k] for k in ("train", "val", "task")}, "k": cfg["k"],
+                "temperature": cfg["temperature"], "baseline": cfg["baseline"], "seed": cfg["seed"]}
+    ev = downstream.find(cfg, src, "knn", settings, f"k{cfg['k']}")
+    if ev.finished:
+        m = ev.found.data.metrics
+        print(f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
+              flush=True)
+        results = {label: {k[len(label) + 1:]: v for k, v in m.items() if k.startswith(f"{label}_knn")}
+                   for label in ("pretrained", "random")}
+        print(_table({k: v for k, v in results.items() if v}), flush=True)
+        return results
+    import mlflow
+
+    from pipeline.train.launch import init_ray
+
+    init_ray(cfg)
+    with downstream.child_run(cfg, src, ev, "knn") as run_id:
+        if ev.found is None:
+            mlflow.log_params({"source": src.ref, "k": cfg["k"], "temperature": cfg["temperature"],
+                               "data.train": data["train"], "data.val": data["val"]})
+        results = _all(cfg, src, data)
+        table = _table(results)
+        print(table, flush=True)
+        mlflow.log_text(table, "knn/table.md")
+    print(f"[knn] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""), flush=True)
+    return results
+
+
+def _all(cfg: dict, src, data: dict) -> dict:
+    import mlflow
+
+    from pipeline.augment.view_maker import eval_settings
+    from pipeline.data.shards import read_manifest
+    from pipeline.eval.extract import extract_split, feature_dir, load_features, weights_tag
+    from pipeline.eval.knn import knn_streamed
+    from pipeline.eval.run_probe import backbone_from, random_backbone
+
+    size, mean, std = eval_settings(src.cfg["augment"])
+    targets = data.get("targets")
+    names = read_manifest(data["train"])[0].get("class_names") or []
+    results = {}
+    for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
+        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
+        state = net.state_dict()
+        feats, metas = {}, {}
+        for split in ("train", "val"):
+            out = feature_dir(cfg["paths"]["runs"], weights_tag(state), data[split], size)
+            metas[split] = extract_split(state, src.cfg["model"], data[split], out, size, mean, std, data["task"],
+                                         targets, cfg["batch_size"], cfg["actors"])
+            feats[split] = load_features(out)
+        res = knn_streamed(*feats["train"], *feats["val"], data["task"], cfg["k"], cfg["temperature"],
+                           len(names) or None, list(targets or []))
+        results[label] = res
+        speed = metas["train"]["images_per_s"]
+        mlflow.log_metrics({**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_extract_images_per_s": speed})
+        print(f"[knn] {label}: {', '.join(f'{k} {v:.4f}' for k, v in res.items())} (bank {metas['train']['n']}, "
+              f"queries {metas['val']['n']}; features at {speed:.0f} images/s on {metas['train']['actors']} "
+              f"{metas['train']['device']} actor(s))", flush=True)
+    return results
+
+
+def _table(results: dict[str, dict[str, float]]) -> str:
+    keys = list(next(iter(results.values())))
+    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+    lines += [f"| {b} | " + " | ".join(f"{r[k]:.4f}" for k in keys) + " |" for b, r in results.items()]
+    return "\n".join(lines)
