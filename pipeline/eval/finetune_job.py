@@ -80,7 +80,7 @@ def run(cfg: dict) -> dict:
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
-    data = {**src.cfg["data"], **cfg["data"]}
+    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
     names = _subset_names(cfg)
     s = schedule(cfg, data["task"])
     settings = {"source": src.ref, "data": {k: data[k] for k in ("train", "val", "task") if k in data},

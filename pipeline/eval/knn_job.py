@@ -40,7 +40,7 @@ def run(cfg: dict) -> dict:
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise KnnError(str(e)) from None
-    data = {**src.cfg["data"], **cfg["data"]}
+    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
     for split in ("train", "val"):
         from pipeline.data.shards import read_manifest
 

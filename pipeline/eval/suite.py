@@ -1,0 +1,186 @@
+"""jobs/evaluate.py: a suite of downstream evaluations (conf/suite/) run one after another in this process, each
+through its own job's checks and run (linear probe, kNN, fine-tuning, detection), each a child run of the
+pretraining run. Resumable: a step that finished before prints its results and runs nothing, so rerunning an
+interrupted suite continues at the first unfinished step."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pipeline.config import CONF_DIR, ConfigError, compose_config
+
+JOBS = ("linear_probe", "knn", "finetune", "detect")
+PLUGIN_SUITES = ("co2", "clsa", "cocor", "invclr")
+
+
+class SuiteError(Exception):
+    """Bad input, or a step that failed: one line for the user."""
+
+
+def suites() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "suite").glob("*.yaml"))
+
+
+def check(cfg: dict) -> None:
+    s = cfg.get("suite")
+    if not isinstance(s, dict):
+        raise SuiteError(f"pick the evaluations with +suite=<name>: one of {', '.join(suites())}")
+    if cfg["size"] not in ("cpu", "paper"):
+        raise SuiteError(f"size={cfg['size']}: expected one of cpu, paper")
+    extra = cfg["extra"]
+    if not isinstance(extra, dict) or any(k not in JOBS or not isinstance(v, dict) for k, v in extra.items()):
+        raise SuiteError(f"extra={extra}: expected settings under {', '.join(f'extra.{j}' for j in JOBS)}, "
+                         f"e.g. +extra.detect.device=cuda")
+    if not isinstance(cfg["skip"], list):
+        raise SuiteError(f"skip={cfg['skip']}: expected a list of step names, e.g. skip=[detection]")
+
+
+def pick(name: str, run_cfg: dict) -> str:
+    """The suite `paper` stands for: the run's plug-in's paper, JointCrop's with a joint sampler on, else standard."""
+    if name != "paper":
+        return name
+    plugins = [p for p in PLUGIN_SUITES if p in (run_cfg.get("plugin") or {})]
+    if plugins:
+        return plugins[0]
+    joint = (run_cfg.get("augment") or {}).get("joint") or {}
+    if any(isinstance(v, dict) and v.get("beta") is not None for v in joint.values()):
+        return "jointcrop"
+    return "standard"
+
+
+def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
+    """(step name, job, its command line) in order: the run, the paths and store, the step's arguments, those of
+    this size, then extra.<job>. SuiteError naming a skip that matches no step."""
+    names = [s["name"] for s in suite["steps"]]
+    unknown = [n for n in cfg["skip"] if n not in names]
+    if unknown:
+        raise SuiteError(f"skip={cfg['skip']}: {unknown[0]!r} is no step of suite {suite['name']} "
+                         f"({', '.join(names)})")
+    common = [f"paths.root={cfg['paths']['root']}", f"verbose={str(bool(cfg.get('verbose'))).lower()}"]
+    if cfg["tracking"].get("uri"):
+        common.append(f"tracking.uri={cfg['tracking']['uri']}")
+    common.append(f"tracking.experiment={cfg['tracking']['experiment']}")
+    out = []
+    for s in suite["steps"]:
+        if s["name"] in cfg["skip"]:
+            continue
+        if s["job"] not in JOBS:
+            raise SuiteError(f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(JOBS)}")
+        argv = [f"run={cfg['run']}", *common, *s.get("args", []), *s.get(cfg["size"], []),
+                *overrides(cfg["extra"].get(s["job"]) or {})]
+        out.append((s["name"], s["job"], argv))
+    return out
+
+
+def overrides(settings: dict, prefix: str = "") -> list[str]:
+    """Nested settings as the job's command line: {"detect": {"iterations": 2}} -> ["detect.iterations=2"]."""
+    out = []
+    for k, v in settings.items():
+        if isinstance(v, dict):
+            out += overrides(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}={_value(v)}")
+    return out
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _suite(name: str) -> dict:
+    return compose_config([f"+suite={name}"], "evaluate_suite")["suite"]
+
+
+def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
+    """One job through its own checks and run, in this process; SuiteError with the job's one line. `dry`: the
+    checks only (the probe's typed keys; the run's own sections are merged in when it runs)."""
+    try:
+        if job == "linear_probe":
+            from pipeline.eval.probe_job import ProbeError, run, split_run
+
+            ref, rest = split_run(argv)
+            try:
+                if dry:
+                    from pipeline.schema import Config, check_model
+
+                    check_model(Config, compose_config(rest))
+                    return {}
+                return run(compose_config(rest), rest, ref)
+            except ProbeError as e:
+                raise SuiteError(str(e)) from None
+        module = {"knn": "pipeline.eval.knn_job", "finetune": "pipeline.eval.finetune_job",
+                  "detect": "pipeline.detect.job"}[job]
+        import importlib
+
+        mod = importlib.import_module(module)
+        err = {"knn": "KnnError", "finetune": "FinetuneError", "detect": "DetectError"}[job]
+        cfg = compose_config(argv, {"knn": "knn", "finetune": "finetune", "detect": "detection"}[job])
+        try:
+            mod.check(cfg)
+            return {} if dry else mod.run(cfg)
+        except getattr(mod, err) as e:
+            raise SuiteError(str(e)) from None
+    except ConfigError as e:
+        raise SuiteError(str(e)) from None
+
+
+def run(cfg: dict) -> list[dict]:
+    """Every step in order; returns [{"step", "job", "minutes", "results"}]."""
+    from pipeline import tracking
+    from pipeline.eval.source import load_source
+
+    tracking.setup(cfg)
+    try:
+        src = load_source(str(cfg["run"]))
+    except FileNotFoundError as e:
+        raise SuiteError(str(e)) from None
+    name = pick(cfg["suite"]["name"], src.cfg)
+    suite = _suite(name) if name != cfg["suite"]["name"] or "steps" not in cfg["suite"] else cfg["suite"]
+    todo = steps(cfg, suite)
+    print(f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {cfg['size']}: "
+          f"{', '.join(n for n, _, _ in todo)}", flush=True)
+    for i, (step, job, argv) in enumerate(todo, 1):  # every step's settings before the first one runs
+        try:
+            run_step(job, argv, dry=True)
+        except SuiteError as e:
+            raise SuiteError(f"step {i}/{len(todo)} ({step}): {e}") from None
+    done = []
+    for i, (step, job, argv) in enumerate(todo, 1):
+        print(f"[evaluate] {i}/{len(todo)} {step}: python jobs/{job}.py {' '.join(argv)}", flush=True)
+        t0 = time.monotonic()
+        try:
+            results = run_step(job, argv)
+        except SuiteError as e:
+            raise SuiteError(f"step {i}/{len(todo)} ({step}) failed: {e}; rerun the same command to resume there") \
+                from None
+        done.append({"step": step, "job": job, "minutes": (time.monotonic() - t0) / 60, "results": results})
+    text = summary(suite, done)
+    print(text, flush=True)
+    out = Path(cfg["paths"]["runs"]) / "evaluate" / f"{src.cfg.get('run', {}).get('name') or 'run'}-{suite['name']}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(f"[evaluate] summary: {out}", flush=True)
+    return done
+
+
+HEADLINE = ("top1", "top5", "r2", "mse", "knn_top1", "knn_r2", "AP", "AP50")
+
+
+def summary(suite: dict, done: list[dict]) -> str:
+    """A markdown table: a row per step, the headline metrics of the pretrained backbone and of random init."""
+    lines = [f"## {suite['name']}: {suite.get('paper', '')}", "",
+             "| step | metric | pretrained | random init | minutes |", "| --- | --- | --- | --- | --- |"]
+    for d in done:
+        res = d["results"] or {}
+        pre, rnd = res.get("pretrained") or {}, res.get("random") or {}
+        keys = [k for k in HEADLINE if k in pre] or list(pre)[:1]
+        for k in keys:
+            r = f"{rnd[k]:.4g}" if k in rnd else "-"
+            lines.append(f"| {d['step']} | {k} | {pre[k]:.4g} | {r} | {d['minutes']:.1f} |")
+    return "\n".join(lines)
