@@ -1,7 +1,7 @@
 """The downstream evaluations a paper reports, one after another, each into a child run of the pretraining run.
 
   python jobs/evaluate.py run=<MLflow run id or checkpoint> +suite=paper          # the suite of the run's method
-  python jobs/evaluate.py run=<...> +suite=standard size=paper extra.detect=[detect.data.root=/data/coco]
+  python jobs/evaluate.py run=<...> +suite=standard size=paper +extra.detect.detect.data.root=/data/VOCdevkit
   python jobs/evaluate.py run=<...> +suite=co2 skip=[detection]
 
 Suites (conf/suite/): paper picks by the run's plug-in (co2, clsa, cocor, invclr), JointCrop's with a joint sampler,

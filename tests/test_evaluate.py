@@ -62,8 +62,8 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
             continue
         config = {"knn": "knn", "finetune": "finetune", "detect": "detection"}[job]
         if job == "detect" and size == "paper":
-            argv = [*argv, "detect.data.root=" + str(ROOT)]  # COCO's files are the user's to give
-            with pytest.raises(detect_job.DetectError, match="no such file"):
+            argv = [*argv, "detect.data.root=" + str(ROOT)]  # VOC's files are the user's to give
+            with pytest.raises(detect_job.DetectError, match=f"detect.data.root={ROOT}: no "):
                 detect_job.check(compose_config(argv, config))
             continue
         module = {"knn": knn_job, "finetune": finetune_job, "detect": detect_job}[job]

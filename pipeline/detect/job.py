@@ -2,8 +2,10 @@
 random-init twin, to a detector on either engine, logging into a child run of the pretraining run."""
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pipeline.config import ConfigError
@@ -11,7 +13,7 @@ from pipeline.schema import Choice, Int, Num, _Section, check_model
 
 ENGINES = ("torchvision", "detectron2")
 STAGES = ("res2", "res3", "res4", "res5")
-METRICS = ("AP", "AP50", "AP75")
+METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed
 
 
 class DetectError(Exception):
@@ -76,8 +78,18 @@ def check(cfg: dict) -> None:
         for key in ("train_json", "train_images", "val_json", "val_images"):
             if not Path(data[key]).exists():
                 raise DetectError(f"detect.data.{key}={data[key]}: no such file or folder")
+    elif data["kind"] == "voc":
+        from pipeline.detect.voc import missing
+
+        try:
+            gone = missing(data["root"], [*data["train_sets"], *data["val_sets"]])
+        except ValueError as e:
+            raise DetectError(f"detect.data.train_sets / val_sets: {e}") from None
+        if gone:
+            raise DetectError(f"detect.data.root={data['root']}: no {gone} (a VOCdevkit folder holding VOC2007/, "
+                              f"VOC2012/)")
     elif data["kind"] != "shapes":
-        raise DetectError(f"detect.data.kind={data['kind']}: expected shapes or coco")
+        raise DetectError(f"detect.data.kind={data['kind']}: expected shapes, coco or voc")
 
 
 def prepare_data(cfg: dict) -> dict:
@@ -85,6 +97,19 @@ def prepare_data(cfg: dict) -> dict:
     data = cfg["detect"]["data"]
     if data["kind"] == "coco":
         return {k: str(data[k]) for k in ("train_json", "train_images", "val_json", "val_images")}
+    if data["kind"] == "voc":  # read once into COCO-format JSON under the data folder (both engines take it)
+        from pipeline.detect.voc import VOC_CLASSES, to_coco
+
+        classes = list(data.get("classes") or VOC_CLASSES)
+        out = Path(cfg["paths"]["data"]) / "voc-coco" / hashlib.sha1(str(Path(data["root"]).resolve()).encode()) \
+            .hexdigest()[:10]
+        try:
+            train = to_coco(data["root"], list(data["train_sets"]), classes, out / "train.json")
+            val = to_coco(data["root"], list(data["val_sets"]), classes, out / "val.json")
+        except (ValueError, OSError, ET.ParseError) as e:
+            raise DetectError(f"detect.data.root={data['root']}: {e}") from None
+        return {"train_json": str(train), "train_images": str(data["root"]), "val_json": str(val),
+                "val_images": str(data["root"]), "voc_root": str(data["root"])}
     from pipeline.detect.shapes import make_shapes
 
     try:
@@ -147,19 +172,21 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
     for label in labels:
         saved = out_dir / f"{label}_results.json"
         if f"{label}_AP" in logged and saved.exists():
-            scores[label] = {m: logged[f"{label}_{m}"] for m in METRICS}
+            scores[label] = {m: logged[f"{label}_{m}"] for m in METRICS if f"{label}_{m}" in logged}
             results[label] = json.loads(saved.read_text())
             print(f"[detect] {label}: done before (AP {scores[label]['AP']:.1f}); kept", flush=True)
             continue
         t0 = time.monotonic()
         res = _transfer(cfg, src, meta, data, device, out_dir / label, key, label)
+        if "voc_root" in data:
+            res = {**res, **_voc_metric(data, res["results"])}
         minutes = (time.monotonic() - t0) / 60
-        scores[label] = {m: res[m] for m in METRICS}
+        scores[label] = {m: res[m] for m in METRICS if m in res}
         results[label] = res["results"]
         saved.write_text(json.dumps(res["results"]))
-        mlflow.log_metrics({**{f"{label}_{m}": res[m] for m in METRICS}, f"{label}_minutes": minutes})
-        print(f"[detect] {label}: AP {res['AP']:.1f}  AP50 {res['AP50']:.1f}  AP75 {res['AP75']:.1f}  "
-              f"({minutes:.1f} min)", flush=True)
+        mlflow.log_metrics({**{f"{label}_{m}": v for m, v in scores[label].items()}, f"{label}_minutes": minutes})
+        print(f"[detect] {label}: " + "  ".join(f"{m} {v:.1f}" for m, v in scores[label].items()) +
+              f"  ({minutes:.1f} min)", flush=True)
     table = _table(scores)
     print(table, flush=True)
     mlflow.log_text(table, "detect/table.md")
@@ -206,16 +233,34 @@ def _quiet_torch_notices() -> None:
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
+def _voc_metric(data: dict, results: list[dict]) -> dict:
+    """VOC07 AP50 by detectron2's voc_eval, where detectron2 is installed (COCO AP is reported either way)."""
+    try:
+        import detectron2  # noqa: F401
+    except ImportError:
+        print("[detect] VOC07 AP50 needs detectron2's voc_eval (not installed): COCO AP only", flush=True)
+        return {}
+    from pipeline.detect.voc import voc07_ap50
+
+    try:
+        return {"VOC07_AP50": voc07_ap50(data["val_json"], data["voc_root"], results)}
+    except ValueError as e:
+        print(f"[detect] no VOC07 AP50: {e}", flush=True)
+        return {}
+
+
 def _table(scores: dict[str, dict[str, float]]) -> str:
-    lines = ["| backbone | AP | AP50 | AP75 |", "| --- | --- | --- | --- |"]
-    lines += [f"| {k} | {v['AP']:.1f} | {v['AP50']:.1f} | {v['AP75']:.1f} |" for k, v in scores.items()]
+    keys = [m for m in METRICS if any(m in v for v in scores.values())]
+    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+    lines += [f"| {k} | " + " | ".join(f"{v[m]:.1f}" if m in v else "-" for m in keys) + " |"
+              for k, v in scores.items()]
     return "\n".join(lines)
 
 
 def _finished(run, name: str) -> dict:
     m = run.data.metrics
-    scores = {label: {k: m[f"{label}_{k}"] for k in METRICS} for label in ("pretrained", "random")
-              if f"{label}_AP" in m}
+    scores = {label: {k: m[f"{label}_{k}"] for k in METRICS if f"{label}_{k}" in m}
+              for label in ("pretrained", "random") if f"{label}_AP" in m}
     print(f"[detect] {name} finished before (MLflow run {run.info.run_id}); nothing to run. Its results:", flush=True)
     print(_table(scores), flush=True)
     return scores
