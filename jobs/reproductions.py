@@ -15,6 +15,10 @@ clsa (MoCo v2 vs MoCo v2 + CLSA, both on image recipes over the Spirograph PNGs:
 image views), cocor (MoCo v2 vs MoCo v2 + CoCor with fixed and with learned targets, image recipes; the learned
 targets per length over training go in as a PNG).
 
+Downstream (`downstream.finetune`, `downstream.detect`, each a list of the job's arguments; `downstream={}` for none):
+each run's 10 % fine-tuning and shapes detection as child runs, random init beside the suite's first run, the
+papers' semi-supervised and detection numbers beside ours (compared by direction).
+
 Sweeps (`sweeps=[...]`, each `python jobs/tune.py +sweep=<name>` at its own CPU size, `sweep_args` added to each):
 the paper's optimum beside ours, the sweep's table and plot, and whether the best trial beats a random-init
 backbone under the same probe. A finished sweep is read back, not run again.
@@ -54,6 +58,16 @@ SUITES = {
               ("MoCo v2 + CoCor, fixed targets (Table 9)", ["+experiment=cocor_mocov2", "plugin.cocor.target=fixed"])],
 }
 
+
+# the papers' downstream numbers, baseline -> method (docs/methods/): ImageNet pretraining, ResNet-50; here the same
+# direction is what can be compared (Spirograph fine-tuning R², the shapes set's AP)
+PAPER_DOWNSTREAM = {
+    "co2": {"semi-supervised 10 %": ("MoCo v2 85.1 → + CO2 85.4 top-5 (Table 2; 1 %: 69.5 → 70.6)", 85.1, 85.4),
+            "detection": ("MoCo v2 82.4 → + CO2 82.7 VOC AP50 (Table 3)", 82.4, 82.7)},
+    "clsa": {"detection": ("MoCo v2 82.5 → CLSA 83.2 VOC07+12 AP50 (Table 3)", 82.5, 83.2)},
+    "cocor": {"detection": ("MoCo 76.52 → + CoCor 77.41 VOC AP50 (Table 3, R50-C4)", 76.52, 77.41)},
+    "invclr": {},
+}
 
 # each sweep's optimum in its paper: (values, where the paper says so); docs/methods/ has the derivations
 PAPER_SWEEPS = {
@@ -165,7 +179,58 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     out["run_name"] = cfg["run"]["name"]
     out["curves"] = Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png"
     out["label"], out["overrides"], out["extra"] = label, overrides, extra
+    out["root"] = cfg["paths"]["root"]
     return out
+
+
+def run_downstream(runs: list[dict], downstream: dict) -> None:
+    """Each run's fine-tuning and detection (jobs/finetune.py, jobs/detect.py with `downstream`'s arguments), as child
+    runs of it; the random-init baseline with the suite's first run only. Finished ones are read back."""
+    from pipeline.eval.suite import SuiteError, run_step
+
+    for i, r in enumerate(runs):
+        r["downstream"] = {}
+        for job, args in downstream.items():
+            argv = [f"run={r['run_id']}", f"paths.root={r['root']}", *args, f"baseline={str(i == 0).lower()}"]
+            print(f"[reproductions] {r['label']}: python jobs/{job}.py {' '.join(argv)}", flush=True)
+            try:
+                r["downstream"][job] = run_step(job, argv)
+            except SuiteError as e:
+                fail(f"{r['label']}, {job}: {e}")
+
+
+def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str]:
+    """Fine-tuning (mean R² over the four factors) and detection AP per run, the paper's direction beside ours."""
+    cols = [(job, key, name) for job, key, name in (("finetune", "r2", "semi-supervised 10 %"),
+                                                     ("detect", "AP", "detection")) if job in downstream]
+    if not cols or not all("downstream" in r for r in runs):
+        return []
+    args = {job: " ".join(a) for job, a in downstream.items()}
+    lines = ["Downstream, each a child run of its pretraining run: "
+             + "; ".join(f"`python jobs/{job}.py run=<id> {args[job]}`" for job, _, _ in cols) + ".", "",
+             "| run | " + " | ".join(f"{name} ({'R² mean' if key == 'r2' else 'shapes AP'})" for _, key, name in cols)
+             + " |", "|" + " --- |" * (len(cols) + 1)]
+    for r in runs:
+        lines.append(f"| {r['label']} | " + " | ".join(
+            f"{r['downstream'][job]['pretrained'][key]:.3f}" if key == "r2" else
+            f"{r['downstream'][job]['pretrained'][key]:.1f}" for job, key, _ in cols) + " |")
+    base = runs[0]["downstream"]
+    lines.append("| random init | " + " | ".join(
+        (f"{base[job]['random'][key]:.3f}" if key == "r2" else f"{base[job]['random'][key]:.1f}")
+        if "random" in base[job] else "—" for job, key, _ in cols) + " |")
+    paper = PAPER_DOWNSTREAM.get(suite, {})
+    lines += ["", "| | paper (ImageNet, ResNet-50) | here | same direction |", "| --- | --- | --- | --- |"]
+    for job, key, name in cols:
+        here0 = runs[0]["downstream"][job]["pretrained"][key]
+        for r in runs[1:]:
+            here1 = r["downstream"][job]["pretrained"][key]
+            if name in paper:
+                text, p0, p1 = paper[name]
+                same = "yes" if (here1 - here0) * (p1 - p0) > 0 else "no"
+            else:
+                text, same = "not reported", "—"
+            lines.append(f"| {name}: {r['label']} | {text} | {here0:.3g} → {here1:.3g} | {same} |")
+    return lines
 
 
 def finished_run(cfg: dict) -> dict | None:
@@ -281,7 +346,8 @@ def cocor_curves(runs: list[dict], docs: Path) -> list[str]:
     return out
 
 
-def write_report(results: dict[str, list[dict]], scale: list[str], path: Path, sweeps: list[dict] = ()) -> None:
+def write_report(results: dict[str, list[dict]], scale: list[str], path: Path, sweeps: list[dict] = (),
+                 downstream: dict | None = None) -> None:
     """Rewrite the sections of `path` this command made (a suite's, the sweeps'); keep the others as they are.
     Each section's first line says the command and date that made it."""
     command = " ".join(["python jobs/reproductions.py", *sys.argv[1:]])
@@ -296,6 +362,9 @@ def write_report(results: dict[str, list[dict]], scale: list[str], path: Path, s
         lines.append("")
         lines += invclr_section(runs) if suite == "invclr" else baseline_deltas(runs)
         lines.append("")
+        table = downstream_table(suite, runs, downstream or {})
+        if table:
+            lines += [*table, ""]
         if suite == "cocor":
             lines += cocor_curves(runs, path.parent)
             lines.append("")
@@ -360,12 +429,16 @@ def main(argv: list[str]) -> int:
             check_sweep(*compose_sweep([f"+sweep={name}", *cfg["sweep_args"]]))
         except ConfigError as e:
             fail(f"sweep {name}: {e}")
+    downstream = {job: list(args) for job, args in (cfg["downstream"] or {}).items()}
+    if set(downstream) - {"finetune", "detect"}:
+        fail(f"downstream: {sorted(downstream)}: expected finetune and/or detect")
     scale, results = list(cfg["scale"]), {}
     for suite in cfg["suites"]:
         extra = list(cfg["extra"].get(suite) or [])
         results[suite] = [run_one(label, ov, scale, extra) for label, ov in SUITES[suite]]
+        run_downstream(results[suite], downstream)
     sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
-    write_report(results, scale, Path(cfg["out"]), sweeps)
+    write_report(results, scale, Path(cfg["out"]), sweeps, downstream)
     return 0
 
 
