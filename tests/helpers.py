@@ -1,12 +1,19 @@
 """Shared test helpers: photo-like images, encoding, and spawning gloo process groups."""
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import socket
 
 import numpy as np
+import pytest
 from PIL import Image
+
+# installed, not imported here: importing detectron2 costs every test module that uses these helpers a second
+HAVE_D2 = importlib.util.find_spec("detectron2") is not None
+needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (make venv installs it from "
+                                                   "../shared/wheels when that folder exists)")
 
 
 def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:

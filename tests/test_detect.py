@@ -13,19 +13,10 @@ import pytest
 import torch
 
 from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
-from helpers import fake_source
+from helpers import HAVE_D2, fake_source, needs_d2
 from pipeline.models.backbones import build_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
-
-try:
-    import detectron2  # noqa: F401
-
-    HAVE_D2 = True
-except ImportError:
-    HAVE_D2 = False
-needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (make venv installs it from "
-                                                   "../shared/wheels when that folder exists)")
 
 WHEELS = ROOT.parent / "shared" / "wheels"  # make venv installs detectron2 from here when a wheel is there
 
@@ -34,7 +25,8 @@ def test_detectron2_is_installed_where_its_wheel_is():
     """CI has the wheel folder: there the detectron2 tests must run, not skip."""
     if not list(WHEELS.glob("detectron2-*.whl")):
         pytest.skip(f"no detectron2 wheel in {WHEELS}: the detectron2 tests may skip here")
-    assert HAVE_D2, f"{WHEELS} holds a detectron2 wheel but detectron2 does not import: run make venv"
+    assert HAVE_D2, f"{WHEELS} holds a detectron2 wheel but detectron2 is not installed: run make venv"
+    import detectron2  # noqa: F401  (and it imports)
 
 
 LAYOUTS = {  # (backbone, cifar_stem, width): the standard ImageNet ResNet-50, and the demo's narrow ResNet-18
@@ -359,3 +351,45 @@ def test_non_contiguous_category_ids_train_as_labels_and_come_back_as_ids(tmp_pa
     model.roi_heads.score_thresh = 0.0  # an untrained detector: keep whatever it finds
     results = tv_engine.predict(model, ds, torch.device("cpu"))
     assert results and {r["category_id"] for r in results} <= {3, 7, 90}
+
+
+@needs_d2
+def test_detectron2_syncs_bn_over_its_processes_and_keeps_plain_bn_in_one():
+    from pipeline.detect import d2_engine
+    from pipeline.detect.export import backbone_meta
+
+    meta = backbone_meta(fake_source(*LAYOUTS["r18-cifar-w16"]))
+    d = {"arch": "fpn", "in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 8,
+         "roi_batch_per_image": 8, "min_size": 64, "max_size": 64, "batch_size": 4, "lr": 0.01, "iterations": 2,
+         "steps": [1], "warmup": 1, "weight_decay": 1e-4, "seed": 0, "norm": "bn"}
+    data = {"train_json": "unused.json", "train_images": ".", "val_json": "unused.json", "val_images": "."}
+
+    def norm(workers, device, frozen=False):
+        dd = {**d, "workers": workers, "norm": "frozen" if frozen else "bn"}
+        cfg = d2_engine.config(meta, dd, data, 3, device, Path("."), "", f"t{workers}{device}{frozen}")
+        return cfg.MODEL.RESNETS.NORM
+
+    assert norm(1, "cpu") == "BN" and norm(2, "cpu") == "naiveSyncBN" and norm(8, "cuda") == "SyncBN"
+    assert norm(2, "cpu", frozen=True) == "FrozenBN"
+
+
+@pytest.mark.slow
+@needs_d2
+def test_detectron2_trains_in_two_processes(tmp_path):
+    """detect.workers=2: detectron2's launch starts two gloo processes (DDP, naiveSyncBN, the batch split), the
+    main one logs the losses and writes the scores the job reads back."""
+    import mlflow
+
+    src = fake_source(*LAYOUTS["r18-cifar-w16"])
+    ckpt = tmp_path / "ckpt" / "state.pt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(src.state, ckpt)
+    r = _detect(tmp_path, f"run={ckpt}", "engine=detectron2", "baseline=false", "detect.workers=2", *TINY)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.count("detectron2 loaded every backbone weight") == 1  # said once, by the main process
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
+    assert run.info.status == "FINISHED" and 0.0 <= run.data.metrics["pretrained_AP"] <= 100.0
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "pretrained_loss")] == [2, 4]
+    bad = _detect(tmp_path, "run=x", "engine=detectron2", "detect.workers=3", timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: detect.batch_size=8: does not split over")

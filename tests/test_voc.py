@@ -10,18 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import fake_source
+from helpers import fake_source, needs_d2
 from pipeline.detect.shapes import make_shapes
 from pipeline.detect.voc import missing, to_coco, voc07_ap50
 
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import detectron2  # noqa: F401
-    HAVE_D2 = True
-except ImportError:
-    HAVE_D2 = False
-needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (make test installs it from "
-                                                   "../shared/wheels where that folder exists)")
 CLASSES = ["circle", "square", "triangle"]
 
 

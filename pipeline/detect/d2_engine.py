@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import math
+import os
 import re
 from pathlib import Path
 
@@ -40,8 +41,12 @@ def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_d
     cfg = model_config(meta, d["arch"], num_classes, base=d.get("detectron2_base"))
     cfg.MODEL.WEIGHTS = weights
     cfg.MODEL.DEVICE = device
-    # one training process: plain BN (MoCo's protocol syncs BN across its 8 GPUs; with one process SyncBN is BN)
-    cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else "BN"
+    # BN synchronised across the training processes when there are several, as MoCo's protocol does over its 8 GPUs
+    # (torch's SyncBN needs CUDA; detectron2's naiveSyncBN all-reduces the statistics on any backend); one
+    # process: plain BN, which is what SyncBN is there
+    workers = int(d.get("workers", 1))
+    sync = ("SyncBN" if device == "cuda" else "naiveSyncBN") if workers > 1 else "BN"
+    cfg.MODEL.RESNETS.NORM = "FrozenBN" if d["norm"] == "frozen" else sync
     cfg.MODEL.BACKBONE.FREEZE_AT = 0  # MoCo's transfer protocol fine-tunes every stage (the zoo freezes stem+res2)
     if d["arch"] == "fpn":
         levels = fpn_names(d["in_features"], meta["resnets"]["CIFAR_STEM"])
@@ -103,13 +108,60 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
-        return COCOEvaluator(dataset_name, tasks=("bbox",), distributed=False,
+        # distributed: each process scores its share of the images, the main one gathers them
+        return COCOEvaluator(dataset_name, tasks=("bbox",), distributed=True,
                              output_dir=output_folder or cfg.OUTPUT_DIR)
 
 
-def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log=None,
-             label: str = "", verbose: bool = False) -> dict:
-    """Train detectron2 from `weights` ("" = random init) and evaluate: {"AP", "AP50", "AP75", "results"}."""
+def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str,
+             log: tuple[str, str, str] | None = None, label: str = "", verbose: bool = False) -> dict:
+    """Train detectron2 from `weights` ("" = random init) and evaluate: {"AP", "AP50", "AP75", "results"}.
+
+    `d["workers"]` training processes through detectron2's own `launch` (one per GPU; gloo processes on a CPU),
+    DDP with BN synchronised across them; the batch of d["batch_size"] images is split over them. `log`: (MLflow
+    tracking URI, run id, metric prefix) the main process logs the losses to."""
+    from detectron2.engine import launch
+
+    workers = int(d.get("workers", 1))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = out_dir / "transfer.json"
+    summary.unlink(missing_ok=True)
+    # spawned processes import detectron2 (torch's jit notice) before any filter of theirs applies: theirs by env
+    notices = (("FutureWarning", "torch.jit._script"), ("UserWarning", "torch.functional"),
+               ("FutureWarning", "detectron2.engine.defaults"))
+    quiet = {} if verbose or workers == 1 else {
+        "PYTHONWARNINGS": ",".join(f"ignore::{cat}:{mod}" for cat, mod in notices)}
+    saved = {k: os.environ.get(k) for k in quiet}
+    os.environ.update(quiet)
+    try:
+        launch(_train_and_test, workers, dist_url="auto",  # one machine: a free local port
+               args=(meta, weights, data, d, device, out_dir, tag, log, label, verbose))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    res = json.loads(summary.read_text())
+    results_file = out_dir / "coco_instances_results.json"
+    res["results"] = json.loads(results_file.read_text()) if results_file.exists() else []
+    return res
+
+
+def _train_and_test(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log,
+                    label: str, verbose: bool) -> None:
+    """One training process (of d["workers"]): train, evaluate; the main one writes out_dir/transfer.json."""
+    from detectron2.utils import comm
+
+    main = comm.is_main_process()
+    if not verbose and comm.get_world_size() > 1:  # a spawned process: the job's warning filters are not inherited
+        from pipeline.detect.job import quiet_torch_notices
+
+        quiet_torch_notices()
+    if device == "cpu" and comm.get_world_size() > 1:
+        # DefaultTrainer wraps the model in DDP with the local rank as a CUDA device id, which DDP refuses for a CPU
+        # model; device_ids=None is DDP's CPU form. Patched in this spawned training process only.
+        from detectron2.engine import defaults
+
+        ddp = defaults.create_ddp_model
+        defaults.create_ddp_model = lambda model, **kw: ddp(model, device_ids=None, **kw)
     if verbose:
         from detectron2.utils.logger import setup_logger
 
@@ -119,19 +171,37 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
         # of its own lets only warnings reach the console (Python's last-resort handler)
         logging.getLogger("detectron2").setLevel(logging.INFO)
     num_classes = len(json.loads(Path(data["train_json"]).read_text())["categories"])
-    out_dir.mkdir(parents=True, exist_ok=True)
     cfg = config(meta, d, data, num_classes, device, out_dir, weights, tag)
     trainer = Trainer(cfg)
-    _load(trainer, weights, verbose)
-    trainer.register_hooks([_Progress(cfg.SOLVER.MAX_ITER, label, d["log_every"], log)])
+    _load(trainer, weights, verbose, say=main)
+    if main:
+        trainer.register_hooks([_Progress(cfg.SOLVER.MAX_ITER, label, d["log_every"], _logger(log))])
     trainer.train()
     with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
         res = Trainer.test(cfg, trainer.model)  # pycocotools prints its progress and summary to stdout
-    box = res.get("bbox", {})
-    results_file = out_dir / "coco_instances_results.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else []
-    return {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75")),
-            "results": results}
+    if main:
+        box = res.get("bbox", {})
+        (out_dir / "transfer.json").write_text(json.dumps(
+            {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75"))}))
+
+
+def _logger(log: tuple[str, str, str] | None):
+    """log(iteration, losses) into the MLflow run `log` names (a client of its own: this may be a spawned process)."""
+    if log is None:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    uri, run_id, prefix = log
+    client = MlflowClient(uri)
+
+    def write(it: int, losses: dict) -> None:
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(f"{prefix}_{k}", v, now, it) for k, v in losses.items()])
+
+    return write
 
 
 class _Lines(logging.Handler):
@@ -146,7 +216,7 @@ class _Lines(logging.Handler):
 TRUNK = re.compile(r"(bottom_up\.|backbone\.|roi_heads\.)(stem|res[2-5])\b")
 
 
-def _load(trainer, weights: str, verbose: bool) -> None:
+def _load(trainer, weights: str, verbose: bool, say: bool = True) -> None:
     """Load `weights` through detectron2's checkpointer and read its report: a trunk weight it did not find or a
     shape it skipped is an error (training would start partly from scratch without saying so); the new FPN and
     heads it lists as not found are expected, so outside verbose mode the report becomes one line."""
@@ -167,7 +237,7 @@ def _load(trainer, weights: str, verbose: bool) -> None:
     missing = report.split("not found in the checkpoint:")[-1] if "not found in the checkpoint" in report else ""
     if TRUNK.search(missing) or "will not be loaded" in report:
         raise RuntimeError(f"detectron2 did not load every backbone weight of {weights}: {missing.strip()[:500]}")
-    if not verbose:
+    if not verbose and say:  # one line, from the main process
         print("[detect] detectron2 loaded every backbone weight; the FPN and heads start from scratch", flush=True)
 
 

@@ -33,6 +33,7 @@ class Detect(_Section):
     lr: Num(gt=0)
     warmup: Int(0)
     log_every: Int(1)
+    workers: Int(1)
 
 
 class Detection(_Section):
@@ -56,6 +57,12 @@ def check(cfg: dict) -> None:
         except ImportError:
             raise DetectError("engine=detectron2: detectron2 is not installed (docs/detection.md says how; "
                               "engine=torchvision needs nothing more)") from None
+    if d["workers"] > 1 and engine == "torchvision":
+        raise DetectError(f"detect.workers={d['workers']}: torchvision's engine trains in one process; "
+                          f"engine=detectron2 launches several")
+    if d["batch_size"] % d["workers"]:
+        raise DetectError(f"detect.batch_size={d['batch_size']}: does not split over detect.workers={d['workers']} "
+                          f"processes; use a multiple of {d['workers']}")
     if d["arch"] == "c4" and engine == "torchvision":
         raise DetectError("detect.arch=c4: torchvision's engine builds FPN detectors; use engine=detectron2")
     feats = list(d["in_features"])
@@ -130,7 +137,7 @@ def run(cfg: dict) -> dict:
     from pipeline.eval.source import load_source
 
     if not cfg.get("verbose"):
-        _quiet_torch_notices()
+        quiet_torch_notices()
     try:
         device = downstream.pick_device(cfg["device"])
         tracking.setup(cfg)  # a run id is looked up in the store
@@ -218,11 +225,12 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
 
     weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
     torch.manual_seed(cfg["seed"])
-    return d2_engine.transfer(meta, weights, data, d, device, out_dir, f"augssl_{key}", log, label,
-                              verbose=bool(cfg.get("verbose")))
+    active = mlflow.active_run().info.run_id
+    return d2_engine.transfer(meta, weights, data, d, device, out_dir, f"augssl_{key}",
+                              (mlflow.get_tracking_uri(), active, label), label, verbose=bool(cfg.get("verbose")))
 
 
-def _quiet_torch_notices() -> None:
+def quiet_torch_notices() -> None:
     """torch's notices about APIs detectron2 and torchvision's detectors call (jit.script at import, meshgrid, fx
     tracing): not the user's to act on; verbose=true shows them."""
     import logging
