@@ -100,6 +100,15 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     ckpt = tmp_path / "ckpt" / "state.pt"
     ckpt.parent.mkdir(parents=True)
     torch.save(fake_source("resnet18", True, 4, cfg=cfg).state, ckpt)
+    # a pretraining run in the store as jobs/pretrain.py logs one: its checkpoint and config.yaml as artifacts
+    from pipeline import tracking
+    from pipeline.config import to_yaml
+
+    with mlflow.start_run(experiment_id=tracking.setup(cfg), run_name="colour-run") as parent:
+        mlflow.set_tag("job", "pretrain")
+        mlflow.log_artifact(str(ckpt), "checkpoint")
+        mlflow.log_text(to_yaml(cfg), "config.yaml")
+    ref = parent.info.run_id
     small = ["+extra.linear_probe.eval.probe.steps=5", "+extra.finetune.epochs=2", "+extra.finetune.milestones=[1]",
              "+extra.finetune.batch_size=8"]
     tiny = ["+extra.detect.engine=torchvision", "+extra.detect.detect.iterations=2", "+extra.detect.detect.steps=[1]",
@@ -108,24 +117,25 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
             "+extra.detect.detect.data.generate.size=64", "+extra.detect.detect.min_size=64",
             "+extra.detect.detect.max_size=64", "+extra.detect.detect.fpn_channels=8"]
     # a bad value for the last step: refused before the first step runs
-    bad = _evaluate(tmp_path, f"run={ckpt}", "+suite=paper", *small, "+extra.detect.detect.iterations=0", timeout=300)
+    bad = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, "+extra.detect.detect.iterations=0", timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr[-3000:]
     assert bad.stderr.startswith("error: step 4/4 (detection): detect.iterations=0: expected an integer >= 1")
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("augssl")
-    assert exp is None or not client.search_runs([exp.experiment_id])
+    assert [x.info.run_id for x in client.search_runs([exp.experiment_id])] == [ref]  # nothing but the parent
     # the last step fails when it runs (no CUDA here): the suite stops there, naming it, after three finished steps
-    stopped = _evaluate(tmp_path, f"run={ckpt}", "+suite=paper", *small, *tiny, "+extra.detect.device=cuda")
+    stopped = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, *tiny, "+extra.detect.device=cuda")
     assert stopped.returncode == 2, stopped.stderr[-3000:]
     assert stopped.stderr.strip().splitlines()[-1] == ("error: step 4/4 (detection) failed: device=cuda: torch sees "
                                                         "no CUDA device here (device=auto picks what there is); "
                                                         "rerun the same command to resume there")
     assert "[evaluate] suite co2 (CO2, Tables 1-3) at size cpu" in stopped.stdout
-    r = _evaluate(tmp_path, f"run={ckpt}", "+suite=paper", *small, *tiny)
+    r = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, *tiny)
     assert r.returncode == 0, r.stderr[-4000:]
     assert r.stdout.count("nothing to run") == 3  # the probe and both fine-tunings are read back
-    runs = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
+    runs = [x for x in client.search_runs([exp.experiment_id]) if x.info.run_id != ref]
     assert sorted(x.data.tags["job"] for x in runs) == ["detect", "finetune", "finetune", "linear_probe"]
-    assert all(x.info.status == "FINISHED" for x in runs)
+    assert all(x.info.status == "FINISHED" and x.data.tags["mlflow.parentRunId"] == ref for x in runs)
+    assert [a.path for a in client.list_artifacts(ref, "evaluate")] == ["evaluate/co2.md"]
     table = (tmp_path / "runs" / "evaluate" / "colour-run-co2.md").read_text()
     assert "| detection | AP |" in table and "| semi-supervised 10% | top1 |" in table

@@ -165,7 +165,13 @@ def run(cfg: dict) -> list[dict]:
     out = Path(cfg["paths"]["runs"]) / "evaluate" / f"{src.cfg.get('run', {}).get('name') or 'run'}-{suite['name']}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
-    print(f"[evaluate] summary: {out}", flush=True)
+    where = str(out)
+    if src.run_id is not None:  # beside the evaluations, on the pretraining run itself
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient().log_text(src.run_id, text + "\n", f"evaluate/{suite['name']}.md")
+        where += f" and the run's evaluate/{suite['name']}.md"
+    print(f"[evaluate] summary: {where}", flush=True)
     return done
 
 
