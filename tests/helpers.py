@@ -16,6 +16,12 @@ needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (
                                                    "../shared/wheels when that folder exists)")
 
 
+def job_env() -> dict[str, str]:
+    """The environment for a job run as a subprocess: this process's, less a store an in-process test exported
+    (mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI), so a job uses its own paths.root's store."""
+    return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+
 def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
-from helpers import HAVE_D2, fake_source, needs_d2
+from helpers import HAVE_D2, fake_source, job_env, needs_d2
 from pipeline.models.backbones import build_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,7 +180,7 @@ def test_export_refuses_bad_input_in_one_line(tmp_path):
                          (["run=x", "format=onnx"], "error: format=onnx"),
                          (["run=x", "out=a.pt"], "error: out=a.pt: format=detectron2 writes a .pkl")):
         r = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), *args, f"paths.root={tmp_path}"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=job_env())
         assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
         assert len(r.stderr.strip().splitlines()) == 1
 
@@ -245,7 +245,7 @@ def test_coco_ap_of_perfect_shifted_and_no_detections(tmp_path):
 
 def _detect(tmp_path: Path, *args: str, timeout: int = 900):
     return subprocess.run([sys.executable, str(ROOT / "jobs" / "detect.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import fake_source
+from helpers import fake_source, job_env
 from pipeline.config import compose_config
 from pipeline.eval.suite import SuiteError, _suite, pick, steps, suites
 
@@ -37,7 +37,7 @@ def test_steps_carry_the_run_the_store_the_size_and_extra_arguments():
     name, job, argv = out[-1]
     assert job == "detect" and argv[0] == "run=R"
     assert argv[-5:] == ["engine=detectron2", "detect=shapes", "device=cpu", "detect.steps=[1,2]", "detect.norm=null"]
-    assert f"paths.root={cfg['paths']['root']}" in argv
+    assert {f"paths.{k}={v}" for k, v in cfg["paths"].items()} <= set(argv) and "tracking.uri=null" in argv
     cfg["skip"] = ["detections"]
     with pytest.raises(SuiteError, match="'detections' is no step of suite standard"):
         steps(cfg, _suite("standard"))
@@ -72,7 +72,7 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
 
 def _evaluate(tmp_path: Path, *args: str, timeout: int = 900):
     return subprocess.run([sys.executable, str(ROOT / "jobs" / "evaluate.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -101,14 +101,16 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     ckpt.parent.mkdir(parents=True)
     torch.save(fake_source("resnet18", True, 4, cfg=cfg).state, ckpt)
     # a pretraining run in the store as jobs/pretrain.py logs one: its checkpoint and config.yaml as artifacts
+    # (through a client of its own: mlflow.set_tracking_uri would export the store to every later test's jobs)
     from pipeline import tracking
     from pipeline.config import to_yaml
 
-    with mlflow.start_run(experiment_id=tracking.setup(cfg), run_name="colour-run") as parent:
-        mlflow.set_tag("job", "pretrain")
-        mlflow.log_artifact(str(ckpt), "checkpoint")
-        mlflow.log_text(to_yaml(cfg), "config.yaml")
-    ref = parent.info.run_id
+    client = mlflow.MlflowClient(tracking.tracking_uri(cfg))
+    exp_id = client.create_experiment("augssl", artifact_location=tracking.artifact_root(cfg))
+    ref = client.create_run(exp_id, run_name="colour-run", tags={"job": "pretrain"}).info.run_id
+    client.log_artifact(ref, str(ckpt), "checkpoint")
+    client.log_text(ref, to_yaml(cfg), "config.yaml")
+    client.set_terminated(ref)
     small = ["+extra.linear_probe.eval.probe.steps=5", "+extra.finetune.epochs=2", "+extra.finetune.milestones=[1]",
              "+extra.finetune.batch_size=8"]
     tiny = ["+extra.detect.engine=torchvision", "+extra.detect.detect.iterations=2", "+extra.detect.detect.steps=[1]",

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import encode, fake_source
+from helpers import encode, fake_source, job_env
 from pipeline.data.shards import write_split
 from pipeline.eval.knn import knn_metrics, knn_streamed
 from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
@@ -24,7 +24,7 @@ def test_streamed_knn_reads_the_bank_in_chunks_and_votes_as_the_in_memory_one():
     y, qy = torch.randint(0, 7, (300,), generator=g), torch.randint(0, 7, (50,), generator=g)
     whole = knn_metrics(bank, y, query, qy, "classification", k=20, temperature=0.07)
     streamed = knn_streamed(bank.numpy(), y.numpy(), query.numpy(), qy.numpy(), "classification", k=20,
-                            temperature=0.07, num_classes=7, chunk=37)
+                            temperature=0.07, num_classes=7, chunk=37, block=16)
     assert streamed == pytest.approx(whole)
     yr, qyr = torch.randn(300, 2, generator=g), torch.randn(50, 2, generator=g)
     whole = knn_metrics(bank, yr, query, qyr, "regression", k=10, temperature=0.1, names=["a", "b"])
@@ -129,7 +129,7 @@ def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
 
 def _job(tmp_path: Path, job: str, *args: str, timeout: int = 600):
     return subprocess.run([sys.executable, str(ROOT / "jobs" / f"{job}.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
 
 
 @pytest.mark.parametrize("args,needle", [

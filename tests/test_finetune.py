@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import encode, fake_source
+from helpers import encode, fake_source, job_env
 from pipeline.data.labelled import sample_name, select
 from pipeline.data.reader import Split
 from pipeline.data.shards import write_split
@@ -56,6 +56,16 @@ def test_the_draw_is_class_balanced_seeded_and_listed_subsets_are_exact(tmp_path
     assert sorted(split.y.tolist()) == [0, 0, 2]
     with pytest.raises(ValueError, match=r"1 of the 2 listed samples are not in .* \(first: 'nope'\)"):
         select(str(root / "train"), "classification", None, 0.1, seed=0, names=["img0_1.png", "nope"])
+
+
+def test_a_file_name_in_two_class_folders_must_be_listed_by_its_key(tmp_path):
+    rng = np.random.default_rng(0)
+    samples = [{"__key__": f"{k:08d}_same", "png": _image(k, 0, rng), "cls": k} for k in range(2)]
+    write_split(iter(samples), tmp_path / "train", maxcount=10, class_names=["a", "b"], source="test", progress=False)
+    with pytest.raises(ValueError, match="'same' names more than one sample"):
+        select(str(tmp_path / "train"), "classification", None, 1.0, seed=0, names=["same.JPEG"])
+    split, keys = select(str(tmp_path / "train"), "classification", None, 1.0, seed=0, names=["00000001_same"])
+    assert keys == ["00000001_same"] and split.y.tolist() == [1]
 
 
 def _schedule(**kw) -> Schedule:
@@ -161,7 +171,7 @@ def test_an_interrupted_finetuning_resumes_to_the_same_result(tmp_path):
 
 def _finetune(tmp_path: Path, *args: str, timeout: int = 600):
     return subprocess.run([sys.executable, str(ROOT / "jobs" / "finetune.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -206,7 +216,7 @@ def test_finetune_job_on_a_checkpoint_logs_both_backbones_and_a_rerun_trains_not
     assert all(0.0 <= m[f"{b}_{k}"] <= 1.0 for b in ("pretrained", "random") for k in ("top1", "top5"))
     assert [h.step for h in client.get_metric_history(run.info.run_id, "pretrained_loss")] == [1, 2, 3]
     lrs = {h.step: h.value for h in client.get_metric_history(run.info.run_id, "pretrained_lr_backbone")}
-    assert lrs[1] == pytest.approx(0.01) and lrs[2] == pytest.approx(0.002)  # x0.2 after epoch 2
+    assert [lrs[e] for e in (1, 2, 3)] == pytest.approx([0.01, 0.01, 0.002])  # x0.2 after epoch 2
     arts = [a.path for a in client.list_artifacts(run.info.run_id, "finetune")]
     assert arts == ["finetune/finetune.png", "finetune/subset.txt", "finetune/table.md"]
     subset = Path(client.download_artifacts(run.info.run_id, "finetune/subset.txt", str(tmp_path / "dl")))

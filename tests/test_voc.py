@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import fake_source, needs_d2
+from helpers import fake_source, job_env, needs_d2
 from pipeline.detect.shapes import make_shapes
 from pipeline.detect.voc import missing, to_coco, voc07_ap50
 
@@ -53,7 +53,7 @@ def voc_tree(tmp_path: Path, n_train: int = 8, n_val: int = 4, difficult_every: 
 
 def test_voc_xml_becomes_coco_with_detectron2s_pixel_convention(tmp_path):
     root = voc_tree(tmp_path, difficult_every=3)
-    out = to_coco(root, ["2007_test"], CLASSES, tmp_path / "val.json")
+    out = to_coco(root, ["2007_test"], CLASSES, tmp_path / "val.json", test=True)
     coco = json.loads(out.read_text())
     src = json.loads((Path((root / "source.txt").read_text()) / "val" / "annotations.json").read_text())
     assert [im["voc_id"] for im in coco["images"]] == [f"val_{i:04d}" for i in range(1, 5)]
@@ -63,7 +63,10 @@ def test_voc_xml_becomes_coco_with_detectron2s_pixel_convention(tmp_path):
         x, y, w, h = (round(v) for v in s["bbox"])
         assert a["bbox"] == [x, y, w, h]  # xmin - 1 = x: VOC's 1-based corner back to 0-based, width kept
         assert a["category_id"] == s["category_id"]
-    assert any(a["iscrowd"] for a in coco["annotations"])  # difficult objects are ignore regions
+    hard = [a["difficult"] for a in coco["annotations"]]
+    assert any(hard) and [a["iscrowd"] for a in coco["annotations"]] == hard  # ignore regions when testing...
+    train = json.loads(to_coco(root, ["2007_test"], CLASSES, tmp_path / "train.json").read_text())
+    assert not any(a["iscrowd"] for a in train["annotations"])  # ... trained on, as detectron2's loader does
     assert (root / "VOC2007" / "JPEGImages" / coco["images"][0]["file_name"].split("/")[-1]).exists()
     assert missing(root, ["2007_trainval", "2012_trainval"]).endswith("VOC2012/ImageSets/Main/trainval.txt")
     with pytest.raises(ValueError, match=r"val_0001.xml: class '(square|triangle)' is not in detect.data.classes"):
@@ -73,7 +76,7 @@ def test_voc_xml_becomes_coco_with_detectron2s_pixel_convention(tmp_path):
 @needs_d2
 def test_voc07_ap50_of_perfect_missing_and_half_found_detections(tmp_path):
     root = voc_tree(tmp_path)
-    ann = to_coco(root, ["2007_test"], CLASSES, tmp_path / "val.json")
+    ann = to_coco(root, ["2007_test"], CLASSES, tmp_path / "val.json", test=True)
     gt = [a for a in json.loads(ann.read_text())["annotations"]]
     perfect = [{"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 0.9}
                for a in gt]
@@ -105,7 +108,7 @@ def test_detect_job_on_a_voc_tree_reports_voc07_ap50(tmp_path):
                         "detect.fpn_channels=16", "detect.roi_batch_per_image=64", "detect.min_size=64",
                         "detect.max_size=64", "detect.iterations=4", "detect.steps=[3]", "detect.warmup=2",
                         "detect.batch_size=4", "detect.log_every=2", "baseline=false"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=job_env())
     assert r.returncode == 0, r.stderr[-4000:]
     assert "| backbone | AP | AP50 | AP75 | VOC07_AP50 |" in r.stdout
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
@@ -113,6 +116,6 @@ def test_detect_job_on_a_voc_tree_reports_voc07_ap50(tmp_path):
     assert 0.0 <= run.data.metrics["pretrained_VOC07_AP50"] <= 100.0 and run.info.status == "FINISHED"
     bad = subprocess.run([sys.executable, str(ROOT / "jobs" / "detect.py"), f"paths.root={tmp_path}", "run=x",
                           "detect=voc", f"detect.data.root={root}", "engine=detectron2"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=job_env())
     assert bad.returncode == 2 and bad.stderr.startswith(f"error: detect.data.root={root}: no ") \
         and "VOC2012/ImageSets/Main/trainval.txt" in bad.stderr

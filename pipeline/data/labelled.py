@@ -7,6 +7,8 @@ of the chosen samples only, so memory holds just the subset.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from pipeline.data.reader import Split, image_key, iter_samples, make_split, targets_of
@@ -55,13 +57,20 @@ def select(root: str, task: str, targets: list[str] | None, fraction: float, see
         classes = np.asarray(ys, dtype=np.int64) if task == "classification" else None
         keep = set(choose(classes, len(ys), fraction, seed, min_count).tolist())
     else:
-        index = {**{sample_name(k): i for i, k in enumerate(keys)}, **{k: i for i, k in enumerate(keys)}}
+        short = [sample_name(k) for k in keys]
+        twice = {n for n, c in Counter(short).items() if c > 1}  # the same file name in two class folders
+        index = {**{n: i for i, n in enumerate(short)}, **{k: i for i, k in enumerate(keys)}}
         wanted = [n.rsplit("/", 1)[-1] for n in names]
         wanted = [n if n in index else n.rsplit(".", 1)[0] for n in wanted]
         missing = [n for n in wanted if n not in index]
         if missing:
             raise ValueError(f"{len(missing)} of the {len(wanted)} listed samples are not in {root} "
                              f"(first: {missing[0]!r})")
+        exact = set(keys)
+        ambiguous = [n for n in wanted if n in twice and n not in exact]
+        if ambiguous:
+            raise ValueError(f"{ambiguous[0]!r} names more than one sample of {root}: list the shard keys "
+                             f"(as finetune/subset.txt does)")
         keep = {index[n] for n in wanted}
     encoded, chosen, chosen_keys = [], [], []
     for i, s in enumerate(iter_samples(uris)):

@@ -125,7 +125,8 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
     workers = int(d.get("workers", 1))
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = out_dir / "transfer.json"
-    summary.unlink(missing_ok=True)
+    for stale in (summary, out_dir / "coco_instances_results.json"):  # an earlier attempt's: never scored again
+        stale.unlink(missing_ok=True)
     # spawned processes import detectron2 (torch's jit notice) before any filter of theirs applies: theirs by env
     notices = (("FutureWarning", "torch.jit._script"), ("UserWarning", "torch.functional"),
                ("FutureWarning", "detectron2.engine.defaults"))

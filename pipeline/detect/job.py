@@ -112,7 +112,7 @@ def prepare_data(cfg: dict) -> dict:
             .hexdigest()[:10]
         try:
             train = to_coco(data["root"], list(data["train_sets"]), classes, out / "train.json")
-            val = to_coco(data["root"], list(data["val_sets"]), classes, out / "val.json")
+            val = to_coco(data["root"], list(data["val_sets"]), classes, out / "val.json", test=True)
         except (ValueError, OSError, ET.ParseError) as e:
             raise DetectError(f"detect.data.root={data['root']}: {e}") from None
         return {"train_json": str(train), "train_images": str(data["root"]), "val_json": str(val),
@@ -149,6 +149,16 @@ def run(cfg: dict) -> dict:
     if engine == "detectron2" and d["arch"] == "c4" and meta["resnets"]["DEPTH"] < 50:
         raise DetectError(f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
                           f"blocks); this run's backbone is {meta['backbone']}: use detect.arch=fpn")
+    workers = d["workers"]
+    if engine == "detectron2" and workers > 1:
+        import torch
+
+        if device == "cuda" and workers > torch.cuda.device_count():
+            raise DetectError(f"detect.workers={workers}: one process per GPU, and torch sees "
+                              f"{torch.cuda.device_count()} here")
+        if device == "cpu" and torch.cuda.is_available():
+            raise DetectError(f"detect.workers={workers} with device=cpu on a machine with CUDA: detectron2's launch "
+                              f"would pick NCCL; use device=cuda (or one worker)")
     data = prepare_data(cfg)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
     ev = downstream.find(cfg, src, "detect", settings, f"{engine}-{d['name']}")

@@ -3,8 +3,9 @@ JPEGImages/ and ImageSets/Main/<split>.txt) read into COCO-format JSON, which bo
 and the VOC07 AP50 (11-point, difficult objects ignored) of detections by detectron2's own `voc_eval`.
 
 Boxes follow detectron2's VOC loader: VOC's 1-based inclusive pixel corners become x0 = xmin - 1, y0 = ymin - 1,
-x1 = xmax, y1 = ymax, and detections go back as x0 + 1, y0 + 1 for voc_eval. Difficult objects are COCO crowd
-regions (iscrowd = 1): left out of training, neither a hit nor a miss in COCO AP, ignored by the VOC metric."""
+x1 = xmax, y1 = ymax, and detections go back as x0 + 1, y0 + 1 for voc_eval. Difficult objects are trained on, as
+detectron2's loader (and so MoCo's protocol) does; in the test JSON they are COCO crowd regions (iscrowd = 1):
+neither a hit nor a miss in COCO AP, as the VOC metric ignores them."""
 from __future__ import annotations
 
 import hashlib
@@ -37,14 +38,14 @@ def missing(root: str | Path, sets: list[str]) -> str | None:
     return None
 
 
-def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path) -> Path:
+def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, test: bool = False) -> Path:
     """The listed VOC sets as one COCO-format JSON at `out` (rewritten only when the sets, classes or the id lists
     changed). Images keep their VOC name and year ("voc_id", "year") for the VOC metric; file names are relative
-    to `root`."""
+    to `root`. `test`: difficult objects become crowd regions (ignored by COCO AP); otherwise they are trained on."""
     root = Path(root)
     ids = {s: (root / f"VOC{y}" / "ImageSets" / "Main" / f"{p}.txt").read_text().split()
            for s, (y, p) in zip(sets, parse_sets(sets))}
-    digest = hashlib.sha1(json.dumps([str(root), sets, classes, ids], sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(json.dumps([str(root), sets, classes, ids, test], sort_keys=True).encode()).hexdigest()[:12]
     if out.exists() and json.loads(out.read_text()).get("info", {}).get("digest") == digest:
         return out
     cat = {name: i + 1 for i, name in enumerate(classes)}
@@ -67,7 +68,8 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path) ->
                 difficult = obj.find("difficult")
                 hard = int(difficult.text) if difficult is not None else 0
                 anns.append({"id": len(anns) + 1, "image_id": image_id, "category_id": cat[name],
-                             "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": hard,
+                             "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0),
+                             "iscrowd": hard if test else 0,
                              "difficult": hard})
     out.parent.mkdir(parents=True, exist_ok=True)
     coco = {"info": {"digest": digest, "sets": sets}, "images": images, "annotations": anns,

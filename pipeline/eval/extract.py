@@ -101,12 +101,25 @@ def targets_of_batch(batch: dict[str, np.ndarray], task: str, targets: list[str]
     return np.array([[r[t] for t in targets] for r in rows], dtype=np.float32)
 
 
-def feature_dir(root: str | Path, tag: str, split_root: str, size: int) -> Path:
-    """Where a backbone's (tag: a digest of its weights' source) features of a split at a size go."""
+def feature_dir(root: str | Path, tag: str, split_root: str, size: int, **settings) -> Path:
+    """Where a backbone's (tag: a digest of its weights) features of a split go: one folder per everything that
+    changes them or their targets (size, and `settings`: model, mean/std, task, targets, on_bad_shard)."""
     import hashlib
 
-    digest = hashlib.sha1(f"{tag}|{split_root}|{size}".encode()).hexdigest()[:12]
-    return Path(root) / "features" / digest
+    key = json.dumps([tag, split_root, size, settings], sort_keys=True, default=str)
+    return Path(root) / "features" / hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def split_features(cfg_data: dict, model_cfg: dict, state: dict, runs: str | Path, split: str, size: int, mean,
+                   std, batch_size: int, actors: int | None = None) -> tuple[Path, dict]:
+    """extract_split for one split of a run's data, in the folder its settings name; (folder, meta)."""
+    task, targets = cfg_data["task"], cfg_data.get("targets")
+    on_bad = cfg_data.get("on_bad_shard", "fail")
+    out = feature_dir(runs, weights_tag(state), cfg_data[split], size, model=model_cfg, mean=list(mean),
+                      std=list(std), task=task, targets=targets, on_bad_shard=on_bad)
+    meta = extract_split(state, model_cfg, cfg_data[split], out, size, mean, std, task, targets, batch_size, actors,
+                         on_bad_shard=on_bad)
+    return out, meta
 
 
 def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: Path, size: int, mean, std,
@@ -121,7 +134,12 @@ def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: P
 
     meta_path = out / "meta.json"
     if meta_path.exists():
-        return json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text())
+        if task == "regression" and np.load(out / "y.npy", mmap_mode="r").shape[1:] != (len(targets or []),):
+            raise ValueError(f"{out}: its targets are not {targets}: remove the folder")
+        return meta
+    if not ray.is_initialized():
+        raise RuntimeError("extract_split needs Ray: the caller starts it (pipeline.train.launch.init_ray)")
     from pipeline.data.reader import train_dataset
     from pipeline.data.shards import read_manifest
 

@@ -62,10 +62,10 @@ def train_view(encoded: Sequence[bytes], size: int, mean, std, scale: Sequence[f
     return torch.stack(rows)
 
 
-def decodable(split: Split) -> Split:
-    """The split without the images that do not decode (counted by the caller)."""
+def decodable(split: Split) -> tuple[Split, list[int]]:
+    """The split without the images that do not decode (counted by the caller), and the indices it kept."""
     keep = [i for i, e in enumerate(split.encoded) if _decodes(e)]
-    return Split([split.encoded[i] for i in keep], split.y[keep], split.names)
+    return Split([split.encoded[i] for i in keep], split.y[keep], split.names), keep
 
 
 def _decodes(e: bytes) -> bool:
@@ -175,10 +175,11 @@ def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: 
             loss.backward()
             opt.step()
             total, seen = total + float(loss.detach()) * len(idx), seen + len(idx)
+        lr = opt.param_groups[0]["lr"]  # the epoch's own, before the step to the next epoch's
         sched.step()
         if not math.isfinite(total):
             raise FloatingPointError(f"fine-tuning loss is {total} in epoch {epoch + 1}: lower the learning rates")
-        log(epoch + 1, {"loss": total / max(seen, 1), "lr_backbone": opt.param_groups[0]["lr"]})
+        log(epoch + 1, {"loss": total / max(seen, 1), "lr_backbone": lr})
         if ckpt is not None:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),

@@ -129,13 +129,14 @@ def _splits(cfg: dict, data: dict, names: list[str] | None):
 
     targets = data.get("targets")
     train, keys = select(data["train"], data["task"], targets, cfg["label_fraction"], cfg["seed"], names=names)
-    good = decodable(train)
+    good, kept = decodable(train)
+    keys = [keys[i] for i in kept]  # what trains is what is logged
     if len(good.encoded) < len(train.encoded):
         print(f"[finetune] skipped {len(train.encoded) - len(good.encoded)} undecodable images of the subset",
               flush=True)
     if len(good.encoded) < 2:
         raise ValueError(f"the labelled subset has {len(good.encoded)} decodable image(s): raise label_fraction")
-    val = decodable(load_split(data["val"], data["task"], targets, limit=cfg["val_size"]))
+    val, _ = decodable(load_split(data["val"], data["task"], targets, limit=cfg["val_size"]))
     src = "listed in " + cfg["subset"] if names is not None else f"{cfg['label_fraction']:g} of the train split"
     print(f"[finetune] {len(good.encoded)} labelled images ({src}, seed {cfg['seed']}), "
           f"{len(val.encoded)} validation images", flush=True)

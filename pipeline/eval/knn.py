@@ -52,22 +52,27 @@ def knn_metrics(bank, bank_y, query, query_y, task: str, k: int, temperature: fl
 @torch.no_grad()
 def knn_streamed(bank, bank_y, query, query_y, task: str, k: int = 200, temperature: float = 0.07,
                  num_classes: int | None = None, names: list[str] | None = None, chunk: int = 65536,
-                 device: str | torch.device = "cpu") -> dict[str, float]:
+                 block: int = 4096, device: str | torch.device = "cpu") -> dict[str, float]:
     """knn_metrics for a bank too large for memory (a memory-mapped array): the bank is read once, a chunk at a
-    time, keeping each query's running top-k; the queries are held. Same votes as knn_classify / knn_regress."""
+    time, and each block of queries keeps its running top-k against it, so memory holds a chunk, the queries'
+    top-k and one block x chunk of similarities. Same votes as knn_classify / knn_regress."""
     import numpy as np
 
-    q = F.normalize(torch.as_tensor(np.array(query)).float().to(device), dim=1)
-    top_sim = torch.full((len(q), 0), -2.0, device=device)
-    top_idx = torch.zeros((len(q), 0), dtype=torch.long, device=device)
+    q = F.normalize(torch.as_tensor(np.array(query)).float(), dim=1)
+    k = min(k, len(bank))
+    top_sim = torch.full((len(q), k), -2.0)
+    top_idx = torch.zeros((len(q), k), dtype=torch.long)
     for start in range(0, len(bank), chunk):
         b = F.normalize(torch.as_tensor(np.array(bank[start:start + chunk])).float().to(device), dim=1)
-        sim = q @ b.t()
-        s, i = sim.topk(min(k, sim.shape[1]), dim=1)
-        top_sim, pos = torch.cat([top_sim, s], 1).topk(min(k, top_sim.shape[1] + s.shape[1]), dim=1)
-        top_idx = torch.cat([top_idx, i + start], 1).gather(1, pos)
-    w = (top_sim / temperature).exp().cpu()
-    neighbours_y = torch.as_tensor(np.array(bank_y))[top_idx.cpu()]
+        for i in range(0, len(q), block):
+            sim = q[i:i + block].to(device) @ b.t()
+            s, j = sim.topk(min(k, sim.shape[1]), dim=1)
+            both_s = torch.cat([top_sim[i:i + block].to(device), s], 1)
+            both_i = torch.cat([top_idx[i:i + block].to(device), j + start], 1)
+            best_s, pos = both_s.topk(k, dim=1)
+            top_sim[i:i + block], top_idx[i:i + block] = best_s.cpu(), both_i.gather(1, pos).cpu()
+    w = (top_sim / temperature).exp()
+    neighbours_y = torch.as_tensor(np.array(bank_y))[top_idx]
     qy = torch.as_tensor(np.array(query_y))
     if task == "classification":
         c = num_classes or int(max(int(np.max(bank_y)), int(qy.max()))) + 1

@@ -81,25 +81,26 @@ def _all(cfg: dict, src, data: dict) -> dict:
 
     from pipeline.augment.view_maker import eval_settings
     from pipeline.data.shards import read_manifest
-    from pipeline.eval.extract import extract_split, feature_dir, load_features, weights_tag
+    from pipeline.eval.downstream import pick_device
+    from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.knn import knn_streamed
     from pipeline.eval.run_probe import backbone_from, random_backbone
 
     size, mean, std = eval_settings(src.cfg["augment"])
     targets = data.get("targets")
     names = read_manifest(data["train"])[0].get("class_names") or []
+    device = pick_device("auto")
     results = {}
     for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
         net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
         state = net.state_dict()
         feats, metas = {}, {}
         for split in ("train", "val"):
-            out = feature_dir(cfg["paths"]["runs"], weights_tag(state), data[split], size)
-            metas[split] = extract_split(state, src.cfg["model"], data[split], out, size, mean, std, data["task"],
-                                         targets, cfg["batch_size"], cfg["actors"])
+            out, metas[split] = split_features(data, src.cfg["model"], state, cfg["paths"]["runs"], split, size,
+                                               mean, std, cfg["batch_size"], cfg["actors"])
             feats[split] = load_features(out)
         res = knn_streamed(*feats["train"], *feats["val"], data["task"], cfg["k"], cfg["temperature"],
-                           len(names) or None, list(targets or []))
+                           len(names) or None, list(targets or []), device=device)
         results[label] = res
         speed = metas["train"]["images_per_s"]
         mlflow.log_metrics({**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_extract_images_per_s": speed})

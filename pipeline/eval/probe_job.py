@@ -25,7 +25,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
 
     from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
-    from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results, probe_solver
+    from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results
     from pipeline.eval.source import load_source
     from pipeline.schema import validate
 
@@ -74,14 +74,13 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         run_id = tracking.start_or_resume(cfg, run_key, name, job="linear_probe")
     import mlflow
 
-    if probe_solver(cfg) == "sgd":  # its features are extracted by Ray Data on the cluster
-        from pipeline.train.launch import init_ray
-
-        init_ray(cfg)
     try:
         if found is None:
             mlflow.log_params(params)
-        results = compare_with_random(cfg, src.state, run_name=name)
+        results = compare_with_random(cfg, src.state, run_name=name)  # the SGD probe starts Ray itself
+    except (FloatingPointError, ValueError) as e:  # a diverging probe, data without decodable images
+        tracking.end_failed(e)
+        raise ProbeError(str(e)) from None
     except BaseException as e:
         tracking.end_failed(e)
         raise

@@ -97,28 +97,33 @@ SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on f
 
 def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
     """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
-    for the same weights), then SGD (pipeline.eval.sgd_probe). Ray is initialised by the caller. The whole splits:
-    train_size and val_size are for the in-memory probe."""
+    for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
+    if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
     from pipeline.data.shards import read_manifest
-    from pipeline.eval.extract import extract_split, feature_dir, load_features, weights_tag
+    from pipeline.eval.downstream import pick_device
+    from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
+    from pipeline.train.launch import init_ray  # the job's Ray: a joined cluster, or a private local one
 
+    init_ray(cfg)
     data, p = cfg["data"], cfg["eval"]["probe"]
     size, mean, std = eval_settings(cfg["augment"])
-    state = backbone.state_dict()
-    tag, targets = weights_tag(state), data.get("targets")
+    state, targets = backbone.state_dict(), data.get("targets")
     feats = {}
-    for split in ("train", "val"):
-        out = feature_dir(cfg["paths"]["runs"], tag, data[split], size)
-        extract_split(state, cfg["model"], data[split], out, size, mean, std, data["task"], targets, p["batch_size"])
-        feats[split] = load_features(out)
+    for split, limit in (("train", p["train_size"]), ("val", p["val_size"])):
+        out, _ = split_features(data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std,
+                                p["batch_size"])
+        feat, y = load_features(out)
+        feats[split] = (feat[:limit], y[:limit]) if limit else (feat, y)
     if data["task"] == "classification":
         names = read_manifest(data["train"])[0].get("class_names") or []
         out_dim = max(len(names), int(feats["train"][1].max()) + 1)
     else:
         out_dim = len(targets)
-    head = fit_sgd(*feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]))
-    return score(head, *feats["val"], data["task"], list(targets or []))
+    device = pick_device("auto")
+    head = fit_sgd(*feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]),
+                   device=device)
+    return score(head, *feats["val"], data["task"], list(targets or []), device=device)
 
 
 def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:

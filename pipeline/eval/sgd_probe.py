@@ -1,7 +1,11 @@
-"""The MoCo protocol's linear probe, for sets too large for full-batch L-BFGS: a linear layer trained by SGD on
-frozen features read from disk in shuffled mini-batches (MoCo: lr 30, momentum 0.9, no weight decay, 100 epochs,
-x0.1 after epochs 60 and 80, batch 256; the schedule is eval.probe.sgd). The features are used as they are,
-as in MoCo; the large learning rate is what makes that work for contrastive features."""
+"""MoCo's linear-probe schedule, for sets too large for full-batch L-BFGS: a linear layer trained by SGD on frozen
+features read from disk in shuffled mini-batches (MoCo: lr 30, momentum 0.9, no weight decay, 100 epochs, x0.1
+after epochs 60 and 80, batch 256; the schedule is eval.probe.sgd). The features are used as they are, as in MoCo;
+the large learning rate is what makes that work for contrastive features.
+
+One difference from MoCo's protocol: MoCo feeds the frozen backbone a fresh random-resized crop and flip of every
+image each epoch; here each image's features are extracted once, from its centre view. That is what makes the
+probe one extraction plus cheap epochs, and it usually scores a little below MoCo's numbers."""
 from __future__ import annotations
 
 import math

@@ -56,10 +56,8 @@ def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
     if unknown:
         raise SuiteError(f"skip={cfg['skip']}: {unknown[0]!r} is no step of suite {suite['name']} "
                          f"({', '.join(names)})")
-    common = [f"paths.root={cfg['paths']['root']}", f"verbose={str(bool(cfg.get('verbose'))).lower()}"]
-    if cfg["tracking"].get("uri"):
-        common.append(f"tracking.uri={cfg['tracking']['uri']}")
-    common.append(f"tracking.experiment={cfg['tracking']['experiment']}")
+    common = [*(f"paths.{k}={v}" for k, v in cfg["paths"].items()), f"verbose={str(bool(cfg.get('verbose'))).lower()}",
+              *(f"tracking.{k}={_value(cfg['tracking'][k])}" for k in ("uri", "experiment"))]
     out = []
     for s in suite["steps"]:
         if s["name"] in cfg["skip"]:

@@ -347,7 +347,8 @@ def _finished(cfg: dict, run) -> dict:
         print(f"  trained in  {run.data.metrics['train_minutes']:.1f} min", flush=True)
     if probe:
         shown = {k: v for k, v in probe.items() if k != "invariance"}
-        print(f"\nLinear probe on {cfg['data']['name']} (frozen features, L-BFGS):\n{format_table(shown)}\n",
+        solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")
+        print(f"\nLinear probe on {cfg['data']['name']} (frozen features, {solver}):\n{format_table(shown)}\n",
               flush=True)
     print(f"  train again under another name with run.name=<name>; probe again with "
           f"python jobs/linear_probe.py run={run_id}", flush=True)
