@@ -1,24 +1,30 @@
-"""Write WebDataset shards for an ImageFolder tree, a CIFAR-10/100 python folder or Spirograph.
+"""Write WebDataset shards for an ImageFolder tree, a CIFAR-10/100 python folder or Spirograph; or the embedded
+detection set (shapes) as COCO-format JSON and images.
 
 Usage:
   python jobs/make_shards.py source=imagefolder input=PATH output=DIR [split=train] [maxcount=1000] [seed=0]
   python jobs/make_shards.py source=cifar       input=PATH output=DIR [split=train|test] [maxcount=1000]
   python jobs/make_shards.py source=spirograph  output=DIR [n=5000] [n_val=1000] [seed=0] [size=32] [maxcount=1000]
+  python jobs/make_shards.py source=shapes      output=DIR [+shapes.n_train=240 +shapes.size=128 ...]
 
 imagefolder: input is the split folder (one sub-folder per class) or its parent holding <split>/; the samples
 are shuffled across the shards with `seed` (recorded in the manifest), so every shard mixes the classes.
 cifar: input is cifar-10-batches-py/ or cifar-100-python/ (or the folder containing it).
 Shards go to output/<split>/ (spirograph: output/train and output/val). Reruns resume or no-op.
+shapes: circles, squares and triangles with their boxes (the set jobs/detect.py makes on first use), in
+output/shapes-<digest of its settings>/{train,val}/ (annotations.json + images/) with a manifest.json; the
+settings (pipeline/detect/shapes.py's DEFAULTS) are overridden with +shapes.<key>=.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SOURCES = ("imagefolder", "cifar", "spirograph")
+SOURCES = ("imagefolder", "cifar", "spirograph", "shapes")
 INT_KEYS = ("maxcount", "n", "n_val", "seed", "size")
 
 
@@ -35,9 +41,9 @@ def check_args(args: dict) -> dict:
     source = args["source"]
     if source not in SOURCES:
         raise UsageError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    if source == "spirograph" and args.get("input"):
-        raise UsageError("source=spirograph takes no input=...")
-    if source != "spirograph":
+    if source in ("spirograph", "shapes") and args.get("input"):
+        raise UsageError(f"source={source} takes no input=...")
+    if source not in ("spirograph", "shapes"):
         if not args.get("input"):
             raise UsageError("missing input=...")
         if not os.path.exists(args["input"]):
@@ -60,6 +66,22 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+    if args["source"] == "shapes":
+        from pathlib import Path
+
+        from pipeline.detect.shapes import make_shapes
+
+        try:
+            out = make_shapes(Path(args["output"]), dict(args.get("shapes") or {}))
+        except ValueError as err:
+            print(f"error: shapes: {err}", file=sys.stderr)
+            return 2
+        manifest = json.loads((out / "manifest.json").read_text())
+        for split, n in manifest["counts"].items():
+            print(f"{split}: {n['images']} images, {n['objects']} boxes -> {out / split}/annotations.json "
+                  f"and images/")
+        return 0
 
     from pipeline.data import shards  # after argument checks: importing torch takes seconds
 

@@ -2,6 +2,7 @@
 loading report on the exported file."""
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import re
@@ -393,3 +394,27 @@ def test_detectron2_trains_in_two_processes(tmp_path):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "pretrained_loss")] == [2, 4]
     bad = _detect(tmp_path, "run=x", "engine=detectron2", "detect.workers=3", timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: detect.batch_size=8: does not split over")
+
+
+def test_make_shards_writes_the_shapes_set_the_detect_job_reads_as_coco(tmp_path):
+    cmd = [sys.executable, str(ROOT / "jobs" / "make_shards.py"), "source=shapes", f"output={tmp_path}",
+           "+shapes.n_train=5", "+shapes.n_val=2", "+shapes.size=64", "+shapes.min_side=12", "+shapes.max_side=24"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=job_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = tmp_path.glob("shapes-*")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["train"]["images"] == 5 and manifest["settings"]["size"] == 64
+    assert f"train: 5 images, {manifest['counts']['train']['objects']} boxes -> {out / 'train'}" in r.stdout
+    # the same set as the job makes on first use (one folder per settings), and readable as a COCO preset
+    from pipeline.config import compose_config
+    from pipeline.detect.job import check
+    from pipeline.detect.shapes import make_shapes
+
+    check(compose_config(["run=x", "detect=coco", f"detect.data.root={out}",
+                          f"detect.data.train_json={out}/train/annotations.json",
+                          f"detect.data.train_images={out}/train/images",
+                          f"detect.data.val_json={out}/val/annotations.json",
+                          f"detect.data.val_images={out}/val/images"], "detection"))
+    assert make_shapes(tmp_path, manifest["settings"]) == out
+    bad = subprocess.run([*cmd[:4], "+shapes.size=10"], capture_output=True, text=True, timeout=120, env=job_env())
+    assert bad.returncode == 2 and bad.stderr.startswith("error: shapes: shapes settings out of range")
