@@ -236,7 +236,7 @@ def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str
                 same = "yes" if (here1 - here0) * (p1 - p0) > 0 else "no"
             else:
                 text, same = "not reported", "—"
-            lines.append(f"| {name}: {r['label']} | {text} | {here0:.3g} → {here1:.3g} | {same} |")
+            lines.append(f"| {name}: {r['label']} | {text} | {here0:.4g} → {here1:.4g} | {same} |")
     return lines
 
 
