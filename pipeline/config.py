@@ -38,6 +38,10 @@ class ConfigError(ValueError):
     """A bad override, an unknown group option, a missing path: reported as one line, before Ray starts."""
 
 
+class JobError(Exception):
+    """A downstream job's bad input, or a run it cannot use: one line for the user (each job has its subclass)."""
+
+
 def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> dict:
     """Compose conf/<config_name>.yaml with overrides into a plain, fully resolved dict."""
     overrides = list(overrides or [])

@@ -139,7 +139,10 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
                args=(meta, weights, data, d, device, out_dir, tag, log, label, verbose))
     finally:
         for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
     res = json.loads(summary.read_text())
     results_file = out_dir / "coco_instances_results.json"
     res["results"] = json.loads(results_file.read_text()) if results_file.exists() else []

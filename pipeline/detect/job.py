@@ -8,7 +8,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, JobError
 from pipeline.schema import Choice, Int, Num, _Section, check_model
 
 ENGINES = ("torchvision", "detectron2")
@@ -16,7 +16,7 @@ STAGES = ("res2", "res3", "res4", "res5")
 METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed
 
 
-class DetectError(Exception):
+class DetectError(JobError):
     """Bad input or a run that cannot be transferred: one line for the user."""
 
 
@@ -268,11 +268,9 @@ def _voc_metric(data: dict, results: list[dict]) -> dict:
 
 
 def _table(scores: dict[str, dict[str, float]]) -> str:
-    keys = [m for m in METRICS if any(m in v for v in scores.values())]
-    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
-    lines += [f"| {k} | " + " | ".join(f"{v[m]:.1f}" if m in v else "-" for m in keys) + " |"
-              for k, v in scores.items()]
-    return "\n".join(lines)
+    from pipeline.eval.downstream import results_table
+
+    return results_table(scores, [m for m in METRICS if any(m in v for v in scores.values())], ".1f")
 
 
 def _finished(run, name: str) -> dict:

@@ -60,6 +60,15 @@ def child_run(cfg: dict, src: Source, ev: EvalRun, job: str):
     mlflow.end_run()
 
 
+def results_table(results: dict[str, dict[str, float]], keys: list[str], fmt: str = ".4f") -> str:
+    """A markdown table of each backbone's results, a column per key ("-" where a backbone lacks it: one read back
+    from an earlier attempt's summary metrics, say)."""
+    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+    lines += [f"| {b} | " + " | ".join(format(r[k], fmt) if k in r else "-" for k in keys) + " |"
+              for b, r in results.items()]
+    return "\n".join(lines)
+
+
 def pick_device(choice: str) -> str:
     """`auto` (cuda when torch sees it), `cpu` or `cuda`; ValueError with one line for cuda without a device."""
     import torch

@@ -23,7 +23,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from pipeline.augment.torch_exec import decode_rgb, eval_images, eval_transform
 from pipeline.data.reader import Split
-from pipeline.eval.knn import r2_score
+from pipeline.eval.linear_probe import regression_scores
 
 
 @dataclass
@@ -135,11 +135,7 @@ def scores(model: nn.Module, val: Split, size: int, mean, std, task: str, device
         if out.shape[1] > 5:
             res["top5"] = float((out.topk(5, dim=1).indices == y[:, None]).any(1).float().mean())
         return res
-    mse, r2 = ((out - y) ** 2).mean(0), r2_score(out, y)
-    res = {"mse": float(mse.mean()), "r2": float(r2.mean())}
-    for i, name in enumerate(val.names or [f"y{i}" for i in range(y.shape[1])]):
-        res[f"mse_{name}"], res[f"r2_{name}"] = float(mse[i]), float(r2[i])
-    return res
+    return regression_scores(out, y, val.names)
 
 
 def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: int, s: Schedule, size: int, mean,

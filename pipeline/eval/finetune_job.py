@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, JobError
 from pipeline.schema import Bool, Choice, Int, Num, Str, _Section, check_model
 
 
-class FinetuneError(Exception):
+class FinetuneError(JobError):
     """Bad input or a run that cannot be fine-tuned: one line for the user."""
 
 
@@ -187,11 +187,11 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
 
 
 def _table(results: dict[str, dict[str, float]]) -> str:
-    keys = [k for k in next(iter(results.values())) if not k.startswith(("mse_", "r2_"))] + \
-        [k for k in next(iter(results.values())) if k.startswith(("mse_", "r2_"))]
-    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
-    lines += [f"| {b} | " + " | ".join(f"{r[k]:.4f}" for k in keys) + " |" for b, r in results.items()]
-    return "\n".join(lines)
+    from pipeline.eval.downstream import results_table
+
+    keys = list(dict.fromkeys(k for r in results.values() for k in r))
+    per_target = [k for k in keys if k.startswith(("mse_", "r2_"))]
+    return results_table(results, [k for k in keys if k not in per_target] + per_target)
 
 
 def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:

@@ -11,22 +11,30 @@ def _neighbours(bank: torch.Tensor, query: torch.Tensor, k: int, temperature: fl
     return (top_sim / temperature).exp(), top_idx
 
 
+def _class_votes(w: torch.Tensor, neighbour_y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """The class with the largest sum of weights w over each query's neighbours (their classes neighbour_y)."""
+    votes = torch.zeros(w.shape[0], num_classes, dtype=w.dtype)
+    return votes.scatter_add_(1, neighbour_y, w).argmax(1)
+
+
+def _weighted_mean(w: torch.Tensor, neighbour_y: torch.Tensor) -> torch.Tensor:
+    """Each query's neighbours' targets averaged with weights w (normalised per query)."""
+    w = w / w.sum(1, keepdim=True)
+    return (w.unsqueeze(-1) * neighbour_y).sum(1)
+
+
 def knn_classify(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 200,
                  temperature: float = 0.1, num_classes: int | None = None) -> torch.Tensor:
     """Predicted class per query: the class with the largest sum of exp(cos/T) over the k neighbours."""
-    c = num_classes or int(bank_y.max()) + 1
     w, idx = _neighbours(bank, query, k, temperature)
-    votes = torch.zeros(query.shape[0], c, dtype=w.dtype)
-    votes.scatter_add_(1, bank_y[idx], w)
-    return votes.argmax(1)
+    return _class_votes(w, bank_y[idx], num_classes or int(bank_y.max()) + 1)
 
 
 def knn_regress(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 20,
                 temperature: float = 0.1) -> torch.Tensor:
     """Predicted targets per query: the exp(cos/T)-weighted mean of the k neighbours' targets."""
     w, idx = _neighbours(bank, query, k, temperature)
-    w = w / w.sum(1, keepdim=True)
-    return (w.unsqueeze(-1) * bank_y[idx]).sum(1)
+    return _weighted_mean(w, bank_y[idx])
 
 
 def r2_score(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -40,9 +48,14 @@ def knn_metrics(bank, bank_y, query, query_y, task: str, k: int, temperature: fl
                 names: list[str] | None = None) -> dict[str, float]:
     """{"knn_top1": acc} for classification; {"knn_r2": mean R^2, "knn_r2_<name>": ...} for regression."""
     if task == "classification":
-        pred = knn_classify(bank, bank_y, query, k, temperature)
+        return _knn_scores(knn_classify(bank, bank_y, query, k, temperature), query_y, task, names)
+    return _knn_scores(knn_regress(bank, bank_y, query, k, temperature), query_y, task, names)
+
+
+def _knn_scores(pred: torch.Tensor, query_y: torch.Tensor, task: str, names: list[str] | None) -> dict[str, float]:
+    if task == "classification":
         return {"knn_top1": float((pred == query_y).float().mean())}
-    r2 = r2_score(knn_regress(bank, bank_y, query, k, temperature), query_y)
+    r2 = r2_score(pred, query_y)
     out = {"knn_r2": float(r2.mean())}
     for name, v in zip(names or [], r2.tolist()):
         out[f"knn_r2_{name}"] = v
@@ -76,11 +89,5 @@ def knn_streamed(bank, bank_y, query, query_y, task: str, k: int = 200, temperat
     qy = torch.as_tensor(np.array(query_y))
     if task == "classification":
         c = num_classes or int(max(int(np.max(bank_y)), int(qy.max()))) + 1
-        votes = torch.zeros(len(q), c, dtype=w.dtype).scatter_add_(1, neighbours_y, w)
-        return {"knn_top1": float((votes.argmax(1) == qy).float().mean())}
-    w = w / w.sum(1, keepdim=True)
-    r2 = r2_score((w.unsqueeze(-1) * neighbours_y.float()).sum(1), qy.float())
-    out = {"knn_r2": float(r2.mean())}
-    for name, v in zip(names or [], r2.tolist()):
-        out[f"knn_r2_{name}"] = v
-    return out
+        return _knn_scores(_class_votes(w, neighbours_y, c), qy, task, names)
+    return _knn_scores(_weighted_mean(w, neighbours_y.float()), qy.float(), task, names)

@@ -3,11 +3,11 @@ features extracted by Ray Data to disk (pipeline.eval.extract), the whole train 
 whole validation split as queries; the same for a random-init twin; a child run of the pretraining run."""
 from __future__ import annotations
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, JobError
 from pipeline.schema import Bool, Int, Num, _Section, check_model
 
 
-class KnnError(Exception):
+class KnnError(JobError):
     """Bad input or a run that cannot be evaluated: one line for the user."""
 
 
@@ -111,7 +111,6 @@ def _all(cfg: dict, src, data: dict) -> dict:
 
 
 def _table(results: dict[str, dict[str, float]]) -> str:
-    keys = list(next(iter(results.values())))
-    lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
-    lines += [f"| {b} | " + " | ".join(f"{r[k]:.4f}" for k in keys) + " |" for b, r in results.items()]
-    return "\n".join(lines)
+    from pipeline.eval.downstream import results_table
+
+    return results_table(results, list(dict.fromkeys(k for r in results.values() for k in r)))

@@ -52,11 +52,14 @@ def probe(train_x, train_y, test_x, test_y, task: str, names: list[str] | None =
         out = head(test_x)
     if task == "classification":
         return {"top1": float((out.argmax(1) == test_y).double().mean())}
-    test_y = test_y.double()
-    mse = ((out - test_y) ** 2).mean(0)
-    r2 = r2_score(out, test_y)
+    return regression_scores(out, test_y.double(), names)
+
+
+def regression_scores(out: torch.Tensor, y: torch.Tensor, names: list[str] | None = None) -> dict[str, float]:
+    """Predictions against targets, per column and averaged: {"mse", "r2", "mse_<t>", "r2_<t>"} (every probe's and
+    fine-tuning's regression report)."""
+    mse, r2 = ((out - y) ** 2).mean(0), r2_score(out, y)
     res = {"mse": float(mse.mean()), "r2": float(r2.mean())}
-    for i, name in enumerate(names or [f"y{i}" for i in range(test_y.shape[1])]):
-        res[f"mse_{name}"] = float(mse[i])
-        res[f"r2_{name}"] = float(r2[i])
+    for i, name in enumerate(names or [f"y{i}" for i in range(y.shape[1])]):
+        res[f"mse_{name}"], res[f"r2_{name}"] = float(mse[i]), float(r2[i])
     return res

@@ -3,13 +3,10 @@ data and image size and the command line's eval.* on top, logged into a child ru
 finished before with the same settings prints its results and probes nothing."""
 from __future__ import annotations
 
-import hashlib
-import json
-
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, JobError
 
 
-class ProbeError(Exception):
+class ProbeError(JobError):
     """Bad input or a run that cannot be probed: one line for the user."""
 
 
@@ -25,6 +22,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
 
     from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
+    from pipeline.eval.downstream import settings_key
     from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results
     from pipeline.eval.source import load_source
     from pipeline.schema import validate
@@ -50,7 +48,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k != "checkpoint"}
     settings = {"source": src.ref, "data": cfg["data"], "augment": cfg["augment"], "seed": cfg["seed"],
                 "eval": probe_eval}
-    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    key = settings_key(settings)
     params = {"checkpoint": src.ref, "data.name": cfg["data"]["name"], "data.train": cfg["data"]["train"],
               "data.val": cfg["data"]["val"], "image_size": eval_settings(cfg["augment"])[0],
               **tracking.flatten(probe_eval, "eval.")}

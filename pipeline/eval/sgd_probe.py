@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.eval.knn import r2_score
+from pipeline.eval.linear_probe import regression_scores
 
 
 @dataclass
@@ -80,9 +80,4 @@ def score(head: nn.Linear, feat: np.ndarray, y: np.ndarray, task: str, names: li
     out, t = torch.cat(outs), torch.from_numpy(np.array(y))
     if task == "classification":
         return {"top1": float((out.argmax(1) == t).double().mean())}
-    t = t.float()
-    mse, r2 = ((out - t) ** 2).mean(0), r2_score(out, t)
-    res = {"mse": float(mse.mean()), "r2": float(r2.mean())}
-    for i, name in enumerate(names or [f"y{i}" for i in range(t.shape[1])]):
-        res[f"mse_{name}"], res[f"r2_{name}"] = float(mse[i]), float(r2[i])
-    return res
+    return regression_scores(out, t.float(), names)

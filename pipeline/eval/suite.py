@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.config import CONF_DIR, ConfigError, compose_config
+from pipeline.config import CONF_DIR, ConfigError, JobError, compose_config
 
 JOBS = ("linear_probe", "knn", "finetune", "detect")
 PLUGIN_SUITES = ("co2", "clsa", "cocor", "invclr")
@@ -95,36 +95,32 @@ def _suite(name: str) -> dict:
     return compose_config([f"+suite={name}"], "evaluate_suite")["suite"]
 
 
+JOB_CONFIGS = {"knn": ("pipeline.eval.knn_job", "knn"), "finetune": ("pipeline.eval.finetune_job", "finetune"),
+               "detect": ("pipeline.detect.job", "detection")}  # the job's module (check, run) and its config
+
+
 def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
     """One job through its own checks and run, in this process; SuiteError with the job's one line. `dry`: the
     checks only (the probe's typed keys; the run's own sections are merged in when it runs)."""
+    import importlib
+
     try:
         if job == "linear_probe":
-            from pipeline.eval.probe_job import ProbeError, run, split_run
+            from pipeline.eval.probe_job import run, split_run
 
             ref, rest = split_run(argv)
-            try:
-                if dry:
-                    from pipeline.schema import Config, check_model
+            if dry:
+                from pipeline.schema import Config, check_model
 
-                    check_model(Config, compose_config(rest))
-                    return {}
-                return run(compose_config(rest), rest, ref)
-            except ProbeError as e:
-                raise SuiteError(str(e)) from None
-        module = {"knn": "pipeline.eval.knn_job", "finetune": "pipeline.eval.finetune_job",
-                  "detect": "pipeline.detect.job"}[job]
-        import importlib
-
+                check_model(Config, compose_config(rest))
+                return {}
+            return run(compose_config(rest), rest, ref)
+        module, config = JOB_CONFIGS[job]
         mod = importlib.import_module(module)
-        err = {"knn": "KnnError", "finetune": "FinetuneError", "detect": "DetectError"}[job]
-        cfg = compose_config(argv, {"knn": "knn", "finetune": "finetune", "detect": "detection"}[job])
-        try:
-            mod.check(cfg)
-            return {} if dry else mod.run(cfg)
-        except getattr(mod, err) as e:
-            raise SuiteError(str(e)) from None
-    except ConfigError as e:
+        cfg = compose_config(argv, config)
+        mod.check(cfg)
+        return {} if dry else mod.run(cfg)
+    except (JobError, ConfigError) as e:
         raise SuiteError(str(e)) from None
 
 
