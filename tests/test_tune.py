@@ -423,3 +423,36 @@ def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypat
     assert sweep._threads(cfg, one) == 4           # a one-trial sweep: its workers get every core
     cfg["sweep"]["max_concurrent_trials"] = 16
     assert sweep._threads(cfg, five) == 1          # never below one thread
+
+
+def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tmp_path):
+    """ASHA's stop can reach a trial as an error (its Train run torn down) before its process is ended: the run
+    it closed FAILED is still a stopped trial, KILLED, its error kept aside; a really failed trial stays FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tune import sweep
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("s", artifact_location=str(tmp_path / "art"))
+    parent = client.create_run(exp).info.run_id
+    ids = {}
+    for trial, end in (("t_00000", "FAILED"), ("t_00001", None), ("t_00002", "RUNNING"), ("t_00003", "FINISHED")):
+        run = client.create_run(exp, tags={"mlflow.parentRunId": parent, "tune_trial_id": trial})
+        ids[trial] = run.info.run_id
+        if end == "FAILED":
+            client.set_tag(run.info.run_id, "error", "TrainingFailedError: the controller was shut down")
+        if end in ("FAILED", "FINISHED"):
+            client.set_terminated(run.info.run_id, end)
+    rows = [{"trial_id": "t_00000", "status": "stopped at epoch 1/2"},
+            {"trial_id": "t_00001", "status": "stopped at epoch 1/2"},
+            {"trial_id": "t_00002", "status": "failed: ValueError: nan loss"},
+            {"trial_id": "t_00003", "status": "done"}]
+    sweep._close_children(uri, parent, rows)
+    got = {t: client.get_run(i) for t, i in ids.items()}
+    assert [got[t].info.status for t in sorted(got)] == ["KILLED", "KILLED", "FAILED", "FINISHED"]
+    assert got["t_00000"].data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
+    assert "error" not in got["t_00000"].data.tags
+    assert got["t_00000"].data.tags["stop_error"].startswith("TrainingFailedError")
+    assert got["t_00002"].data.tags["error"] == "ValueError: nan loss"
+    assert [r["run_id"] for r in rows] == [ids[t] for t in sorted(ids)]

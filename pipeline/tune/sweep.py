@@ -214,8 +214,8 @@ def _curve_metric(cfg: dict) -> str:
 
 
 def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
-    """Trial runs the scheduler stopped (their process was ended mid-training) end KILLED with the reason; a
-    failed trial's run that its process could not close ends FAILED."""
+    """Trial runs the scheduler stopped end KILLED with the reason (also where their process, torn down
+    mid-training, had ended them FAILED); a failed trial's run that its process could not close ends FAILED."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -227,12 +227,18 @@ def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
         if child is None:
             continue
         row["run_id"] = child.info.run_id
+        if row["status"].startswith("stopped") and child.info.status in ("RUNNING", "FAILED"):
+            # a stopped trial's process is usually ended mid-epoch, but it can also see the stop as an error
+            # (the Train run under it torn down) and end its run FAILED first: either way it was stopped, not broken
+            client.set_tag(child.info.run_id, "stopped_early", f"{row['status']} by ASHA")
+            if child.info.status == "FAILED" and "error" in child.data.tags:
+                client.set_tag(child.info.run_id, "stop_error", child.data.tags["error"])
+                client.delete_tag(child.info.run_id, "error")
+            client.set_terminated(child.info.run_id, "KILLED")
+            continue
         if child.info.status != "RUNNING":
             continue
         if row["status"] == "unfinished":  # the sweep was interrupted; the rerun resumes this run
-            client.set_terminated(child.info.run_id, "KILLED")
-        elif row["status"].startswith("stopped"):
-            client.set_tag(child.info.run_id, "stopped_early", f"{row['status']} by ASHA")
             client.set_terminated(child.info.run_id, "KILLED")
         elif row["status"].startswith("failed"):
             client.set_tag(child.info.run_id, "error", row["status"][len("failed: "):])
