@@ -67,7 +67,7 @@ def main() -> int:
     mean, std = [0.5] * 3, [0.25] * 3
     model = {"backbone": args.backbone, "cifar_stem": not args.no_cifar_stem, "width": args.width}
     torch.manual_seed(0)
-    net = build_backbone(model["backbone"], model["cifar_stem"], model["width"]).eval()
+    net = build_backbone(model).eval()
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
     data = load_split(split, "classification" if "cls" in _columns(split) else "regression",

@@ -234,10 +234,10 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
                    total_steps: int) -> Callable:
     """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
     the device, optimisation_step, and the float() of every logged value."""
-    from pipeline.methods import build_method
-    from pipeline.train.optim import build_optimizer, lr_at, scaled_lr, set_lr
-
+    from pipeline.build import build_method
+    from pipeline.schedules import warmup_cosine
     from pipeline.train.loop import optimisation_step, to_device
+    from pipeline.train.optim import build_optimizer, scaled_lr, set_lr
 
     torch.manual_seed(0)
     method = build_method(cfg)
@@ -249,7 +249,7 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
 
     def step(images, params):
         """One `_Trainer.train_step`."""
-        set_lr(optimizer, lr_at(state["step"], total_steps, 0, peak))
+        set_lr(optimizer, warmup_cosine(state["step"], total_steps, 0, peak))
         images, params = to_device(images, params, device, fmt)
         state["step"] += 1
         out = optimisation_step(method, optimizer, images, params, precision, device,

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from pipeline.augment.spirograph_views import SpirographRecipe, render_views  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.spirograph import TARGETS, sample_params  # noqa: E402
-from pipeline.methods import build_method  # noqa: E402
+from pipeline.build import build_method  # noqa: E402
 from pipeline.train.precision import autocast  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def main(variant: str, steps: int, lam: float | None = None) -> None:
         images, params = render_views(x, SpirographRecipe(32, 2), g)
         params = [{**x, **p} for p in params]
         with autocast(precision, torch.device("cpu")):
-            out = method.step(images, params)
+            out = method.total_loss(images, params)
         opt.zero_grad()
         out["loss"].backward()
         opt.step()

@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.methods import build_method  # noqa: E402
+from pipeline.build import build_method  # noqa: E402
 from pipeline.train.precision import autocast, resolve_precision  # noqa: E402
 
 
@@ -29,11 +29,11 @@ def samples_per_s(width: int, precision: str, steps: int, symmetric: bool, batch
         if i == 1:
             t0 = time.perf_counter()
         with autocast(precision, cpu):
-            loss = method.training_step(views)["loss"]
+            loss = method.framework_loss(views)["loss"]
         opt.zero_grad()
         loss.backward()
         opt.step()
-        method.after_step(0.5)
+        method.update_momentum(0.5)
     return batch * steps / (time.perf_counter() - t0)
 
 

@@ -176,6 +176,25 @@ def co2_consistency_anchors(
 
 
 @float32
+def co2_consistency_bank(
+    q: torch.Tensor, k: torch.Tensor, bank: torch.Tensor, offset: int, temperature: float, *,
+    divergence: str = "symmetric",
+) -> torch.Tensor:
+    """CO2's consistency term (Eqs. 2-4) with in-batch negatives (MoCo v3, which has no queue), mean over the batch.
+
+    q, k: [b, D] L2-normalised queries and their positive keys; bank: [N, D] every worker's keys of the key view,
+    row offset + i being q_i's positive. The negatives of q_i are the N - 1 other rows; Q (from q_i) and P (from k_i)
+    are softmaxes over them at tau_con; L = ½KL(P‖Q) + ½KL(Q‖P) per query, as `co2_consistency` with the bank in
+    place of the queue. Keys are detached (only q propagates gradients, as on MoCo)."""
+    k, bank = k.detach(), bank.detach()
+    b, n = q.shape[0], bank.shape[0]
+    own = F.one_hot(torch.arange(b, device=q.device) + offset, n).bool()
+    log_q = F.log_softmax((q @ bank.t() / temperature)[~own].view(b, n - 1), dim=1)
+    log_p = F.log_softmax((k @ bank.t() / temperature)[~own].view(b, n - 1), dim=1)
+    return _kl_terms(log_p, log_q, divergence).mean()
+
+
+@float32
 def ddm(
     q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
     batch_keys: bool = False,
@@ -355,6 +374,36 @@ def cocor_target_surrogate(
 # Non-contrastive and supervised frameworks: BYOL (Grill et al. 2020), SimSiam (Chen & He 2021),
 # SupCon (Khosla et al. 2020). Tested in tests/test_frameworks.py.
 # ---------------------------------------------------------------------------------------------------------------
+
+
+@float32
+def mocov3_loss(q: torch.Tensor, keys: torch.Tensor, offset: int, temperature: float) -> torch.Tensor:
+    """MoCo v3's contrastive loss for one direction (Chen, Xie, He 2021, Alg. 1 `ctr`), mean over the batch.
+
+    q: [b, D] L2-normalised queries (predictor outputs); keys: [N, D] L2-normalised momentum-encoder keys of the
+    other view from every worker, q_i's positive at row offset + i, the other N - 1 rows its negatives (no queue).
+        ctr(q, k) = 2τ · CE(q kᵀ / τ, positives)
+    The factor 2τ is the paper's: it makes the gradient's scale independent of τ (Alg. 1's comment). The full loss
+    is ctr(q1, k2) + ctr(q2, k1). Keys carry no gradient."""
+    keys = keys.detach()
+    labels = torch.arange(q.shape[0], device=q.device) + offset
+    return 2 * temperature * F.cross_entropy(q @ keys.t() / temperature, labels)
+
+
+@float32
+def dino_loss(student: list[torch.Tensor], teacher: list[torch.Tensor], center: torch.Tensor,
+              student_temperature: float, teacher_temperature: float) -> torch.Tensor:
+    """DINO's loss (Caron et al. 2021, Eq. 3 with multi-crop, and Alg. 1), mean over the pairs and the batch.
+
+    student: per crop, the student's outputs [B, K] (every global and local crop); teacher: per global crop, the
+    teacher's outputs [B, K], in the same order as the student's first crops; center: [K] (or [1, K]).
+        P_t = softmax((g_t(x) − c) / τ_t),  P_s = softmax(g_s(x') / τ_s)
+        L = mean over pairs (t, s), s ≠ t, of mean over the batch of −Σ_k P_t(k) log P_s(k)
+    The teacher's side is a constant (stop-gradient); centering and sharpening are what avoid collapse."""
+    targets = [F.softmax((t.detach() - center) / teacher_temperature, dim=-1) for t in teacher]
+    logs = [F.log_softmax(s / student_temperature, dim=-1) for s in student]
+    terms = [-(p * logs[j]).sum(dim=-1).mean() for i, p in enumerate(targets) for j in range(len(logs)) if j != i]
+    return sum(terms) / len(terms)
 
 
 @float32

@@ -36,12 +36,20 @@ from pipeline.config import ConfigError
 from pipeline.data.formats import ON_BAD_SHARD
 
 # Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries.
-METHOD_KINDS = ("moco", "simclr", "byol", "simsiam", "supcon")       # pipeline.methods.METHODS
-BACKBONES = ("resnet18", "resnet34", "resnet50")                     # pipeline.models.backbones._ARCHS
-OPTIMIZERS = ("sgd", "lars")                                          # pipeline.train.optim.build_optimizer
+METHOD_KINDS = ("moco", "mocov3", "simclr", "byol", "simsiam", "supcon", "dino")  # pipeline.methods.METHODS
+BACKBONES = ("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_s16", "vit_b16")  # models.backbones.BACKBONES
+OPTIMIZERS = ("sgd", "lars", "adamw")                                 # pipeline.train.optim.build_optimizer
 # The backbone's total downsampling: an image smaller than this leaves the last stage less than one pixel
 # of its own (the rest is padding).
 STRIDE = {True: 8, False: 32}                                         # by model.cifar_stem
+VIT_PATCH = {"vit_tiny": 4, "vit_s16": 16, "vit_b16": 16}             # pipeline.models.backbones.VITS
+
+
+def _stride(model: dict) -> int:
+    """The backbone's total downsampling: a ViT's patch size, a ResNet's by its stem."""
+    if model["backbone"] in VIT_PATCH:
+        return int(model.get("patch_size") or VIT_PATCH[model["backbone"]])
+    return STRIDE[bool(model["cifar_stem"])]
 
 
 # ----------------------------------------------------------------------------- field types
@@ -135,6 +143,8 @@ class Model(_Section):
     backbone: Choice(*BACKBONES)
     cifar_stem: Bool()
     width: Int(1)
+    patch_size: Int(1, null=True) = None
+    image_size: Int(1, null=True) = None
 
 
 class Train(_Section):
@@ -225,6 +235,8 @@ class Optim(_Section):
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
     eta: Num(gt=0, null=True) = None          # LARS' trust coefficient
+    betas: Optional[Nums(2, gt=0)] = None     # AdamW's
+    weight_decay_end: Num(ge=0, null=True) = None
     warmup_epochs: Num(ge=0)
 
 
@@ -251,10 +263,11 @@ class Data(_Section):
 
 
 class Head(_Section):
-    num_layers: Int(1)
+    num_layers: Int(1, null=True)             # null: the method's choice (MoCo v3: by backbone)
     hidden_dim: Int(1, null=True) = None
     out_dim: Int(1) = 128
     bn: Bool()
+    bottleneck_dim: Int(1) = 256              # DINO's head
 
 
 class Predictor(_Section):
@@ -275,6 +288,15 @@ class Method(_Section):
                          _Allowed("auto or an integer >= 1")] = "auto"
     head: Optional[Head] = None
     predictor: Optional[Predictor] = None
+    random_patch_projection: Bool() = True    # MoCo v3 on a ViT
+    # DINO
+    student_temperature: Num(gt=0, null=True) = None
+    teacher_temperature: Num(gt=0, null=True) = None
+    warmup_teacher_temperature: Num(gt=0, null=True) = None
+    warmup_teacher_epochs: Num(ge=0, null=True) = None
+    center_momentum: Num(ge=0, lt=1, null=True) = None
+    freeze_last_layer_epochs: Num(ge=0, null=True) = None
+    clip_grad: Num(gt=0, null=True) = None
 
 
 class Augment(_Section):
@@ -389,11 +411,25 @@ def _check_relations(cfg: dict) -> None:
                       f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
                       f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
                       f"method.bn_splits to a divisor of {local_bs}")
-    stride = STRIDE[bool(model["cifar_stem"])]
+    stride = _stride(model)
     if data["image_size"] < stride:
         raise bad("data.image_size", data["image_size"],
                   f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
-                  f"model.cifar_stem={_show(model['cifar_stem'])}")
+                  + (f"model.cifar_stem={_show(model['cifar_stem'])}" if model["backbone"] not in VIT_PATCH
+                     else f"{model['backbone']}'s patches"))
+    aug = cfg["augment"]
+    if aug.get("kind", "views") == "views":
+        for i, v in enumerate(aug.get("views") or []):
+            size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
+            if isinstance(size, int) and not isinstance(size, bool) and size < stride:
+                raise bad(f"augment.views.{i}.size", size, f"expected an integer >= {stride}: smaller than "
+                          f"one patch of {model['backbone']}" if model["backbone"] in VIT_PATCH else
+                          f"expected an integer >= {stride}: the backbone downsamples by {stride}")
+    if m["kind"] == "dino":
+        for key in ("student_temperature", "teacher_temperature", "warmup_teacher_temperature",
+                    "warmup_teacher_epochs", "center_momentum", "freeze_last_layer_epochs"):
+            if m.get(key) is None:
+                raise bad(f"method.{key}", None, "DINO needs it (conf/method/dino.yaml)")
     if data["task"] == "regression" and not data.get("targets"):
         raise bad("data.targets", data.get("targets"), "a regression task needs its target names")
     knn = cfg["eval"]["knn"]
@@ -524,7 +560,7 @@ def sqlite_problem(path: Path) -> str | None:
 def _check_plugins(cfg: dict) -> None:
     if not cfg.get("plugin"):
         return
-    from pipeline.plugins import check_plugins
+    from pipeline.build import check_plugins
 
     try:
         check_plugins(cfg)

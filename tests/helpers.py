@@ -86,7 +86,7 @@ def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0, cfg: dict
     from pipeline.models.backbones import build_backbone
 
     torch.manual_seed(seed)
-    net = build_backbone(backbone, cifar, width)
+    net = build_backbone({"backbone": backbone, "cifar_stem": cifar, "width": width})
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, torch.nn.BatchNorm2d):

@@ -126,7 +126,10 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
     from pipeline.schema import _check_relations, _check_types, check_augment
 
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
-        cfg = compose_config([f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}"])
+        # the ViT recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a 16-px patch
+        data = ["data=imagenet"] if path.stem.endswith("_vit") else []
+        cfg = compose_config([f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}",
+                              *data])
         _check_types(cfg)  # (the plug-ins' own checks run in tests/test_plugins.py)
         _check_relations(cfg)
         check_augment(cfg["augment"])
@@ -135,11 +138,12 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
 
 def test_schema_choices_match_the_registries():
     from pipeline.methods import METHODS
-    from pipeline.models.backbones import _ARCHS
-    from pipeline.schema import BACKBONES, METHOD_KINDS, OPTIMIZERS
+    from pipeline.models import backbones
+    from pipeline.schema import BACKBONES, METHOD_KINDS, OPTIMIZERS, VIT_PATCH
     from pipeline.train.optim import build_optimizer
 
-    assert set(METHOD_KINDS) == set(METHODS) and set(BACKBONES) == set(_ARCHS)
+    assert set(METHOD_KINDS) == set(METHODS) and set(BACKBONES) == set(backbones.BACKBONES)
+    assert VIT_PATCH == {name: spec[0] for name, spec in backbones.VITS.items()}
     import torch
 
     for name in OPTIMIZERS:
@@ -173,7 +177,7 @@ def test_empty_dataset_is_refused(tmp_path):
 def test_help_lists_groups(tmp_path):
     r = _run(["--help"], tmp_path)
     assert r.returncode == 0
-    assert "method: byol, mocov1, mocov2, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
+    assert "method: byol, dino, mocov1, mocov2, mocov3, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
     assert "+experiment: clsa_byol" in r.stdout  # presets, with how to add them
     assert "+detect" not in r.stdout  # jobs/detect.py's group, not a preset of the training config
     d = _run(["--help"], tmp_path, job="detect.py")
@@ -183,7 +187,7 @@ def test_help_lists_groups(tmp_path):
 def test_gallery_job_validates_the_whole_config(tmp_path):
     r = _run([f"paths.root={tmp_path}", *SMALL, "model.backbone=resnet999"], tmp_path, job="gallery.py")
     assert r.returncode == 2 and r.stderr.strip() == ("error: model.backbone=resnet999: expected one of resnet18, "
-                                                      "resnet34, resnet50")
+                                                      "resnet34, resnet50, vit_tiny, vit_s16, vit_b16")
     assert not (tmp_path / "data").exists()
 
 

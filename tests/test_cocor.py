@@ -159,7 +159,7 @@ from torch import nn  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.reader import Split  # noqa: E402
 from pipeline.losses import info_nce  # noqa: E402
-from pipeline.methods import build_method  # noqa: E402
+from pipeline.build import build_method  # noqa: E402
 from pipeline.methods.base import Encoder  # noqa: E402
 
 
@@ -191,7 +191,7 @@ def test_fixed_targets_add_the_consistency_of_table_9_to_moco():
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     queue = m.queue.keys.clone()
     images, params = _views()
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     with torch.no_grad():
         f = lambda x: F.normalize(m.online(x), dim=1)  # noqa: E731
         anchor = F.normalize(f(images[0]) + f(images[1]), dim=1)
@@ -232,7 +232,7 @@ def test_learned_target_update_leaves_the_encoder_and_its_buffers_alone():
     images, params = _views()
     target0 = [p.detach().clone() for p in plugin.target.parameters()]
     head0 = [p.detach().clone() for p in plugin.classifier.parameters()]
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     opt.zero_grad()
     out["loss"].backward()
     opt.step()
@@ -257,7 +257,7 @@ def test_target_network_waits_for_its_warm_up():
     images, params = _views()
     before = [p.detach().clone() for p in plugin.target.parameters()]
     for _ in range(2):
-        out = m.step(images, params)
+        out = m.total_loss(images, params)
         m.after_update(images, params, out, progress=0.1)
     assert all(torch.equal(a, b) for a, b in zip(before, plugin.target.parameters()))
 
@@ -271,7 +271,7 @@ def _two_rank_worker(rank, world, port, q):
     images, params = _views(seed=rank + 3)
     m.online = nn.parallel.DistributedDataParallel(m.online)
     opt = torch.optim.SGD(m.online.parameters(), lr=0.5)
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     out["loss"].backward()
     opt.step()  # θe -> θe': without an encoder step the hypergradient is zero (s' = s)
     m.after_update(images, params, out, progress=0.5)
@@ -310,7 +310,7 @@ def test_a_non_finite_outer_loss_never_reaches_the_target_network():
         plugin.classifier.weight.fill_(float("inf"))
     images, params = _views()
     target0 = [p.detach().clone() for p in plugin.target.parameters()]
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     logged = m.after_update(images, params, out, progress=0.5)
     assert logged["cocor_skipped_updates"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(target0, plugin.target.parameters()))

@@ -348,7 +348,7 @@ def test_non_contiguous_category_ids_train_as_labels_and_come_back_as_ids(tmp_pa
     assert sorted(target["labels"].tolist()) == want
     d = {"in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 16,
          "min_size": 64, "max_size": 64, "norm": "bn", "roi_batch_per_image": 32}
-    model = tv_engine.build_detector(build_backbone("resnet18", True, 8), 3, d, [0.0] * 3, [1.0] * 3)
+    model = tv_engine.build_detector(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8}), 3, d, [0.0] * 3, [1.0] * 3)
     model.roi_heads.score_thresh = 0.0  # an untrained detector: keep whatever it finds
     results = tv_engine.predict(model, ds, torch.device("cpu"))
     assert results and {r["category_id"] for r in results} <= {3, 7, 90}

@@ -15,17 +15,20 @@ from pipeline.augment.view_maker import build_view_maker
 from pipeline.config import compose_config
 from pipeline.data.reader import Split
 from pipeline.data.spirograph import sample_params
-from pipeline.methods import build_method
+from pipeline.build import build_method
 from pipeline.plugins import PLUGINS
 from pipeline.train.loop import memory_format, optimisation_step, to_device
 from pipeline.train.optim import build_optimizer
 from pipeline.train.precision import bf16_supported
 
 FRAMEWORKS = {"mocov1": "moco", "mocov2": "moco", "simclr": "simclr", "byol": "byol", "simsiam": "simsiam",
-              "supcon": "supcon"}
-RECIPE_OF = {None: "mocov2", "co2": "mocov2", "clsa": "clsa", "cocor": "cocor", "invclr": "invclr"}
-CASES = [(m, p, RECIPE_OF[p]) for m, kind in FRAMEWORKS.items() for p in RECIPE_OF
-         if p is None or kind in PLUGINS[p].frameworks] + [("simclr", "invclr", "spirograph")]
+              "supcon": "supcon", "mocov3": "mocov3", "dino": "dino"}
+RECIPE_OF = {None: "mocov2", "co2": "mocov2", "clsa": "clsa", "cocor": "cocor", "invclr": "invclr",
+             "jointcrop": "mocov2"}
+OWN_RECIPE = {"mocov3": "mocov3", "dino": "dino"}  # the frameworks' own recipes where the plug-in needs none
+CASES = [(m, p, OWN_RECIPE.get(m, r) if r == "mocov2" else r) for m, kind in FRAMEWORKS.items()
+         for p, r in RECIPE_OF.items() if p in (None, "jointcrop") or kind in PLUGINS[p].frameworks] + \
+    [("simclr", "invclr", "spirograph"), ("mocov3-resnet", None, "mocov3"), ("dino-resnet", None, "dino")]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])]
 N = 8
@@ -36,10 +39,17 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _cfg(method: str, plugin: str | None, recipe: str, device: str) -> dict:
     data = "spirograph" if recipe == "spirograph" else "cifar10"
+    method, _, backbone = method.partition("-")
     over = [f"method={method}", f"data={data}", "model.width=4", "train.batch_size=8",
-            f"plugin=[{plugin}]" if plugin else "plugin=[]"]
+            f"plugin=[{plugin}]" if plugin and plugin != "jointcrop" else "plugin=[]"]
     if recipe != "spirograph":
         over.append(f"augment={recipe}")
+    if FRAMEWORKS[method] in ("mocov3", "dino") and backbone != "resnet":  # their papers' backbone, small
+        over += ["model.backbone=vit_tiny"]
+    if FRAMEWORKS[method] == "dino":
+        over += ["method.head.out_dim=64", "method.head.hidden_dim=32", "method.head.bottleneck_dim=16"]
+    if plugin == "jointcrop":  # JointCrop and JointBlur on the first two views (DINO's global crops)
+        over += ["augment.joint.crop.beta=0", "augment.joint.blur.beta=1"]
     if FRAMEWORKS[method] == "moco":  # one worker: 4 split-BN groups, as trainer.num_workers=1 resolves it
         over += ["method.queue_size=32", "method.bn_splits=4"]
     if plugin == "cocor":  # the learned target moves from the first step
@@ -90,7 +100,7 @@ def test_one_bf16_step_of_every_framework_and_plugin(method, plugin, recipe, dev
     out = optimisation_step(m, opt, images, params, "bf16", dev, progress=0.5)
 
     assert torch.isfinite(out["loss"]) and out["loss"].dtype == torch.float32
-    if plugin:  # the plug-in's own term was added, and is finite
+    if plugin and plugin != "jointcrop":  # the plug-in's own term was added, and is finite
         terms = [k for k in out if k.startswith(plugin)]
         assert terms and all(torch.isfinite(torch.as_tensor(out[k])).all() for k in terms), sorted(out)
     grads = [p.grad for p in m.online.parameters() if p.grad is not None]

@@ -96,7 +96,7 @@ def test_ray_extraction_matches_the_in_memory_features_and_is_reused(tmp_path, r
 
     split = _shards(tmp_path / "train", 50, corrupt_at=7)
     torch.manual_seed(0)
-    net = build_backbone("resnet18", True, 4).eval()
+    net = build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4}).eval()
     model = {"backbone": "resnet18", "cifar_stem": True, "width": 4}
     mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
     meta = extract_split(net.state_dict(), model, str(split), tmp_path / "f", 32, mean, std, "classification", None,

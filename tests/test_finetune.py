@@ -75,7 +75,7 @@ def _schedule(**kw) -> Schedule:
 
 
 def test_two_learning_rates_decay_by_gamma_after_each_milestone():
-    model = Classifier(build_backbone("resnet18", True, 4), 6)
+    model = Classifier(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4}), 6)
     opt, sched = optimiser(model, _schedule())
     assert {id(p) for p in opt.param_groups[1]["params"]} == {id(p) for p in model.head.parameters()}
     seen = []
@@ -152,7 +152,7 @@ def test_an_interrupted_finetuning_resumes_to_the_same_result(tmp_path):
 
     def net():
         torch.manual_seed(0)
-        return build_backbone("resnet18", True, 4)
+        return build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4})
 
     whole = finetune(net(), s=_schedule(), ckpt=tmp_path / "a.pt", **args)
 

@@ -12,7 +12,8 @@ import yaml
 from torch import nn
 
 from pipeline.losses import byol_loss, negative_cosine, supcon_loss
-from pipeline.methods import METHODS, build_method
+from pipeline.build import build_method
+from pipeline.methods import METHODS
 from pipeline.methods.base import Encoder
 from pipeline.methods.byol import PredictorEncoder
 from pipeline.models.momentum import momentum_copy
@@ -140,7 +141,7 @@ def test_registry_and_yaml_configs_build():
 def test_training_step_trains_every_online_parameter(kind):
     torch.manual_seed(0)
     m = build_method(CFGS[kind])
-    out = m.step(_images(), _params())
+    out = m.total_loss(_images(), _params())
     assert torch.isfinite(out["loss"]) and out["loss"].dim() == 0
     out["loss"].backward()
     for name, p in m.online.named_parameters():
@@ -156,7 +157,7 @@ def test_loss_is_symmetric_over_view_orders(kind):
     torch.manual_seed(0)
     m = build_method(CFGS[kind])
     x1, x2 = _images()
-    out = m.training_step([x1, x2])
+    out = m.framework_loss([x1, x2])
     with torch.no_grad():  # train-mode BN: recomputing gives the same outputs
         z1, p1 = m.online(x1, predict=True)
         z2, p2 = m.online(x2, predict=True)
@@ -166,18 +167,18 @@ def test_loss_is_symmetric_over_view_orders(kind):
             expected = 0.5 * negative_cosine(p1, z2) + 0.5 * negative_cosine(p2, z1)
     assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
     if kind == "byol":
-        q, k = out["ctx"]["pairs"][0]
+        q, k = out["ctx"].pairs[0]
         torch.testing.assert_close(q, F.normalize(p1, dim=1))
         torch.testing.assert_close(k, F.normalize(m.target(x2), dim=1))
-        assert out["ctx"]["queue"].shape == (0, 16)
+        assert out["ctx"].queue is None  # BYOL has no queue, and no stand-in for one
         torch.testing.assert_close(m.query(x1), q)
-    assert len(out["ctx"]["features"]) == 2
+    assert len(out["ctx"].features) == 2
 
 
 def test_byol_target_follows_the_momentum_rule_and_schedule():
     m = build_method(CFGS["byol"])
-    assert m.momentum_at(0.0) == pytest.approx(0.9) and m.momentum_at(1.0) == 1.0
-    assert m.momentum_at(0.5) == pytest.approx(1 - 0.1 * 0.5)
+    assert m.momentum.at(0.0) == pytest.approx(0.9) and m.momentum.at(1.0) == 1.0
+    assert m.momentum.at(0.5) == pytest.approx(1 - 0.1 * 0.5)
     # target = backbone + projector, same shapes as online's; the predictor has no twin
     online = list(m.online.backbone.parameters()) + list(m.online.projector.parameters())
     assert len(online) == len(list(m.target.parameters()))
@@ -186,9 +187,9 @@ def test_byol_target_follows_the_momentum_rule_and_schedule():
             p.add_(torch.randn_like(p))
     for progress in (0.25, 1.0):
         before = [t.clone() for t in m.target.parameters()]
-        m.after_step(progress)
+        m.update_momentum(progress)
         tau = 1 - 0.1 * (math.cos(math.pi * progress) + 1) / 2
-        assert m.momentum == pytest.approx(tau)
+        assert m.momentum.value == pytest.approx(tau)
         for t, b, o in zip(m.target.parameters(), before, online):
             torch.testing.assert_close(t, tau * b + (1 - tau) * o)
     assert any(not torch.equal(t, o) for t, o in zip(m.target.parameters(), online))
@@ -198,7 +199,7 @@ def test_supcon_needs_labels():
     m = build_method(CFGS["supcon"])
     for params in (None, [{}, {}]):
         with pytest.raises(ValueError, match="supcon needs class labels: use a dataset whose shards carry cls"):
-            m.training_step(_images(), params)
+            m.framework_loss(_images(), params)
 
 
 @pytest.mark.parametrize("kind", ["byol", "simsiam", "supcon"])
@@ -241,7 +242,7 @@ def _step(kind, images, labels, distributed):
         m.online = enc
     if distributed:
         m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.training_step(images, _params(labels))
+    out = m.framework_loss(images, _params(labels))
     out["loss"].backward()
     online = getattr(m.online, "module", m.online)
     return out["loss"].item(), [p.grad.clone() for p in online.parameters()]

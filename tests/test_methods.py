@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipeline.methods import build_method
+from pipeline.build import build_method
 from pipeline.methods.base import Encoder
 from helpers import init_gloo, run_process_group
 
@@ -35,7 +35,7 @@ def _simclr_step(images, distributed):
     m.online = _linear_encoder()
     if distributed:
         m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.training_step(images)
+    out = m.framework_loss(images)
     out["loss"].backward()
     enc = getattr(m.online, "module", m.online)
     return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
@@ -51,7 +51,7 @@ def _worker(rank, world, port, q, kind):
         m = build_method(MOCO)
         m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
         m.queue.keys.zero_()
-        out = m.training_step(images)
+        out = m.framework_loss(images)
         q.put((rank, out["loss"].item(), m.queue.keys.clone()))
     dist.barrier()
     dist.destroy_process_group()
@@ -76,7 +76,7 @@ def test_moco_keys_and_queue_same_on_one_and_two_workers():
     m = build_method(MOCO)
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     m.queue.keys.zero_()
-    out = m.training_step(_batch())
+    out = m.framework_loss(_batch())
     results = _run("moco")
     # every rank holds the same queue, filled with all 8 keys in global batch order
     torch.testing.assert_close(results[0][2], results[1][2])
@@ -89,14 +89,14 @@ def test_moco_step_trains_and_updates_key_encoder():
     m = build_method(cfg)
     images = [torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16)]
     before = [p.clone() for p in m.key_encoder.parameters()]
-    out = m.training_step(images)
+    out = m.framework_loss(images)
     out["loss"].backward()
     assert all(p.grad is not None for p in m.online.parameters())
     assert all(p.grad is None for p in m.key_encoder.parameters())
     with torch.no_grad():
         for p in m.online.parameters():
             p.add_(1.0)
-    m.after_step(0.5)
+    m.update_momentum(0.5)
     after = list(m.key_encoder.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
     assert int(m.queue.ptr) == 8
@@ -112,7 +112,7 @@ def test_moco_symmetric_loss_is_both_directions():
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     queue = m.queue.keys.clone()
     x1, x2 = _batch()
-    out = m.training_step([x1, x2])
+    out = m.framework_loss([x1, x2])
     with torch.no_grad():
         z1, z2 = F.normalize(m.online(x1), dim=1), F.normalize(m.online(x2), dim=1)
     expected = info_nce(z1, z2, queue, 0.2) + info_nce(z2, z1, queue, 0.2)

@@ -9,13 +9,13 @@ from pipeline.models.split_bn import SplitBatchNorm2d, convert_split_bn
 
 @pytest.mark.parametrize("name,dim", [("resnet18", 512), ("resnet50", 2048)])
 def test_backbone_feature_dims(name, dim):
-    net = build_backbone(name, cifar_stem=True)
+    net = build_backbone({"backbone": name, "cifar_stem": True})
     assert net.feat_dim == dim
     assert net(torch.randn(2, 3, 32, 32)).shape == (2, dim)
 
 
 def test_cifar_stem_keeps_resolution_and_width_scales():
-    net = build_backbone("resnet18", cifar_stem=True, width=16)
+    net = build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 16})
     assert net.feat_dim == 128
     assert isinstance(net.maxpool, nn.Identity) and net.conv1.stride == (1, 1)
     # the CIFAR stem keeps 32x32 through layer1
@@ -35,7 +35,7 @@ def test_split_bn_equals_bn_per_group():
 
 
 def test_convert_split_bn_replaces_all_bn2d():
-    net = convert_split_bn(build_backbone("resnet18", cifar_stem=True, width=8), 4)
+    net = convert_split_bn(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8}), 4)
     bns = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
     assert bns and all(isinstance(m, SplitBatchNorm2d) for m in bns)
     net(torch.randn(8, 3, 16, 16))

@@ -9,7 +9,7 @@ from torch import nn
 
 from pipeline.config import ConfigError, compose_config
 from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
-from pipeline.methods import build_method
+from pipeline.build import build_method
 from pipeline.methods.base import Encoder
 from helpers import init_gloo, run_process_group
 
@@ -41,7 +41,7 @@ def test_co2_on_moco_adds_alpha_times_the_consistency_term():
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     queue = m.queue.keys.clone()
     x1, x2 = _batch()
-    out = m.step([x1, x2])
+    out = m.total_loss([x1, x2])
     with torch.no_grad():
         q, k = F.normalize(m.online(x1), dim=1), F.normalize(m.key_encoder(x2), dim=1)
     term = co2_consistency(q, k, queue, 0.05)  # MoCo v2's tau_con
@@ -55,7 +55,7 @@ def test_co2_on_simclr_uses_the_in_batch_negatives():
     m = build_method(_with_plugins(SIMCLR, co2={"alpha": 2.0, "temperature": 0.7}))
     m.online = _linear_encoder()
     x1, x2 = _batch()
-    out = m.step([x1, x2])
+    out = m.total_loss([x1, x2])
     with torch.no_grad():
         z1, z2 = m.online(x1), m.online(x2)
     term = co2_consistency_inbatch(z1, z2, 0.7)
@@ -68,7 +68,7 @@ def _simclr_co2_step(images, distributed):
     m.online = _linear_encoder()
     if distributed:
         m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.step(images)
+    out = m.total_loss(images)
     out["loss"].backward()
     enc = getattr(m.online, "module", m.online)
     return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
@@ -96,7 +96,7 @@ def test_clsa_adds_beta_times_ddm_summed_over_strong_views():
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     queue = m.queue.keys.clone()
     x1, x2, s1, s2 = _batch(views=4)
-    out = m.step([x1, x2, s1, s2])
+    out = m.total_loss([x1, x2, s1, s2])
     with torch.no_grad():
         q, k = F.normalize(m.online(x1), dim=1), F.normalize(m.key_encoder(x2), dim=1)
         qs = [F.normalize(m.online(s), dim=1) for s in (s1, s2)]
@@ -109,7 +109,7 @@ def test_clsa_on_byol_uses_the_batch_targets_as_support():
     cfg = compose_config(["+experiment=clsa_byol", "data=spirograph", "model.width=8", "plugin.clsa.beta=0.5"])
     m = build_method(cfg)
     x1, x2, s1 = [torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(i)) for i in range(3)]
-    out = m.step([x1, x2, s1])
+    out = m.total_loss([x1, x2, s1])
     assert out["clsa_ddm"].item() > 0 and torch.isfinite(out["loss"])
     # the term is DDM over [k_1..k_B] at plugin.clsa.temperature (0.2): check it against a direct computation
     # from the same forward, captured through the context BYOL hands to plug-ins
@@ -118,13 +118,13 @@ def test_clsa_on_byol_uses_the_batch_targets_as_support():
     original = plugin.loss
 
     def spy(method, images, params, ctx):
-        captured.update(ctx)
+        captured["ctx"] = ctx
         return original(method, images, params, ctx)
 
     plugin.loss = spy
-    out = m.step([x1, x2, s1])
-    (q, k), queue = captured["pairs"][0], captured["queue"]
-    assert queue.shape[0] == 0
+    out = m.total_loss([x1, x2, s1])
+    (q, k), = captured["ctx"].pairs
+    assert captured["ctx"].queue is None
     qs = m.query(s1)  # train-mode BN on the same batch: the same strong prediction the step used
     logits = lambda z: z @ k.t() / 0.2  # noqa: E731
     expected = -(F.softmax(logits(q), 1) * F.log_softmax(logits(qs), 1)).sum(1).mean()
@@ -164,7 +164,7 @@ def test_invclr_colour_penalty_reaches_the_network():
     m = build_method(cfg)
     m.eval()  # BN in eval mode: samples do not couple, the per-sample gradient trick is exact
     images, params = _colour_batch(cfg)
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     assert out["invclr_penalty"].item() > 0
     out["loss"].backward()
     with_pen = _grads(m)
@@ -173,7 +173,7 @@ def test_invclr_colour_penalty_reaches_the_network():
     cfg0 = _invclr_cfg(**{"plugin.invclr.lam": 0.0})
     m0 = build_method(cfg0)
     m0.eval()
-    out0 = m0.step(images, params)
+    out0 = m0.total_loss(images, params)
     assert out0["loss"].item() == pytest.approx(out["loss"].item() - 0.1 * out["invclr_penalty"].item(), rel=1e-4)
     out0["loss"].backward()
     assert not torch.allclose(with_pen, _grads(m0))  # the penalty contributes gradient through create_graph
@@ -217,7 +217,7 @@ def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
         return out
 
     plugin.prepare = spy
-    out = m.step(images, params)
+    out = m.total_loss(images, params)
     torch.testing.assert_close(seen["view0"], images[0])  # the same image, now a function of alpha
     assert out["invclr_penalty"].item() > 0
     out["loss"].backward()

@@ -235,7 +235,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     from pipeline import tracking
     from pipeline.config import compose_config, to_yaml
     from pipeline.data.shards import make_spirograph_splits
-    from pipeline.methods import build_method
+    from pipeline.build import build_method
     from pipeline.train import checkpoint as ck
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)

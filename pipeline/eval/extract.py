@@ -74,7 +74,7 @@ class Extractor:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         m = model_cfg
-        self.net = build_backbone(m["backbone"], m.get("cifar_stem", False), m.get("width", 64))
+        self.net = build_backbone(m)
         self.net.load_state_dict(backbone_state)
         self.net.eval().to(self.device)
         self.views = views  # eval_views' arguments when this actor decodes too (no GPU: one stage, no transfer)

@@ -70,14 +70,14 @@ def probe_results(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
 
 def backbone_from(state: dict) -> torch.nn.Module:
     m = state["cfg"]["model"]
-    net = build_backbone(m["backbone"], m.get("cifar_stem", False), m.get("width", 64))
+    net = build_backbone(m)
     net.load_state_dict(ck.backbone_state(state))
     return net
 
 
 def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return build_backbone(model_cfg["backbone"], model_cfg.get("cifar_stem", False), model_cfg.get("width", 64))
+    return build_backbone(model_cfg)
 
 
 def probe_solver(cfg: dict) -> str:

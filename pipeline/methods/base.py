@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pipeline.methods.context import StepContext
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import mlp_head
 
@@ -25,10 +26,12 @@ class Encoder(nn.Module):
 
 
 def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
-    backbone = build_backbone(model_cfg["backbone"], model_cfg.get("cifar_stem", False), model_cfg.get("width", 64))
+    """The backbone `model_cfg` names and an MLP projector as `head_cfg` says (hidden_dim null: the backbone's
+    feature dim)."""
+    backbone = build_backbone(model_cfg)
     dim = backbone.feat_dim
-    projector = mlp_head(dim, head_cfg.get("hidden_dim") or dim, head_cfg["out_dim"],
-                         head_cfg.get("num_layers", 2), head_cfg.get("bn", False))
+    projector = mlp_head(dim, head_cfg.get("hidden_dim") or dim, head_cfg["out_dim"], head_cfg.get("num_layers", 2),
+                         head_cfg.get("bn", False), last_bn=head_cfg.get("last_bn", False))
     return Encoder(backbone, projector)
 
 
@@ -43,23 +46,27 @@ class Method(nn.Module):
     `online` holds every trainable network and is the one module wrapped in DDP, so gradient
     synchronisation covers exactly what the optimiser updates. Momentum encoders and queues live beside
     it and stay identical across ranks by construction.
+
+    A method writes `framework_loss` (its loss and the StepContext it declares in `provides`) and, where it has
+    them, the hooks around the optimiser step: `before_optimizer_step` (on the gradients) and `update_momentum`
+    (momentum encoders, after the step).
     """
 
     online: nn.Module
     n_views: int = 2
+    provides: frozenset[str] = frozenset()   # the StepContext fields framework_loss fills
 
     def __init__(self):
         super().__init__()
         self.plugins = nn.ModuleList()
         self.colour_stage = None  # set by build_method for recipes whose colour stage runs in the model
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
-        """Return a dict with at least "loss"; other 0-dim entries are logged. Tensors plug-ins read (queries,
-        keys, the queue before this step's keys joined it, features) go in out["ctx"]."""
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        """Return a dict with at least "loss" and "ctx" (the StepContext); other 0-dim entries are logged."""
         raise NotImplementedError
 
-    def step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
-        """training_step with the plug-ins: each may rewrite the views first (InvCLR's differentiable colour
+    def total_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        """framework_loss with the plug-ins: each may rewrite the views first (InvCLR's differentiable colour
         stage) and adds weighted loss terms after; every term is logged under its own name."""
         params = params or [{} for _ in images]
         alphas = {}
@@ -68,15 +75,23 @@ class Method(nn.Module):
             images, alphas = self.colour_stage(images, params, grad_views)
         for plugin in self.plugins:
             images = plugin.prepare(self, images, params, alphas)
-        out = self.training_step(images, params)
-        ctx = out.pop("ctx", {})
-        ctx["alphas"] = alphas
+        out = self.framework_loss(images, params)
+        ctx: StepContext = out.pop("ctx")
+        ctx.alphas = alphas
         for plugin in self.plugins:
             for name, (value, weight) in plugin.loss(self, images, params, ctx).items():
                 if weight is not None:  # None: logged only
                     out["loss"] = out["loss"] + weight * value
                 out[name] = value.detach()
         return out
+
+    def before_optimizer_step(self, progress: float) -> dict:
+        """Called between backward and the optimiser step (gradient surgery: DINO's last-layer freeze and
+        clipping). Returns logged scalars."""
+        return {}
+
+    def update_momentum(self, progress: float) -> None:
+        """Called after every optimiser step with progress in [0, 1]: momentum encoders follow their schedule."""
 
     def after_update(self, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
         """Called after the optimiser step with the step's views and outputs: plug-ins that update their own
@@ -86,9 +101,6 @@ class Method(nn.Module):
         for plugin in self.plugins:
             logged.update(plugin.after_update(self, images, params, out, progress))
         return logged
-
-    def after_step(self, progress: float) -> None:
-        """Called after every optimiser step with progress in [0, 1] (momentum schedules)."""
 
     def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
         """CoCor: the L2-normalised float32 embedding of augmented views, WITH gradient. Default: the online

@@ -2,16 +2,16 @@
 the other view; no negatives."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pipeline.losses import byol_loss
 from pipeline.methods.base import Encoder, Method, build_encoder, unwrap
+from pipeline.methods.context import StepContext
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import ema_update, momentum_copy
+from pipeline.schedules import Momentum
 
 
 class PredictorEncoder(Encoder):
@@ -45,11 +45,12 @@ class BYOL(Method):
     symmetric 2 − 2cos(q_θ(z_θ), sg(z'_ξ)) over both view orders (Eq. 2, L + L̃). The target momentum follows
     τ = 1 − (1 − τ_base)(cos(πk/K) + 1)/2, reaching 1 at the end of training (τ_base = 0.996 in the paper)."""
 
+    provides = frozenset({"features", "pairs"})
+
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
-        self.momentum_base = float(m["momentum"])
-        self.momentum_cosine = bool(m.get("momentum_cosine", True))
+        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
         head = m["head"]
         encoder = build_encoder(cfg["model"], head)
         pred = m.get("predictor") or {}
@@ -57,10 +58,8 @@ class BYOL(Method):
         hidden = int(pred.get("hidden_dim") or head_hidden_dim(encoder, head))  # paper: 4096, as the projector
         predictor = mlp_head(out_dim, hidden, out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
         self.online = PredictorEncoder(encoder.backbone, encoder.projector, predictor)
-        # the target network: backbone + projector only (no predictor), frozen, updated by EMA in after_step
+        # the target network: backbone + projector only (no predictor), frozen, updated by EMA in update_momentum
         self.target = momentum_copy(Encoder(encoder.backbone, encoder.projector))
-        self.out_dim = out_dim
-        self.momentum = self.momentum_base
 
     def query(self, x: torch.Tensor, with_features: bool = False):
         """The L2-normalised float32 online prediction q_θ(z_θ); with_features also returns backbone features."""
@@ -76,7 +75,7 @@ class BYOL(Method):
     def _targets(self, x: torch.Tensor) -> torch.Tensor:
         return self.target(x).float()
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         x1, x2 = images[0], images[1]
         # one forward per view, so BN statistics are per view as in the paper's implementation; DDP tolerates two
         # forwards before one backward (autograd sums both uses before each gradient hook fires)
@@ -86,18 +85,12 @@ class BYOL(Method):
         t1, t2 = self._targets(x1), self._targets(x2)
         loss = byol_loss(p1, t2) + byol_loss(p2, t1)
         q1, k2 = F.normalize(p1, dim=1), F.normalize(t2, dim=1)
-        ctx = {"pairs": [(q1, k2)], "queue": p1.new_zeros(0, self.out_dim), "features": [h1, h2]}
+        ctx = StepContext(features=[h1, h2], pairs=[(q1, k2)])
         return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(),
-                "momentum": torch.tensor(self.momentum), "ctx": ctx}
+                "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
 
-    def momentum_at(self, progress: float) -> float:
-        """τ at training progress k/K: the cosine schedule from τ_base to 1, or τ_base when it is off."""
-        if not self.momentum_cosine:
-            return self.momentum_base
-        return 1 - (1 - self.momentum_base) * (math.cos(math.pi * progress) + 1) / 2
-
-    def after_step(self, progress: float) -> None:
-        self.momentum = self.momentum_at(progress)
+    def update_momentum(self, progress: float) -> None:
+        m = self.momentum.update(progress)
         online = unwrap(self.online)
-        ema_update(self.target.backbone, online.backbone, self.momentum)
-        ema_update(self.target.projector, online.projector, self.momentum)
+        ema_update(self.target.backbone, online.backbone, m)
+        ema_update(self.target.projector, online.projector, m)

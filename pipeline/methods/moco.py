@@ -1,25 +1,26 @@
 """MoCo v1/v2 (He et al. 2020; Chen et al. 2020): query encoder, momentum key encoder, queue, shuffle-BN."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from pipeline import dist
 from pipeline.losses import info_nce
 from pipeline.methods.base import Method, build_encoder, unwrap
+from pipeline.methods.context import StepContext
 from pipeline.models.momentum import Queue, ema_update, momentum_copy
 from pipeline.models.split_bn import convert_split_bn
+from pipeline.schedules import Momentum
 
 
 class MoCo(Method):
+    provides = frozenset({"features", "pairs", "queue"})
+
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
         self.temperature = float(m["temperature"])
-        self.momentum_base = float(m["momentum"])
-        self.momentum_cosine = bool(m.get("momentum_cosine", False))
+        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", False))
         self.bn_splits = int(m.get("bn_splits", 1))
         self.symmetric = bool(m.get("symmetric", False))
         encoder = build_encoder(cfg["model"], m["head"])
@@ -27,7 +28,6 @@ class MoCo(Method):
         self.online = encoder
         self.key_encoder = momentum_copy(encoder)
         self.queue = Queue(int(m["queue_size"]), int(m["head"]["out_dim"]), seed=int(cfg.get("seed", 0)))
-        self.momentum = self.momentum_base
 
     @torch.no_grad()
     def _keys(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +51,7 @@ class MoCo(Method):
         q = F.normalize(z.float(), dim=1)
         return (h, q) if with_features else q
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         x1, x2 = images[0], images[1]
         queue = self.queue.keys.clone()  # the loss must see the queue before this step's keys join it
         h1, q1 = self.query(x1, with_features=True)
@@ -59,7 +59,7 @@ class MoCo(Method):
         loss = info_nce(q1, k2, queue, self.temperature)
         keys = k2
         # pairs (query, its positive key) for plug-ins that add terms per pair (CO2, CLSA)
-        ctx = {"pairs": [(q1, k2)], "queue": queue, "features": [h1]}
+        ctx = StepContext(features=[h1], pairs=[(q1, k2)], queue=queue)
         if self.symmetric:
             # both views serve as query and key (as in MoCo v3 and MoCo's CIFAR demo): twice the signal a step.
             # Two forwards through DDP are fine: autograd sums both uses before each gradient hook fires.
@@ -67,12 +67,10 @@ class MoCo(Method):
             k1 = self._keys(x1)
             loss = loss + info_nce(q2, k1, queue, self.temperature)
             keys = torch.cat([k1, k2])
-            ctx["pairs"].append((q2, k1))
-            ctx["features"].append(h2)
+            ctx.pairs.append((q2, k1))
+            ctx.features.append(h2)
         self.queue.push(dist.gather_nograd(keys))
         return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(), "ctx": ctx}
 
-    def after_step(self, progress: float) -> None:
-        if self.momentum_cosine:  # BYOL-style schedule towards 1
-            self.momentum = 1 - (1 - self.momentum_base) * (math.cos(math.pi * progress) + 1) / 2
-        ema_update(self.key_encoder, unwrap(self.online), self.momentum)
+    def update_momentum(self, progress: float) -> None:
+        ema_update(self.key_encoder, unwrap(self.online), self.momentum.update(progress))

@@ -6,16 +6,19 @@ import torch
 from pipeline import dist
 from pipeline.losses import nt_xent_anchors
 from pipeline.methods.base import Method, build_encoder
+from pipeline.methods.context import StepContext
 
 
 class SimCLR(Method):
+    provides = frozenset({"features", "projections", "gathered"})
+
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
         self.temperature = float(m["temperature"])
         self.online = build_encoder(cfg["model"], m["head"])
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         b = images[0].shape[0]
         # one forward over both views: DDP expects a single forward per backward
         h, z = self.online(torch.cat([images[0], images[1]]), with_features=True)
@@ -24,5 +27,5 @@ class SimCLR(Method):
         c1, c2 = dist.gather_grad(z1), dist.gather_grad(z2)
         loss = nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)
         # the gathered projections let in-batch plug-ins (CO2 on SimCLR) see every worker's negatives
-        ctx = {"z": (z1, z2), "gathered": (c1, c2), "offset": dist.rank() * b, "features": [h[:b], h[b:]]}
+        ctx = StepContext(features=[h[:b], h[b:]], projections=(z1, z2), gathered=(c1, c2), offset=dist.rank() * b)
         return {"loss": loss, "ctx": ctx}

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from pipeline.losses import negative_cosine
 from pipeline.methods.base import Method, build_encoder
+from pipeline.methods.context import StepContext
 from pipeline.methods.byol import PredictorEncoder
 from pipeline.models.heads import mlp_head
-
-
-def simsiam_projector(head: nn.Sequential, bn: bool) -> nn.Sequential:
-    """SimSiam's projection MLP from an `mlp_head`: with `bn`, BN also follows the output fc (no ReLU, no affine
-    parameters, as in the paper's code), so that fc's bias, which BN would cancel, is dropped."""
-    if not bn:
-        return head
-    last = head[-1]
-    head[-1] = nn.Linear(last.in_features, last.out_features, bias=False)
-    head.append(nn.BatchNorm1d(last.out_features, affine=False))
-    return head
 
 
 class SimSiam(Method):
@@ -29,12 +18,16 @@ class SimSiam(Method):
     the hidden fc, none on the output). Loss: L = ½D(p1, sg(z2)) + ½D(p2, sg(z1)) with D the negative cosine
     (Eq. 3). Paper optimiser: SGD, lr 0.05·batch/256 (cosine), wd 1e-4, momentum 0.9."""
 
+    provides = frozenset({"features"})
+
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
         head = m["head"]
-        encoder = build_encoder(cfg["model"], head)
-        projector = simsiam_projector(encoder.projector, bool(head.get("bn", True)))
+        # BN after every fc of the projector, its output fc's too (no ReLU, no affine parameters, as in the paper's
+        # code; that fc's bias, which BN would cancel, is dropped)
+        encoder = build_encoder(cfg["model"], {**head, "last_bn": bool(head.get("bn", True))})
+        projector = encoder.projector
         pred = m.get("predictor") or {}
         out_dim = int(head["out_dim"])
         hidden = int(pred.get("hidden_dim") or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
@@ -52,7 +45,7 @@ class SimSiam(Method):
         goes through the stop-gradient backbone + projector: the base `anchor_embed`)."""
         return self.query(x)
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         # one forward per view (per-view BN statistics, as in the paper's pseudocode); two forwards through DDP
         # are fine: autograd sums both uses before each gradient hook fires
         h1, z1, p1 = self.online(images[0], with_features=True, predict=True)
@@ -62,4 +55,4 @@ class SimSiam(Method):
         # the paper's collapse monitor (Fig. 2): per-dimension std of the normalised projection, 1/sqrt(d) when
         # the outputs spread over the sphere, 0 when they collapse
         z_std = F.normalize(z1.detach(), dim=1).std(dim=0).mean()
-        return {"loss": loss, "z_std": z_std, "ctx": {"features": [h1, h2]}}
+        return {"loss": loss, "z_std": z_std, "ctx": StepContext(features=[h1, h2])}

@@ -8,12 +8,15 @@ import torch.nn.functional as F
 from pipeline import dist
 from pipeline.losses import supcon_loss
 from pipeline.methods.base import Method, build_encoder
+from pipeline.methods.context import StepContext
 
 
 class SupCon(Method):
     """Supervised Contrastive Learning (Khosla et al. 2020). `online` = backbone + projection head (normalised);
     loss L^sup_out (Eq. 2) over the 2B views, positives = every other view with the anchor's label, temperature
     0.1 (the paper's value). Labels come in `params[0]["label"]` (int64 [B], shared by the views)."""
+
+    provides = frozenset({"features", "projections", "gathered"})
 
     def __init__(self, cfg: dict):
         super().__init__()
@@ -33,7 +36,7 @@ class SupCon(Method):
             raise ValueError("supcon needs class labels: use a dataset whose shards carry cls")
         return torch.as_tensor(params[0]["label"]).long()
 
-    def training_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         y = self._labels(params).to(images[0].device)
         b = images[0].shape[0]
         # one forward over both views, as SimCLR and the authors' code do (BN statistics over all 2B views)
@@ -48,6 +51,5 @@ class SupCon(Method):
         loss = supcon_loss(torch.cat([z1, z2]), torch.cat([y, y]), self.temperature,
                            candidates=torch.cat([c1, c2]), candidate_labels=torch.cat([y_all, y_all]),
                            self_index=torch.cat([local, local + n]))
-        ctx = {"z": (z1, z2), "gathered": (c1, c2), "offset": offset, "labels": (y, y_all),
-               "features": [h[:b], h[b:]]}
+        ctx = StepContext(features=[h[:b], h[b:]], projections=(z1, z2), gathered=(c1, c2), offset=offset)
         return {"loss": loss, "ctx": ctx}

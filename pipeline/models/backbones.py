@@ -1,8 +1,15 @@
-"""Backbones: torchvision ResNets, optionally with the CIFAR stem, returning pooled features."""
+"""Backbones, selected by `model.backbone`: torchvision ResNets (optionally with the CIFAR stem) returning pooled
+features, and torchvision Vision Transformers returning the class token after the final LayerNorm. Each module
+carries `feat_dim` for the heads built on top of it."""
 from __future__ import annotations
 
+import math
+
+import torch
+import torch.nn.functional as F
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+from torchvision.models.vision_transformer import VisionTransformer
 
 # name -> (block, layers)
 _ARCHS = {
@@ -33,14 +40,82 @@ class _NarrowResNet(ResNet):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
 
-def build_backbone(name: str = "resnet18", cifar_stem: bool = False, width: int = 64) -> nn.Module:
-    """A ResNet trunk with `fc = Identity`, so `forward` returns the pooled feature vector.
+# name -> (patch size, layers, heads, width, MLP width): ViT-S/16 and ViT-B/16 as in DeiT / MoCo v3 / DINO; vit_tiny
+# is DeiT-Tiny's width with 4 layers and 4-px patches, for 32-px images and CPU tests
+VITS = {
+    "vit_tiny": (4, 4, 3, 192, 768),
+    "vit_s16": (16, 12, 6, 384, 1536),
+    "vit_b16": (16, 12, 12, 768, 3072),
+}
+BACKBONES = (*_ARCHS, *VITS)
 
-    `cifar_stem` swaps the 7x7/2 conv + max-pool for a 3x3/1 conv and no pool, as for 32-64 px input.
-    The module carries `feat_dim` for the heads built on top of it.
+
+class ViT(VisionTransformer):
+    """torchvision's VisionTransformer as a feature extractor: `forward` returns the class token after the final
+    LayerNorm (DINO's and MoCo v3's features). Images of another size than `image_size` (DINO's local crops) get
+    the position embedding resized bicubically to their patch grid; the grid of `image_size` uses it as trained."""
+
+    def __init__(self, image_size: int, patch_size: int, num_layers: int, num_heads: int, hidden_dim: int,
+                 mlp_dim: int):
+        # the grid is rounded up to whole patches so every size the config allows builds
+        image_size = max(patch_size, math.ceil(image_size / patch_size) * patch_size)
+        super().__init__(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim)
+        self.heads = nn.Identity()
+        self.feat_dim = hidden_dim
+
+    def position_embedding(self, grid_h: int, grid_w: int) -> torch.Tensor:
+        pos = self.encoder.pos_embedding  # [1, 1 + g*g, D]: the class token's, then the grid's row by row
+        g = self.image_size // self.patch_size
+        if (grid_h, grid_w) == (g, g):
+            return pos
+        grid = pos[:, 1:].reshape(1, g, g, -1).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid.float(), size=(grid_h, grid_w), mode="bicubic", align_corners=False)
+        return torch.cat([pos[:, :1], grid.to(pos.dtype).flatten(2).transpose(1, 2)], dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.conv_proj(x)  # [n, D, h/p, w/p]
+        gh, gw = tokens.shape[-2:]
+        tokens = tokens.flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.class_token.expand(x.shape[0], -1, -1), tokens], dim=1)
+        tokens = tokens + self.position_embedding(gh, gw)
+        enc = self.encoder
+        return enc.ln(enc.layers(enc.dropout(tokens)))[:, 0]
+
+    def freeze_patch_projection(self) -> None:
+        """MoCo v3's stability trick (Chen et al. 2021, §5): a random patch projection that is never trained,
+        initialised Xavier-uniform over its fan-in and fan-out (3·p·p inputs, D outputs), bias 0."""
+        w = self.conv_proj.weight
+        bound = math.sqrt(6.0 / (w.shape[1] * w.shape[2] * w.shape[3] + w.shape[0]))
+        with torch.no_grad():
+            w.uniform_(-bound, bound, generator=torch.Generator().manual_seed(0))
+            self.conv_proj.bias.zero_()
+        self.conv_proj.requires_grad_(False)
+
+
+def is_vit(name: str) -> bool:
+    return name in VITS
+
+
+def patch_size(model: dict) -> int:
+    """A ViT's patch size: model.patch_size, or the architecture's."""
+    return int(model.get("patch_size") or VITS[model["backbone"]][0])
+
+
+def build_backbone(model: dict) -> nn.Module:
+    """The backbone `model` (the config's `model` section) names.
+
+    ResNets: `fc = Identity`, so `forward` returns the pooled feature vector; `cifar_stem` swaps the 7x7/2 conv +
+    max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard).
+    ViTs: `image_size` sizes the position embedding (other sizes are resized to), `patch_size` overrides the
+    architecture's.
     """
+    name = model["backbone"]
+    if name in VITS:
+        _, layers, heads, dim, mlp = VITS[name]
+        return ViT(int(model.get("image_size") or 224), patch_size(model), layers, heads, dim, mlp)
     if name not in _ARCHS:
-        raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(_ARCHS)}")
+        raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
+    cifar_stem, width = bool(model.get("cifar_stem", False)), int(model.get("width", 64))
     block, layers = _ARCHS[name]
     net = _NarrowResNet(block, layers, width)
     if cifar_stem:

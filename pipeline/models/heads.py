@@ -1,11 +1,19 @@
-"""Projection and prediction heads."""
+"""Every projection and prediction head: the MLP heads of MoCo, SimCLR, BYOL, SimSiam and MoCo v3, and DINO's head
+with its weight-normalised last layer."""
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 
-def mlp_head(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, bn: bool = False) -> nn.Module:
-    """Linear(-BN)-ReLU blocks then a final Linear; `num_layers=1` is a plain linear projection (MoCo v1)."""
+def mlp_head(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, bn: bool = False,
+             last_bn: bool = False) -> nn.Sequential:
+    """Linear(-BN)-ReLU blocks then a final Linear; `num_layers=1` is a plain linear projection (MoCo v1).
+
+    `last_bn` puts BN without affine parameters after the final Linear, whose bias it would cancel and which is
+    dropped: SimSiam's projector and MoCo v3's (Chen et al. 2021, §4: "BN ... in the MLP heads", the projector's
+    output BN included, the predictor's not)."""
     if num_layers < 1:
         raise ValueError("num_layers must be >= 1")
     layers: list[nn.Module] = []
@@ -16,5 +24,45 @@ def mlp_head(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, bn
             layers.append(nn.BatchNorm1d(hidden_dim))
         layers.append(nn.ReLU(inplace=True))
         dim = hidden_dim
-    layers.append(nn.Linear(dim, out_dim))
+    layers.append(nn.Linear(dim, out_dim, bias=not last_bn))
+    if last_bn:
+        layers.append(nn.BatchNorm1d(out_dim, affine=False))
     return nn.Sequential(*layers)
+
+
+class NormedLinear(nn.Module):
+    """A bias-free Linear whose weight rows are L2-normalised on use: weight normalisation w = g·v/‖v‖ with the gain
+    g fixed to 1 (DINO's `norm_last_layer`), so only the direction v is learned."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
+        nn.init.trunc_normal_(self.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, F.normalize(self.weight, dim=1))
+
+
+class DINOHead(nn.Module):
+    """DINO's projection head (Caron et al. 2021, §3.1 and App. "Projection head"): a 3-layer MLP (hidden 2048,
+    GELU, no BN) to a `bottleneck`-d output, L2-normalised, then the weight-normalised `last_layer` to `out_dim`
+    prototypes (65536 in the paper). Linear weights are truncated-normal (std 0.02), biases 0."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden_dim: int = 2048, bottleneck_dim: int = 256,
+                 num_layers: int = 3):
+        super().__init__()
+        dims = [in_dim] + [hidden_dim] * (num_layers - 1) + [bottleneck_dim]
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(dims) - 2:
+                layers.append(nn.GELU())
+        self.mlp = nn.Sequential(*layers)
+        for m in self.mlp:
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+        self.last_layer = NormedLinear(bottleneck_dim, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last_layer(F.normalize(self.mlp(x), dim=1))

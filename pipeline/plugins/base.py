@@ -1,19 +1,26 @@
-"""A plug-in adds views and loss terms to a framework (CO2, CLSA, InvCLR; CoCor later).
+"""A plug-in adds views and loss terms to a framework (CO2, CLSA, InvCLR, CoCor).
 
-`Method.step` calls `prepare` before the framework's forward (a plug-in may rewrite the views, e.g. InvCLR's
-differentiable colour stage) and `loss` after it, with the tensors the framework left in its context (queries,
-keys, the queue before this step's keys joined it, backbone features). `loss` returns {name: (term, weight)} (weight None: logged, not added). `after_update` runs after the encoder's
-optimiser step (CoCor's bi-level update of its own networks).
+`Method.total_loss` calls `prepare` before the framework's forward (a plug-in may rewrite the views, e.g. InvCLR's
+differentiable colour stage) and `loss` after it, with the StepContext the framework filled (queries, keys, the
+queue before this step's keys joined it, in-batch keys or projections, backbone features). `loss` returns
+{name: (term, weight)} (weight None: logged, not added). `after_update` runs after the encoder's optimiser step
+(CoCor's bi-level update of its own networks).
+
+`frameworks` names the method kinds the plug-in's paper defines it on; `needs` the StepContext fields it reads
+(any one of the sets), checked against the method's `provides` when the config is validated.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from pipeline.methods.context import StepContext
+
 
 class Plugin(nn.Module):
     name = "plugin"
     frameworks: tuple[str, ...] = ()   # method kinds it plugs into
+    needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 
     needs_alpha_grad = False           # ask the model-side colour stage for alpha tensors requiring grad
 
@@ -21,7 +28,7 @@ class Plugin(nn.Module):
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""
         return images
 
-    def loss(self, method, images: list[torch.Tensor], params: list[dict], ctx: dict) -> dict:
+    def loss(self, method, images: list[torch.Tensor], params: list[dict], ctx: StepContext) -> dict:
         raise NotImplementedError
 
     def attach(self, method) -> None:

@@ -3,6 +3,7 @@ over [positive key, queue] is the (detached) target of each strong query's (DDM,
 the strong views as the paper does (CLSA*). The strong views are every view after the first two (augment=clsa or
 clsa_multi).
 
+On MoCo v3 (no queue) the support is every worker's keys of the batch (the in-batch negatives MoCo v3 itself uses).
 On BYOL (the paper's Table 8 gives a result but not the attachment, §6 item 16) there is no queue: the support is the
 batch's target projections (the code's batch-keys form) and the temperature is plugin.clsa.temperature."""
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pipeline.plugins.base import Plugin
 
 class CLSA(Plugin):
     name = "clsa"
-    frameworks = ("moco", "byol")
+    frameworks = ("moco", "mocov3", "byol")
+    needs = (frozenset({"pairs"}),)
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
@@ -24,8 +26,12 @@ class CLSA(Plugin):
             self.temperature = 0.2
 
     def loss(self, method, images, params, ctx):
-        (q_weak, k), queue = ctx["pairs"][0], ctx["queue"]
+        q_weak, k = ctx.pairs[0]
         t = float(self.temperature if self.temperature is not None else method.temperature)
-        batch_keys = self.batch_keys or queue.shape[0] == 0  # BYOL: the batch's keys are the only support
+        if ctx.queue is not None:  # MoCo v1/v2: [own key, queue] (the paper), or [the batch's keys, queue] (code)
+            queue, batch_keys = ctx.queue, self.batch_keys
+        else:  # MoCo v3: every worker's keys; BYOL: the batch's target projections
+            k = ctx.key_bank[0] if ctx.key_bank else k
+            queue, batch_keys = k.new_zeros(0, k.shape[1]), True
         terms = [ddm(q_weak, method.query(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
         return {"clsa_ddm": (sum(terms), self.beta)}

@@ -1,18 +1,21 @@
 """CO2 (Wei et al. 2021, docs/methods/co2.md): consistency between the query's and its positive key's similarity
-distributions over the negatives, weight alpha, temperature tau_con. On MoCo the negatives are the queue; on
-SimCLR the other views of the batch, gathered from every worker."""
+distributions over the negatives, weight alpha, temperature tau_con. On MoCo v1/v2 the negatives are the queue; on
+MoCo v3 every worker's keys of the batch but the query's own; on SimCLR the other views of the batch, gathered from
+every worker."""
 from __future__ import annotations
 
-from pipeline.losses import co2_consistency, co2_consistency_anchors
+from pipeline.losses import co2_consistency, co2_consistency_anchors, co2_consistency_bank
 from pipeline.plugins.base import Plugin
 
 # docs/methods/co2.md §1.6 (table of constants): (alpha, tau_con) per framework
 DEFAULTS = {"mocov1": (10.0, 0.04), "mocov2": (0.3, 0.05), "simclr": (0.07, 1.0)}
+# MoCo v3 is not in the paper: MoCo v2's constants, whose tau_con is close to MoCo v3's ViT tau (0.2) scale
 
 
 class CO2(Plugin):
     name = "co2"
-    frameworks = ("moco", "simclr")
+    frameworks = ("moco", "mocov3", "simclr")
+    needs = (frozenset({"pairs", "queue"}), frozenset({"pairs", "key_bank"}), frozenset({"projections", "gathered"}))
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
@@ -25,12 +28,16 @@ class CO2(Plugin):
             raise ValueError(f"plugin.co2.divergence must be symmetric, forward or reverse, not {self.divergence!r}")
 
     def loss(self, method, images, params, ctx):
-        if "queue" in ctx:  # MoCo: one term per (query, key) pair, averaged
-            terms = [co2_consistency(q, k, ctx["queue"], self.temperature, divergence=self.divergence)
-                     for q, k in ctx["pairs"]]
+        if ctx.queue is not None:  # MoCo v1/v2: one term per (query, key) pair, averaged
+            terms = [co2_consistency(q, k, ctx.queue, self.temperature, divergence=self.divergence)
+                     for q, k in ctx.pairs]
             value = sum(terms) / len(terms)
-        else:               # SimCLR: in-batch negatives from every worker
-            (z1, z2), (c1, c2) = ctx["z"], ctx["gathered"]
-            value = co2_consistency_anchors(z1, z2, c1, c2, self.temperature, ctx["offset"],
+        elif ctx.key_bank:         # MoCo v3: the other keys of the batch, from every worker
+            terms = [co2_consistency_bank(q, k, bank, ctx.offset, self.temperature, divergence=self.divergence)
+                     for (q, k), bank in zip(ctx.pairs, ctx.key_bank)]
+            value = sum(terms) / len(terms)
+        else:                      # SimCLR: in-batch negatives from every worker
+            (z1, z2), (c1, c2) = ctx.projections, ctx.gathered
+            value = co2_consistency_anchors(z1, z2, c1, c2, self.temperature, ctx.offset,
                                             divergence=self.divergence)
         return {"co2_consistency": (value, self.alpha)}

@@ -17,8 +17,6 @@ Spirograph's (m, b, σ, f_r).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,7 +25,7 @@ from pipeline import dist
 from pipeline.losses import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
 from pipeline.plugins.base import Plugin
-from pipeline.train.optim import lr_at
+from pipeline.schedules import cosine, warmup_cosine
 
 # Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
 TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 0.60}}
@@ -35,7 +33,8 @@ TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 
 
 class CoCor(Plugin):
     name = "cocor"
-    frameworks = ("moco", "simsiam", "supcon", "byol", "simclr")
+    frameworks = ("moco", "mocov3", "simsiam", "supcon", "byol", "simclr")
+    # reads no StepContext field: it embeds the composite views itself (Method.consistency_embed / anchor_embed)
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
@@ -192,7 +191,7 @@ class CoCor(Plugin):
         """Zero for the first epochs, then the encoder's own schedule (warm-up, cosine): the code's MMNN schedule."""
         if self.updates < self.freeze_steps:
             return 0.0
-        return lr_at(self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps,
+        return warmup_cosine(self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps,
                      self.target_lr)
 
     def after_update(self, method, images, params, out, progress):
@@ -202,7 +201,7 @@ class CoCor(Plugin):
         # L_u and s at θe': the same views, no gradient, and every buffer put back (queue, BN statistics)
         buffers = {name: b.clone() for name, b in method.named_buffers()}
         with torch.no_grad():
-            after = method.training_step(images, params)
+            after = method.framework_loss(images, params)
             sims = self._similarities(method, images)
             lu_after = after["loss"] + self.weight * cocor_consistency(sims, pending["targets"], self.form)
         for name, b in method.named_buffers():
@@ -228,7 +227,7 @@ class CoCor(Plugin):
         for g in self.target_opt.param_groups:
             g["lr"] = lr
         for g in self.classifier_opt.param_groups:
-            g["lr"] = self.classifier_lr * 0.5 * (1 + math.cos(math.pi * progress))
+            g["lr"] = cosine(progress, self.classifier_lr, 0.0)
         if lr > 0:  # frozen: not even momentum moves it
             self.target_opt.step()
         self.classifier_opt.step()

@@ -20,6 +20,7 @@ from pipeline.plugins.base import Plugin
 class InvCLR(Plugin):
     name = "invclr"
     frameworks = ("moco", "simclr")
+    needs = (frozenset({"features"}),)
     needs_alpha_grad = True
 
     def __init__(self, pcfg: dict, cfg: dict):
@@ -73,10 +74,10 @@ class InvCLR(Plugin):
         return a.view(k, self.n_samples, d)
 
     def loss(self, method, images, params, ctx):
-        alpha = ctx["alphas"].get(0)
+        alpha = ctx.alphas.get(0)
         if alpha is None:
             raise RuntimeError("InvCLR: view 0 has no differentiable alpha")
-        h = ctx["features"][0].float()
+        h = ctx.features[0].float()
         k, d = alpha.shape
         alpha_prime = self._alpha_prime(k, d).to(alpha.device, alpha.dtype)
         e = torch.randint(0, 2, h.shape, generator=self._generator()).to(h.device, h.dtype) * 2 - 1

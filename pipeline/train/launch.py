@@ -424,7 +424,7 @@ def _log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
     import mlflow.pytorch
     import torch
 
-    from pipeline.methods import build_method
+    from pipeline.build import build_method
     from pipeline.train import checkpoint as ck
 
     local = Path(cfg["paths"]["runs"]) / "checkpoints" / cfg["run"]["name"]

@@ -17,12 +17,13 @@ import torch
 
 from pipeline import dist
 from pipeline.augment.view_maker import build_view_maker, eval_settings
+from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
-from pipeline.methods import build_method
+from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train import checkpoint
-from pipeline.train.optim import build_optimizer, lr_at, set_lr
+from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
 
 def memory_format(train: dict, device: torch.device) -> torch.memory_format:
@@ -58,15 +59,16 @@ def to_device(images: list[torch.Tensor], params: list[dict] | None, device: tor
 
 def optimisation_step(method, optimizer, images: list[torch.Tensor], params: list[dict] | None, precision: str,
                       device: torch.device, progress: float) -> dict:
-    """One step of any method with its plug-ins: loss under autocast, backward, optimiser step, momentum and
-    schedule updates, then the plug-ins' post-update work (CoCor's bi-level step). `progress` in [0, 1] is the
+    """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook
+    (DINO's last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's bi-level step). `progress` in [0, 1] is the
     fraction of training done after this step. The benchmark times exactly this function."""
     with autocast(precision, device):
-        out = method.step(images, params)
+        out = method.total_loss(images, params)
     optimizer.zero_grad(set_to_none=True)
     out["loss"].backward()
+    out.update(method.before_optimizer_step(progress))
     optimizer.step()
-    method.after_step(progress)
+    method.update_momentum(progress)
     with autocast(precision, device):
         out.update(method.after_update(images, params, out, progress))
     return out
@@ -190,8 +192,12 @@ class _Trainer:
 
     def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
-        lr = lr_at(self.step, self.total_steps, self.warmup, self.peak_lr)
+        lr = warmup_cosine(self.step, self.total_steps, self.warmup, self.peak_lr)
         set_lr(self.optimizer, lr)
+        optim = self.cfg["optim"]
+        if optim.get("weight_decay_end") is not None:  # DINO: cosine from weight_decay to weight_decay_end
+            set_weight_decay(self.optimizer, cosine(self.step / self.total_steps, float(optim["weight_decay"]),
+                                                    float(optim["weight_decay_end"])))
         images, params = to_device(images, params, self.device, self.memory_format)
         self.step += 1
         out = optimisation_step(self.method, self.optimizer, images, params, self.precision, self.device,

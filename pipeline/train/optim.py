@@ -1,8 +1,8 @@
-"""Optimisers (SGD, LARS) and the per-step learning-rate schedule (linear warm-up, cosine decay)."""
+"""Optimisers (SGD, LARS, AdamW) over parameter groups with and without weight decay; the schedules that drive
+them live in pipeline/schedules.py."""
 from __future__ import annotations
 
 import inspect
-import math
 
 import torch
 from torch import nn
@@ -112,20 +112,23 @@ def build_optimizer(model: nn.Module, cfg: dict, lr: float) -> torch.optim.Optim
         return opt
     if name == "lars":
         return LARS(groups, lr=lr, momentum=float(cfg["momentum"]), eta=float(cfg.get("eta", 1e-3)))
-    raise ValueError(f"unknown optimizer {name!r}; choose sgd or lars")
+    if name == "adamw":  # MoCo v3's and DINO's optimiser for ViTs
+        for g in groups:
+            g.pop("lars")
+        params = [p for g in groups for p in g["params"]]
+        kernels = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {"foreach": True}
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.get("betas") or (0.9, 0.999)), **kernels)
+    raise ValueError(f"unknown optimizer {name!r}; choose sgd, lars or adamw")
+
+
+def set_weight_decay(opt: torch.optim.Optimizer, weight_decay: float) -> None:
+    """The decayed group's weight decay (param_groups puts it first; the other group never decays)."""
+    opt.param_groups[0]["weight_decay"] = weight_decay
 
 
 def scaled_lr(base_lr: float, global_batch: int) -> float:
     """The linear scaling rule: lr = base_lr * global_batch / 256."""
     return base_lr * global_batch / 256
-
-
-def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float, final: float = 0.0) -> float:
-    """Linear warm-up from ~0 to `peak`, then half-cosine down to `final`."""
-    if warmup_steps and step < warmup_steps:
-        return peak * (step + 1) / warmup_steps
-    t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return final + (peak - final) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

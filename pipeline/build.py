@@ -1,0 +1,52 @@
+"""A config into the objects a run trains, in one place: the method with its plug-ins and colour stage, and the
+checks that the three fit together (a plug-in its paper defines on the framework, fed the fields it needs).
+
+The one module that imports both registries: methods and plug-ins never import each other (a plug-in reads the
+method's StepContext, pipeline.methods.context)."""
+from __future__ import annotations
+
+from pipeline.methods import METHODS
+from pipeline.methods.base import Method
+from pipeline.methods.context import check_contract
+from pipeline.plugins import PLUGINS, build_plugin
+
+
+def check_plugins(cfg: dict) -> None:
+    """ValueError with one line when a plug-in is unknown, is not defined on the framework, needs context the
+    method does not provide, lacks its views or has bad settings."""
+    kind = cfg["method"]["kind"]
+    for name in (cfg.get("plugin") or {}):
+        if name not in PLUGINS:
+            raise ValueError(f"unknown plugin {name!r}; known: {sorted(PLUGINS)}")
+        if kind not in PLUGINS[name].frameworks:
+            raise ValueError(f"plugin {name} does not plug into method kind {kind!r} "
+                             f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})")
+        check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
+    if "clsa" in (cfg.get("plugin") or {}):
+        from pipeline.augment.view_maker import image_recipe
+
+        aug = cfg["augment"]
+        if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
+            raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
+    for name in (cfg.get("plugin") or {}):
+        build_plugin(name, cfg)  # constructors check their own settings
+
+
+def build_method(cfg: dict) -> Method:
+    """The method `method.kind` names, with the recipe's model-side colour stage and the config's plug-ins."""
+    kind = cfg["method"]["kind"]
+    if kind not in METHODS:
+        raise ValueError(f"unknown method kind {kind!r}; known: {sorted(METHODS)}")
+    method = METHODS[kind](cfg)
+    aug = cfg.get("augment") or {}
+    if aug.get("kind", "views") == "views" and aug:
+        from pipeline.augment.colour import ModelColourStage
+        from pipeline.augment.view_maker import image_recipe
+
+        stage = ModelColourStage(image_recipe(aug))
+        method.colour_stage = stage if stage else None
+    for name in (cfg.get("plugin") or {}):
+        plugin = build_plugin(name, cfg)
+        method.plugins.append(plugin)
+        plugin.attach(method)
+    return method

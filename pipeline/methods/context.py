@@ -1,0 +1,55 @@
+"""The plug-in contract: what a method's step leaves for the plug-ins, as one typed record.
+
+A method fills the fields it has and declares them in `provides`; a plug-in declares in `needs` the sets of
+fields it can work from (any one set suffices, e.g. CO2: a queue, or a batch of keys, or in-batch projections).
+`check_contract` compares the two when the config is validated, so a pairing that cannot work fails in one line
+before anything runs, and no method fills a field with a stand-in it does not have.
+
+Every tensor here is float32 (losses run in float32 under autocast); projections and keys are L2-normalised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+
+@dataclass
+class StepContext:
+    features: list[torch.Tensor] = field(default_factory=list)
+    """Backbone features of the views the method encoded with gradient, in view order (views 0 and 1)."""
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    """(query, its positive key) per direction of the loss: [B, D] each; keys carry no gradient."""
+    queue: torch.Tensor | None = None
+    """MoCo v1/v2's negatives [K, D], as they were before this step's keys joined the queue."""
+    key_bank: list[torch.Tensor] = field(default_factory=list)
+    """MoCo v3's in-batch keys: per pair, every worker's keys of the key view [N, D]; row i of this worker's
+    queries has its positive at `offset + i`, every other row is a negative."""
+    projections: tuple[torch.Tensor, torch.Tensor] | None = None
+    """SimCLR/SupCon: this worker's projections of views 0 and 1 [b, D] (with gradient)."""
+    gathered: tuple[torch.Tensor, torch.Tensor] | None = None
+    """SimCLR/SupCon: every worker's projections of views 0 and 1 [N, D], this worker's rows at `offset`."""
+    offset: int = 0
+    """This worker's first row in `gathered` and `key_bank`."""
+    alphas: dict[int, torch.Tensor] = field(default_factory=dict)
+    """View index -> its differentiable augmentation parameters (set by Method.step, not by the method)."""
+
+
+FIELDS = frozenset(f.name for f in fields(StepContext)) - {"alphas", "offset"}
+
+
+def missing(provides: frozenset[str], needs: tuple[frozenset[str], ...]) -> frozenset[str] | None:
+    """None when `provides` covers one of the alternatives in `needs` (or needs nothing), else the smallest set of
+    fields that is missing."""
+    if not needs:
+        return None
+    gaps = [need - provides for need in needs]
+    return None if any(not g for g in gaps) else min(gaps, key=len)
+
+
+def check_contract(method_kind: str, provides: frozenset[str], plugin: str, needs: tuple[frozenset[str], ...]) -> None:
+    """ValueError in one line when the method leaves none of the field sets the plug-in can work from."""
+    gap = missing(provides, needs)
+    if gap is not None:
+        raise ValueError(f"plugin {plugin} needs {', '.join(sorted(gap))} from the method's step, which method kind "
+                         f"{method_kind!r} does not provide (it provides {', '.join(sorted(provides))})")

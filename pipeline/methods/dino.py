@@ -1,0 +1,102 @@
+"""DINO (Caron et al. 2021, "Emerging Properties in Self-Supervised Vision Transformers")."""
+from __future__ import annotations
+
+import torch
+
+from pipeline import dist
+from pipeline.losses import dino_loss
+from pipeline.methods.base import Encoder, Method, unwrap
+from pipeline.methods.context import StepContext
+from pipeline.models.backbones import build_backbone
+from pipeline.models.heads import DINOHead
+from pipeline.models.momentum import ema_update, momentum_copy
+from pipeline.schedules import Momentum, linear_warmup
+
+
+class DINO(Method):
+    """Student: backbone + DINO head (`online`, the module DDP wraps); teacher: an EMA copy, fed the two global
+    crops only, while the student sees every crop (augment=dino: 2 global + N local; crops of one size go through
+    the backbone together, as the paper's multi-crop wrapper).
+
+    Loss (Eq. 3, Alg. 1): the teacher's centred, sharpened distribution of each global crop is the target of the
+    student's distribution of every other crop. Teacher temperature: linear warm-up 0.04 -> 0.07 over the first
+    epochs, then constant; student's 0.1. The centre is an EMA (0.9) of the teacher's batch mean over every worker.
+    The teacher's momentum follows a cosine from 0.996 to 1. Before each optimiser step the last layer's gradients
+    are dropped during the first epoch and each parameter's gradient norm is clipped to 3.0 (the paper's code)."""
+
+    provides = frozenset({"features"})
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        m = cfg["method"]
+        head = m["head"]
+        backbone = build_backbone(cfg["model"])
+        self.online = Encoder(backbone, DINOHead(backbone.feat_dim, int(head["out_dim"]),
+                                                 int(head.get("hidden_dim") or 2048),
+                                                 int(head.get("bottleneck_dim", 256)), int(head.get("num_layers", 3))))
+        self.teacher = momentum_copy(self.online)
+        self.register_buffer("center", torch.zeros(1, int(head["out_dim"])))
+        self.center_momentum = float(m["center_momentum"])
+        self.student_temperature = float(m["student_temperature"])
+        self.teacher_temperatures = (float(m["warmup_teacher_temperature"]), float(m["teacher_temperature"]))
+        epochs = max(1, int(cfg.get("train", {}).get("epochs", 1)))
+        self.teacher_warmup = min(1.0, float(m["warmup_teacher_epochs"]) / epochs)  # fractions of training
+        self.freeze_last_layer = min(1.0, float(m["freeze_last_layer_epochs"]) / epochs)
+        self.clip_grad = None if m.get("clip_grad") is None else float(m["clip_grad"])
+        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
+        self.progress = 0.0  # the fraction of training done before the current step
+
+    def teacher_temperature(self) -> float:
+        return linear_warmup(self.progress, *self.teacher_temperatures, self.teacher_warmup)
+
+    def _student(self, images: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(features, outputs) per crop: consecutive crops of one size in one forward."""
+        feats, outs, i = [], [], 0
+        while i < len(images):
+            j = i + 1
+            while j < len(images) and images[j].shape[-2:] == images[i].shape[-2:]:
+                j += 1
+            h, z = self.online(torch.cat(images[i:j]), with_features=True)
+            feats.extend(h.chunk(j - i))
+            outs.extend(z.float().chunk(j - i))
+            i = j
+        return feats, outs
+
+    @torch.no_grad()
+    def _update_center(self, teacher: list[torch.Tensor]) -> None:
+        t = torch.cat(teacher)
+        batch_sum = t.sum(0, keepdim=True)
+        count = torch.tensor([float(t.shape[0])], device=t.device)
+        if dist.is_dist():
+            torch.distributed.all_reduce(batch_sum)
+            torch.distributed.all_reduce(count)
+        self.center.mul_(self.center_momentum).add_(batch_sum / count, alpha=1 - self.center_momentum)
+
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        feats, student = self._student(images)
+        with torch.no_grad():
+            teacher = [t.float() for t in self.teacher(torch.cat(images[:2])).chunk(2)]
+        tau_t = self.teacher_temperature()
+        loss = dino_loss(student, teacher, self.center, self.student_temperature, tau_t)
+        self._update_center(teacher)
+        return {"loss": loss, "teacher_temperature": torch.tensor(tau_t),
+                "momentum": torch.tensor(self.momentum.value), "ctx": StepContext(features=feats[:2])}
+
+    @torch.no_grad()
+    def before_optimizer_step(self, progress: float) -> dict:
+        online = unwrap(self.online)
+        if progress <= self.freeze_last_layer + 1e-9:  # the first epoch: the prototypes stay as initialised
+            for p in online.projector.last_layer.parameters():
+                p.grad = None
+        grads = [p.grad for p in online.parameters() if p.grad is not None]
+        if self.clip_grad is None or not grads:
+            return {}
+        # each tensor's gradient clipped to norm clip_grad on its own (the paper's code), not the global norm
+        norms = torch.stack(torch._foreach_norm(grads))
+        scale = (self.clip_grad / (norms + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, list(scale.unbind(0)))
+        return {}
+
+    def update_momentum(self, progress: float) -> None:
+        self.progress = progress
+        ema_update(self.teacher, unwrap(self.online), self.momentum.update(progress))

@@ -1,0 +1,81 @@
+"""MoCo v3 (Chen, Xie, He 2021, "An Empirical Study of Training Self-Supervised Vision Transformers")."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pipeline import dist
+from pipeline.losses import mocov3_loss
+from pipeline.methods.base import Encoder, Method, unwrap
+from pipeline.methods.byol import PredictorEncoder
+from pipeline.methods.context import StepContext
+from pipeline.models.backbones import build_backbone, is_vit
+from pipeline.models.heads import mlp_head
+from pipeline.models.momentum import ema_update, momentum_copy
+from pipeline.schedules import Momentum
+
+
+class MoCoV3(Method):
+    """Online: backbone + projector + predictor (`online`, the module DDP wraps); momentum encoder: an EMA copy of
+    backbone + projector. Every MLP has BN after each hidden fc; the projector's output too (no affine), the
+    predictor's not (§4, "BN in MLP heads"). Projector: 3 layers on a ViT, 2 on a ResNet; predictor: 2.
+
+    Loss (Alg. 1): ctr(q1, k2) + ctr(q2, k1), ctr the InfoNCE of each query against every worker's keys of the other
+    view, scaled by 2τ; no queue. τ is 0.2 for ViT and 1.0 for ResNet-50 (method.temperature null picks by the
+    backbone). The momentum follows a cosine from 0.99 to 1. On a ViT the patch projection is random and frozen
+    (§5, "random patch projection", method.random_patch_projection). The paper's optimisers: AdamW for ViT,
+    LARS for ResNet (+experiment=mocov3_vit, mocov3_resnet)."""
+
+    provides = frozenset({"features", "pairs", "key_bank"})
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        m, model = cfg["method"], cfg["model"]
+        vit = is_vit(model["backbone"])
+        self.temperature = float(m["temperature"] if m.get("temperature") is not None else (0.2 if vit else 1.0))
+        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
+        backbone = build_backbone(model)
+        if vit and m.get("random_patch_projection", True):
+            backbone.freeze_patch_projection()
+        head, pred = m["head"], m.get("predictor") or {}
+        dim, out = backbone.feat_dim, int(head["out_dim"])
+        hidden = int(head.get("hidden_dim") or dim)  # 4096 in the paper
+        projector = mlp_head(dim, hidden, out, int(head.get("num_layers") or (3 if vit else 2)), bn=True,
+                             last_bn=True)
+        predictor = mlp_head(out, int(pred.get("hidden_dim") or hidden), out, int(pred.get("num_layers", 2)),
+                             bn=True)
+        self.online = PredictorEncoder(backbone, projector, predictor)
+        self.key_encoder = momentum_copy(Encoder(backbone, projector))
+
+    def query(self, x: torch.Tensor, with_features: bool = False):
+        """The L2-normalised float32 prediction; with_features also returns the backbone features."""
+        h, _, p = self.online(x, with_features=True, predict=True)
+        q = F.normalize(p.float(), dim=1)
+        return (h, q) if with_features else q
+
+    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """CoCor's augmented-view embedding: the query (backbone, projector and predictor), with gradient."""
+        return self.query(x)
+
+    @torch.no_grad()
+    def _keys(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.key_encoder(x).float(), dim=1)
+
+    def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
+        x1, x2 = images[0], images[1]
+        # one forward per view (per-view BN statistics, as the paper's code); DDP sums both uses before its hooks
+        h1, q1 = self.query(x1, with_features=True)
+        h2, q2 = self.query(x2, with_features=True)
+        k1, k2 = self._keys(x1), self._keys(x2)
+        bank1, bank2 = dist.gather_nograd(k1), dist.gather_nograd(k2)
+        offset = dist.rank() * x1.shape[0]
+        loss = mocov3_loss(q1, bank2, offset, self.temperature) + mocov3_loss(q2, bank1, offset, self.temperature)
+        ctx = StepContext(features=[h1, h2], pairs=[(q1, k2), (q2, k1)], key_bank=[bank2, bank1], offset=offset)
+        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(),
+                "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
+
+    def update_momentum(self, progress: float) -> None:
+        m = self.momentum.update(progress)
+        online = unwrap(self.online)
+        ema_update(self.key_encoder.backbone, online.backbone, m)
+        ema_update(self.key_encoder.projector, online.projector, m)

@@ -1,0 +1,51 @@
+"""Every schedule of training in one place, as pure functions of where training is.
+
+- `warmup_cosine`: the learning rate (linear warm-up, then half-cosine to `final`), per step;
+- `cosine`: a value that moves from `start` to `end` along a half-cosine over training: momentum encoders to 1
+  (BYOL Eq. 4 convention: tau = 1 - (1 - tau_base)(cos(pi k / K) + 1) / 2, used by MoCo v3 and DINO too), DINO's
+  weight decay 0.04 -> 0.4, CoCor's classifier lr;
+- `linear_warmup`: a value that rises linearly from `start` to `end` over the first `warmup` fraction, then
+  stays at `end` (DINO's teacher temperature 0.04 -> 0.07).
+
+`progress` is the fraction of training done, in [0, 1].
+"""
+from __future__ import annotations
+
+import math
+
+
+def cosine(progress: float, start: float, end: float) -> float:
+    """start at progress 0, end at progress 1, along a half-cosine."""
+    p = min(1.0, max(0.0, progress))
+    return end + (start - end) * 0.5 * (1 + math.cos(math.pi * p))
+
+
+def warmup_cosine(step: int, total_steps: int, warmup_steps: int, peak: float, final: float = 0.0) -> float:
+    """Linear warm-up from peak / warmup_steps to `peak` over the first steps, then a half-cosine down to `final`
+    at `total_steps`."""
+    if warmup_steps and step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    return cosine((step - warmup_steps) / max(1, total_steps - warmup_steps), peak, final)
+
+
+def linear_warmup(progress: float, start: float, end: float, warmup: float) -> float:
+    """start at progress 0, rising linearly to `end` at progress `warmup`, then constant."""
+    if warmup <= 0 or progress >= warmup:
+        return end
+    return start + (end - start) * max(0.0, progress) / warmup
+
+
+class Momentum:
+    """An EMA coefficient that follows `cosine` from `base` to 1 (or stays at `base`): the one object every
+    momentum encoder (MoCo, BYOL, MoCo v3, DINO) reads its coefficient from."""
+
+    def __init__(self, base: float, to_one: bool):
+        self.base, self.to_one = float(base), bool(to_one)
+        self.value = self.base
+
+    def at(self, progress: float) -> float:
+        return cosine(progress, self.base, 1.0) if self.to_one else self.base
+
+    def update(self, progress: float) -> float:
+        self.value = self.at(progress)
+        return self.value
