@@ -57,7 +57,8 @@ def main() -> int:
     from pipeline.eval.extract import extract_split
     from pipeline.eval.features import eval_preprocess
     from pipeline.models.backbones import build_backbone
-    from pipeline.train.launch import init_ray, resolve
+    from pipeline.cluster import init_ray
+    from pipeline.train.prepare import resolve
 
     cfg = compose_config([])
     split = args.split

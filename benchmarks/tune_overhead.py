@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--root", default=None, help="paths.root for both runs (default: a fresh temporary folder)")
     args = ap.parse_args()
 
-    from pipeline.train.launch import resolve
+    from pipeline.train.prepare import resolve
     from pipeline.tune.settings import check_sweep, compose_sweep, sweep_argv
 
     root = Path(args.root or tempfile.mkdtemp(prefix="tune-overhead-")).resolve()

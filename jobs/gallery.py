@@ -20,7 +20,8 @@ def main(argv: list[str]) -> int:
 
     try:  # the whole config, checked before any work; then the default Spirograph data is generated if missing
         validate(cfg)
-        from pipeline.train.launch import gallery_path, prepare_data
+        from pipeline.train.artifacts import gallery_path
+        from pipeline.train.prepare import prepare_data
 
         prepare_data(cfg)
     except ConfigError as e:

@@ -100,7 +100,7 @@ def run_sweep_for_report(name: str, args: list[str]) -> dict:
     """Run (or read back) `python jobs/tune.py +sweep=<name> *args`: its results and how they compare to the paper."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.train.launch import RunBusy
+    from pipeline.train.run_lock import RunBusy
     from pipeline.tune.sweep import prepare, run_sweep
 
     argv = [f"+sweep={name}", *args]
@@ -156,7 +156,9 @@ def sweep_section(r: dict, docs: Path) -> list[str]:
 
 
 def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
-    from pipeline.train.launch import RunBusy, pretrain, resolve
+    from pipeline.train.launch import pretrain
+    from pipeline.train.prepare import resolve
+    from pipeline.train.run_lock import RunBusy
 
     try:
         # plugin.<name>.* settings apply only to the runs that use that plug-in

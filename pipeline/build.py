@@ -50,3 +50,23 @@ def build_method(cfg: dict) -> Method:
         method.plugins.append(plugin)
         plugin.attach(method)
     return method
+
+
+def plugin_matrix() -> str:
+    """The framework x plug-in table (markdown) of what composes: each method config of conf/method/ against each
+    plug-in (its paper defines it there and the method provides what it reads), and JointCrop/JointBlur, a sampler
+    of any image recipe's first two views. README.md prints it; tests/test_device_step.py trains each cell."""
+    import yaml
+
+    from pipeline.config import CONF_DIR
+    from pipeline.methods.context import satisfied
+
+    kinds = {p.stem: yaml.safe_load(p.read_text())["kind"] for p in (CONF_DIR / "method").glob("*.yaml")}
+    kinds = dict(sorted(kinds.items(), key=lambda nk: (list(METHODS).index(nk[1]), nk[0])))
+    names = sorted(PLUGINS)
+    lines = ["| framework | " + " | ".join(names) + " | jointcrop |", "| --- |" + " :-: |" * (len(names) + 1)]
+    for name, kind in kinds.items():
+        cells = ["✓" if kind in PLUGINS[p].frameworks and satisfied(METHODS[kind].provides, PLUGINS[p].needs)
+                 else "" for p in names]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | ✓ |")
+    return "\n".join(lines)

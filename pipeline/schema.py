@@ -14,12 +14,12 @@ its value and what is allowed (`train.epochs=abc: expected an integer >= 1`):
    that exists must be a readable, uncorrupted SQLite database (opened read-only; never created here);
 6. plug-ins (their constructors check their constants; torch is imported only when plug-ins are used);
 7. the data folders: a local data.train / data.val must exist, except the managed Spirograph folders, which
-   are generated (pipeline.train.launch.prepare_data reads the manifests, checks every shard and the
+   are generated (pipeline.train.prepare.prepare_data reads the manifests, checks every shard and the
    Spirograph provenance).
 
 It starts nothing and creates nothing (no folder, no MLflow store, no Ray), and for a config without
 plug-ins imports no torch, so a bad command line is answered in about a second. Called by
-pipeline.train.launch.resolve (every training job) and by jobs/gallery.py; any job can call it on the config
+pipeline.train.prepare.resolve (every training job) and by jobs/gallery.py; any job can call it on the config
 `pipeline.config.cli` returns.
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import ConfigError, compose_config
-from pipeline.train.launch import resolve
+from pipeline.train.prepare import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.generate.n_train=300", "data.generate.n_val=100"]

@@ -272,7 +272,7 @@ def test_compiled_backbones_give_the_eager_step_and_keep_checkpoint_keys():
 
 def test_compile_with_the_invclr_penalty_is_refused_before_ray(tmp_path):
     from pipeline.config import ConfigError
-    from pipeline.train.launch import resolve
+    from pipeline.train.prepare import resolve
 
     cfg = compose_config([f"paths.root={tmp_path}", "+experiment=invclr_spirograph", "train.compile=true"])
     with pytest.raises(ConfigError, match="double backward"):

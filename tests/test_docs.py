@@ -35,3 +35,9 @@ def test_no_file_points_at_the_specs_folder_outside_the_repository():
 
 def test_no_run_store_is_committed():
     assert not [p for p in _tracked() if p.name == "mlflow.db" or "mlruns" in p.parts]
+
+
+def test_readme_prints_the_framework_by_plugin_matrix_the_registries_give():
+    from pipeline.build import plugin_matrix
+
+    assert plugin_matrix() in (ROOT / "README.md").read_text()

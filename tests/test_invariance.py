@@ -174,7 +174,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline.data.shards import make_spirograph_splits
     from pipeline.eval.run_probe import compare_with_random
     from pipeline.build import build_method
-    from pipeline.train import checkpoint as ck
+    from pipeline import checkpoint as ck
     from mlflow.tracking._tracking_service import utils as mlflow_uri
 
     small = [f"paths.root={tmp_path}", "model.width=8", "method.bn_splits=1", "eval.probe.steps=10",

@@ -231,7 +231,7 @@ def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
     (["method=simclr", "plugin=[clsa]", "augment=clsa"], "does not plug into method kind 'simclr'"),
 ])
 def test_plugin_misfits_fail_before_work(overrides, message, tmp_path):
-    from pipeline.train.launch import resolve
+    from pipeline.train.prepare import resolve
 
     cfg = compose_config([*overrides, f"paths.root={tmp_path}"])
     with pytest.raises(ConfigError, match=message):

@@ -79,7 +79,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
     def broken(checkpoint, cfg, model=True):
         raise OSError("disk full while logging the backbone")
 
-    monkeypatch.setattr(launch, "_log_checkpoint", broken)
+    monkeypatch.setattr(launch, "log_checkpoint", broken)
     with pytest.raises(OSError):
         launch.pretrain(_cfg(store, "r1"))
     client = _client(store)
@@ -97,7 +97,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
         mlflow.log_metrics({f"probe_{k}_{m}": v for k, r in results.items() for m, v in r.items()})
         return results
 
-    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg, model=True: store / "ckpt")
+    monkeypatch.setattr(launch, "log_checkpoint", lambda checkpoint, cfg, model=True: store / "ckpt")
     monkeypatch.setattr(run_probe, "compare_with_random", logged_probe)
     out = launch.pretrain(_cfg(store, "r1"))
     run = client.get_run(run.info.run_id)
@@ -133,7 +133,7 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
     local = store / "runs" / "checkpoints" / "r3"
     local.mkdir(parents=True)
     torch.save({"cfg": {}, "method": {}}, local / "state.pt")
-    monkeypatch.setattr(launch, "_log_checkpoint", lambda checkpoint, cfg, model=True: local)
+    monkeypatch.setattr(launch, "log_checkpoint", lambda checkpoint, cfg, model=True: local)
     out = launch.pretrain(_cfg(store, "r3", "eval.probe.after_pretrain=false"))
     assert out["probe"] is None and no_ray.fit == 1
 
@@ -236,7 +236,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     from pipeline.config import compose_config, to_yaml
     from pipeline.data.shards import make_spirograph_splits
     from pipeline.build import build_method
-    from pipeline.train import checkpoint as ck
+    from pipeline import checkpoint as ck
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)
     cfg = compose_config([f"paths.root={store}", "run.name=at24", "model.width=8", "method.bn_splits=1",

@@ -430,7 +430,7 @@ def test_truncated_shard_is_named_and_refused_or_skipped(tmp_path):
 
 def test_prepare_data_applies_on_bad_shard(tmp_path):
     from pipeline.config import ConfigError, compose_config
-    from pipeline.train.launch import prepare_data
+    from pipeline.train.prepare import prepare_data
 
     for split in ("train", "val"):
         shards.write_split(_synthetic(30), tmp_path / split, maxcount=10, class_names=["a", "b", "c"], source="s",

@@ -47,7 +47,7 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
     """Resume prefers the newest complete state.pt in the run folder and skips one cut short by an interrupt."""
     import os
 
-    from pipeline.train import checkpoint
+    from pipeline import checkpoint
 
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

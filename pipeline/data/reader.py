@@ -14,7 +14,7 @@ from pipeline.data.shards import (ON_BAD_SHARD, BadShardError, check_shards, des
                                   shard_problem, shard_samples)
 
 # The readers' default for a bad shard. The config's `data.on_bad_shard` is applied before any work starts
-# (pipeline.train.launch.prepare_data checks every shard and, with `fail`, refuses in one line), so by the
+# (pipeline.train.prepare.prepare_data checks every shard and, with `fail`, refuses in one line), so by the
 # time a shard is read a bad one is either allowed (`skip`) or went bad since: skip it, warning with its name.
 DEFAULT_ON_BAD_SHARD = "skip"
 

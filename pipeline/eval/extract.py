@@ -139,7 +139,7 @@ def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: P
             raise ValueError(f"{out}: its targets are not {targets}: remove the folder")
         return meta
     if not ray.is_initialized():
-        raise RuntimeError("extract_split needs Ray: the caller starts it (pipeline.train.launch.init_ray)")
+        raise RuntimeError("extract_split needs Ray: the caller starts it (pipeline.cluster.init_ray)")
     from pipeline.data.reader import train_dataset
     from pipeline.data.shards import read_manifest
 

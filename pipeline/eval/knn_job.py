@@ -61,7 +61,7 @@ def run(cfg: dict) -> dict:
         return results
     import mlflow
 
-    from pipeline.train.launch import init_ray
+    from pipeline.cluster import init_ray
 
     init_ray(cfg)
     with downstream.child_run(cfg, src, ev, "knn") as run_id:

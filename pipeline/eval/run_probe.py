@@ -20,7 +20,7 @@ from pipeline.eval.invariance import (alpha_names, alpha_reference, alpha_regres
                                       conditional_variance_of, split_targets, transformed_features)
 from pipeline.eval.linear_probe import probe
 from pipeline.models.backbones import build_backbone
-from pipeline.train import checkpoint as ck
+from pipeline import checkpoint as ck
 
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
@@ -103,7 +103,7 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     from pipeline.eval.downstream import pick_device
     from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
-    from pipeline.train.launch import init_ray  # the job's Ray: a joined cluster, or a private local one
+    from pipeline.cluster import init_ray  # the job's Ray: a joined cluster, or a private local one
 
     init_ray(cfg)
     data, p = cfg["data"], cfg["eval"]["probe"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.train import checkpoint as ck
+from pipeline import checkpoint as ck
 
 
 @dataclass

@@ -38,18 +38,14 @@ class StepContext:
 FIELDS = frozenset(f.name for f in fields(StepContext)) - {"alphas", "offset"}
 
 
-def missing(provides: frozenset[str], needs: tuple[frozenset[str], ...]) -> frozenset[str] | None:
-    """None when `provides` covers one of the alternatives in `needs` (or needs nothing), else the smallest set of
-    fields that is missing."""
-    if not needs:
-        return None
-    gaps = [need - provides for need in needs]
-    return None if any(not g for g in gaps) else min(gaps, key=len)
+def satisfied(provides: frozenset[str], needs: tuple[frozenset[str], ...]) -> bool:
+    """Whether `provides` covers one of the alternatives in `needs` (a plug-in that needs nothing always fits)."""
+    return not needs or any(need <= provides for need in needs)
 
 
 def check_contract(method_kind: str, provides: frozenset[str], plugin: str, needs: tuple[frozenset[str], ...]) -> None:
     """ValueError in one line when the method leaves none of the field sets the plug-in can work from."""
-    gap = missing(provides, needs)
-    if gap is not None:
-        raise ValueError(f"plugin {plugin} needs {', '.join(sorted(gap))} from the method's step, which method kind "
-                         f"{method_kind!r} does not provide (it provides {', '.join(sorted(provides))})")
+    if not satisfied(provides, needs):
+        wanted = " or ".join("+".join(sorted(need)) for need in needs)
+        raise ValueError(f"plugin {plugin} needs {wanted} from the method's step; method kind {method_kind!r} "
+                         f"provides {', '.join(sorted(provides)) or 'nothing'}")

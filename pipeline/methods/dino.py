@@ -64,13 +64,11 @@ class DINO(Method):
 
     @torch.no_grad()
     def _update_center(self, teacher: list[torch.Tensor]) -> None:
-        t = torch.cat(teacher)
-        batch_sum = t.sum(0, keepdim=True)
-        count = torch.tensor([float(t.shape[0])], device=t.device)
-        if dist.is_dist():
-            torch.distributed.all_reduce(batch_sum)
-            torch.distributed.all_reduce(count)
-        self.center.mul_(self.center_momentum).add_(batch_sum / count, alpha=1 - self.center_momentum)
+        # every worker's batch has the same size (the loop keeps ranks in lockstep): the mean of the workers' means
+        # is the global batch mean
+        batch_mean = torch.cat(teacher).mean(0, keepdim=True)
+        dist.average_([batch_mean])
+        self.center.mul_(self.center_momentum).add_(batch_mean, alpha=1 - self.center_momentum)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         feats, student = self._student(images)

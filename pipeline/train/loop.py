@@ -22,7 +22,7 @@ from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
 from pipeline.schedules import cosine, warmup_cosine
-from pipeline.train import checkpoint
+from pipeline import checkpoint
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
 

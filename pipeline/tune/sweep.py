@@ -28,7 +28,7 @@ def _log(msg: str) -> None:
 def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim]]:
     """Compose and check the sweep, make its data; (base config, the sweep's command line, dimensions).
     ConfigError with one line on bad input, before Ray or MLflow is touched."""
-    from pipeline.train.launch import resolve
+    from pipeline.train.prepare import resolve
 
     cfg, full = compose_sweep(argv)
     dims = check_sweep(cfg, full)
@@ -43,7 +43,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
     import mlflow
 
     from pipeline import tracking
-    from pipeline.train.launch import init_ray, quiet_logs
+    from pipeline.cluster import init_ray, quiet_logs
 
     quiet_logs(cfg)
     name, s = cfg["run"]["name"], cfg["sweep"]
@@ -100,7 +100,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     import mlflow
 
     from pipeline import tracking
-    from pipeline.train.launch import log_gallery
+    from pipeline.train.artifacts import log_gallery
 
     s, name = cfg["sweep"], cfg["run"]["name"]
     uri = tracking.tracking_uri(cfg)

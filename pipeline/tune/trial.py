@@ -78,7 +78,8 @@ def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) ->
     import ray.tune
     from mlflow.tracking import MlflowClient
 
-    from pipeline.train.launch import Trial, pretrain, resolve
+    from pipeline.train.launch import Trial, pretrain
+    from pipeline.train.prepare import resolve
 
     cfg = resolve(cfg)
     out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{trial_number(trial_id)} {short(params)}", (ForwardToTune(cfg["train"]["epochs"]),)))

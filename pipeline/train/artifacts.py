@@ -1,0 +1,142 @@
+"""What a pretraining run leaves in MLflow and on disk besides its metrics: the views gallery, the training
+curves, the checkpoint and the backbone model, the closing summary; and the report of a run that finished before."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def _log(msg: str) -> None:
+    print(f"[pretrain] {msg}", flush=True)
+
+
+def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> None:
+    """What the job made and where, closing the console."""
+    name, runs = cfg["run"]["name"], Path(cfg["paths"]["runs"])
+    made = [("MLflow run", f"{run_id} in {cfg['runtime']['tracking_uri']}"), ("checkpoint", str(ckpt_dir)),
+            ("training curves", str(runs / "curves" / f"{name}.png")), ("views gallery", str(gallery_path(cfg))),
+            ("probe chart", str(runs / "probe" / f"{name}.png"))]
+    width = max(len(k) for k, _ in made)
+    print(f"\nDone: run {name}, {cfg['train']['epochs']} epochs in {minutes:.1f} min.", flush=True)
+    for what, where in made:
+        if "://" in where or Path(where).exists() or what == "MLflow run":
+            print(f"  {what:<{width}}  {where}", flush=True)
+    uri = cfg["runtime"]["tracking_uri"]
+    if uri.startswith("sqlite:"):
+        print(f"  browse it: .venv/bin/mlflow ui --backend-store-uri {uri} --port 5000", flush=True)
+
+
+def report_finished(cfg: dict, run) -> dict:
+    """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
+    never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
+    from pipeline.eval.run_probe import format_table, probe_results
+
+    name, run_id = cfg["run"]["name"], run.info.run_id
+    probe = probe_results(run.data.metrics)
+    local = Path(cfg["paths"]["runs"]) / "checkpoints" / name
+    if not probe and cfg["eval"]["probe"]["after_pretrain"]:
+        probe = probe_finished(cfg, run, local)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
+    _log(f"run {name} finished before (MLflow run {run_id}, {when}): nothing to train; its results:")
+    where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
+    print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
+    if "train_minutes" in run.data.metrics:
+        print(f"  trained in  {run.data.metrics['train_minutes']:.1f} min", flush=True)
+    if probe:
+        shown = {k: v for k, v in probe.items() if k != "invariance"}
+        solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")
+        print(f"\nLinear probe on {cfg['data']['name']} (frozen features, {solver}):\n{format_table(shown)}\n",
+              flush=True)
+    print(f"  train again under another name with run.name=<name>; probe again with "
+          f"python jobs/linear_probe.py run={run_id}", flush=True)
+    return {"run_id": run_id, "checkpoint": str(local) if local.exists() else f"runs:/{run_id}/checkpoint",
+            "probe": probe or None}
+
+
+def probe_finished(cfg: dict, run, local: Path) -> dict:
+    """The probe of a finished run that was trained without one, logged into that run. The run stays FINISHED
+    even if the probe fails (its error recorded): the training is done, and the next rerun probes again."""
+    import tempfile
+
+    import mlflow
+    import torch
+
+    from pipeline import tracking
+    from pipeline.eval.run_probe import compare_with_random
+    from pipeline.eval.source import download_state
+
+    run_id = run.info.run_id
+    _log(f"run {cfg['run']['name']} finished without a probe: probing its checkpoint")
+    if "error" in run.data.tags:  # a failed probe's, from before
+        mlflow.MlflowClient().delete_tag(run_id, "error")
+    mlflow.start_run(run_id=run_id)
+    try:
+        if (local / "state.pt").exists():
+            state = torch.load(local / "state.pt", map_location="cpu", weights_only=False)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                state = download_state(run_id, d)
+        results = compare_with_random(cfg, state, run_name=cfg["run"]["name"])
+    except BaseException as e:
+        tracking.end_failed(e, status="FINISHED")
+        raise
+    mlflow.end_run()
+    return results
+
+
+def gallery_path(cfg: dict) -> Path:
+    out = cfg["gallery"]["out"]
+    return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
+
+
+def log_gallery(cfg: dict) -> None:
+    """The recipe's views of a few training images, annotated with their parameters, as a PNG in MLflow."""
+    import mlflow
+
+    from pipeline.augment.gallery import write_gallery
+
+    path = gallery_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
+    mlflow.log_artifact(str(path), artifact_path="gallery")
+    _log(f"views gallery {path}")
+
+
+def log_curves(cfg: dict, run_id: str) -> None:
+    """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
+    import mlflow
+
+    from pipeline.train.curves import write_curves
+
+    client = mlflow.MlflowClient(cfg["runtime"]["tracking_uri"])
+    path = write_curves(client, run_id, Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png")
+    if path:
+        mlflow.log_artifact(str(path), artifact_path="curves")
+        _log(f"training curves {path}")
+
+
+def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
+    """Log state.pt as an artifact and (`model`) the backbone as an mlflow.pytorch model; return a local copy."""
+    import mlflow
+    import mlflow.pytorch
+    import torch
+
+    from pipeline.build import build_method
+    from pipeline import checkpoint as ck
+
+    local = Path(cfg["paths"]["runs"]) / "checkpoints" / cfg["run"]["name"]
+    local.mkdir(parents=True, exist_ok=True)
+    with checkpoint.as_directory() as d:
+        state = ck.load(d)
+    torch.save(state, local / ck.STATE_FILE)
+    mlflow.log_artifact(str(local / ck.STATE_FILE), artifact_path="checkpoint")
+    if not model:
+        return local
+    method = build_method(cfg)
+    method.backbone.load_state_dict(ck.backbone_state(state))
+    from pipeline.augment.view_maker import eval_settings
+
+    size = eval_settings(cfg["augment"])[0]
+    example = torch.zeros(1, 3, size, size).numpy()
+    mlflow.pytorch.log_model(method.backbone.eval(), name="backbone", input_example=example)
+    return local

@@ -1,0 +1,139 @@
+"""Before Ray starts: validate the whole config, make the embedded data when it is the chosen data and missing,
+check every shard, and derive the runtime values (lr, steps per epoch, the run's name)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.config import ConfigError, config_hash
+
+
+def _log(msg: str) -> None:
+    print(f"[pretrain] {msg}", flush=True)
+
+
+def resolve(cfg: dict) -> dict:
+    """Check everything that can be checked before Ray starts, and derive the runtime values.
+
+    Raises ConfigError with one line: pipeline.schema.validate checks the whole config first (nothing is
+    made, no torch is imported until it passes), then the embedded Spirograph data is made when it is the
+    chosen data and missing, and every shard is checked (prepare_data)."""
+    from pipeline.schema import validate
+
+    validate(cfg)
+    m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
+    workers = tr["num_workers"]
+    local_bs = t["batch_size"] // workers
+    if m["kind"] == "moco":  # validate checked that the per-worker batch splits into these groups
+        splits = m.get("bn_splits", "auto")
+        m["bn_splits"] = (1 if workers > 1 else 4) if splits == "auto" else int(splits)
+    data = cfg["data"]
+    n = int(prepare_data(cfg)["num_samples"])
+    steps = (n // workers) // local_bs
+    if steps < 1:
+        raise ConfigError(f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
+                          f"data.train={data['train']}; use a batch of at most {n - n % workers}")
+    name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
+    cfg["run"]["name"] = name
+    from pipeline.train.optim import scaled_lr  # torch: only once the checks passed, so bad input is answered fast
+
+    cfg["runtime"] = {"lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]), "steps_per_epoch": steps,
+                      "num_train_samples": n}
+    return cfg
+
+
+def _has_manifest(path: str) -> bool:
+    return "://" not in path and (Path(path) / "manifest.json").exists()
+
+
+def _local_manifest(path: str) -> dict | None:
+    try:
+        return json.loads((Path(path) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def prepare_data(cfg: dict) -> dict:
+    """Make the embedded Spirograph data if it is the chosen data and missing; check that Spirograph data is
+    the data `data.generate` describes (_check_provenance); check every shard of both splits, refusing bad
+    ones in one line or leaving them out with a warning naming them, as `data.on_bad_shard` says.
+
+    Returns the train manifest (when shards were left out: `num_samples` without theirs, and `bad_shards`);
+    ConfigError with one line naming the key when a split is missing, empty, other data or has bad shards."""
+    from pipeline.data import shards
+    from pipeline.schema import managed_data
+
+    data = cfg["data"]
+    if managed_data(cfg) and not (_has_manifest(data["train"]) and _has_manifest(data["val"])):
+        for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
+            manifest = _local_manifest(data[split])
+            if manifest is not None:
+                _check_provenance(cfg, split, manifest)
+        _make_spirograph(cfg)
+    policy = data.get("on_bad_shard", "fail")
+    manifests = {}
+    for split in ("train", "val"):
+        try:
+            manifest, uris, bad = shards.check_shards(data[split])
+        except (FileNotFoundError, ValueError, OSError) as e:
+            raise ConfigError(f"data.{split}={data[split]}: {str(e).splitlines()[0]}") from None
+        _check_provenance(cfg, split, manifest)
+        if bad:
+            if policy == "fail":
+                raise ConfigError(f"data.{split}={data[split]}: {len(bad)} bad shard(s) of {len(uris)}: "
+                                  f"{shards.describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
+                                  f"go on without them")
+            per_shard = dict(zip(uris, shards.shard_samples(manifest)))
+            lost = sum(per_shard[u] for u, _ in bad)
+            if lost >= manifest["num_samples"]:
+                raise ConfigError(f"data.{split}={data[split]}: every shard is bad: {shards.describe_bad(bad)}")
+            _log(f"data.{split}: skipping {len(bad)} bad shard(s) of {len(uris)} ({lost} samples; "
+                 f"data.on_bad_shard=skip): {shards.describe_bad(bad, limit=20)}")
+            manifest = {**manifest, "num_samples": manifest["num_samples"] - lost,
+                        "bad_shards": [u for u, _ in bad]}
+        manifests[split] = manifest
+    return manifests["train"]
+
+
+def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
+    """Generated Spirograph data must be the data `data.generate` says (the run's params record it).
+
+    Choice: the default folders are named by a hash of data.generate (conf/data/spirograph.yaml), so changed
+    settings generate new data into a folder of their own and old data is never reused for them; a folder
+    that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
+    other settings) is refused in one line naming the differing key, never silently used or overwritten.
+    Data that is not generated Spirograph data (its manifest's source says otherwise) is not checked."""
+    from pipeline.data.shards import spirograph_generate
+
+    data = cfg["data"]
+    source = manifest.get("source")
+    if data["name"] != "spirograph" or not data.get("generate") or not isinstance(source, dict) \
+            or source.get("kind") != "spirograph":
+        return
+    folder = data[split]
+    made = spirograph_generate(manifest, split)
+    if made is None:
+        raise ConfigError(f"data.{split}={folder}: Spirograph data made by another version of the generator "
+                          f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere")
+    g = data["generate"]
+    for key in (f"n_{split}", "seed", "size", "maxcount"):
+        if made.get(key) != g[key]:
+            raise ConfigError(f"data.generate.{key}={g[key]}: the Spirograph data in {folder} was made with "
+                              f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
+                              f"point data.train and data.val at another folder")
+
+
+def _is_managed(cfg: dict) -> bool:
+    """Spirograph is generated only into the managed data folder (pipeline.schema.managed_data)."""
+    from pipeline.schema import managed_data
+
+    return managed_data(cfg)
+
+
+def _make_spirograph(cfg: dict) -> None:
+    from pipeline.data.shards import make_spirograph_splits
+
+    g = cfg["data"]["generate"]
+    root = Path(cfg["data"]["train"]).parent
+    _log(f"generating Spirograph shards in {root} ({g['n_train']} train / {g['n_val']} val)")
+    make_spirograph_splits(root, g["n_train"], g["n_val"], g["seed"], g["size"], g["maxcount"])

@@ -1,0 +1,336 @@
+"""ViT backbones, MoCo v3 and DINO: their losses against direct float64 computations of the papers' equations, the
+schedules, the methods' structure and gradient hooks, and the plug-in contract that decides what composes."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.models.vision_transformer import VisionTransformer
+
+from pipeline.build import build_method, check_plugins
+from pipeline.config import compose_config
+from pipeline.losses import co2_consistency_bank, dino_loss, mocov3_loss
+from pipeline.methods import METHODS
+from pipeline.methods.context import FIELDS, check_contract
+from pipeline.models.backbones import build_backbone
+from pipeline.models.heads import DINOHead
+from pipeline.plugins import PLUGINS
+from pipeline.schedules import Momentum, cosine, linear_warmup, warmup_cosine
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TINY = {"backbone": "vit_tiny", "image_size": 16, "patch_size": 4}
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _unit(*shape, seed):
+    return F.normalize(_randn(*shape, seed=seed), dim=1)
+
+
+# ---------------------------------------------------------------------------------------------------------- ViT
+
+
+def test_vit_features_are_torchvisions_class_token_at_the_native_size():
+    torch.manual_seed(0)
+    net = build_backbone(TINY).eval()
+    x = torch.randn(3, 3, 16, 16)
+    assert net.feat_dim == 192
+    # torchvision's own forward on the same module: heads is Identity, so it returns the class token too
+    torch.testing.assert_close(net(x), VisionTransformer.forward(net, x))
+
+
+def test_vit_takes_other_crop_sizes_through_a_resized_position_embedding():
+    torch.manual_seed(0)
+    net = build_backbone(TINY).eval()
+    pos = net.encoder.pos_embedding
+    assert net.position_embedding(4, 4) is pos  # the native 4x4 grid: the embedding as trained
+    small = net.position_embedding(2, 2)
+    assert small.shape == (1, 1 + 4, 192) and torch.equal(small[:, 0], pos[:, 0])  # the class token's is kept
+    # a constant embedding stays constant when resized
+    with torch.no_grad():
+        pos[:, 1:] = 0.5
+    assert torch.allclose(net.position_embedding(3, 3)[:, 1:], torch.full((1, 9, 192), 0.5), atol=1e-6)
+    assert net(torch.randn(2, 3, 8, 8)).shape == (2, 192)  # DINO's local crops
+
+
+def test_the_frozen_patch_projection_is_random_uniform_and_never_trained():
+    net = build_backbone(TINY)
+    net.freeze_patch_projection()
+    w = net.conv_proj.weight
+    bound = math.sqrt(6 / (3 * 4 * 4 + 192))
+    assert not w.requires_grad and not net.conv_proj.bias.requires_grad and float(w.abs().max()) <= bound
+    assert float(w.abs().max()) > 0.9 * bound and torch.equal(net.conv_proj.bias, torch.zeros(192))
+
+
+# ---------------------------------------------------------------------------------------------------------- losses
+
+
+@pytest.mark.parametrize("t", [0.2, 1.0])
+def test_mocov3_loss_matches_its_equation(t):
+    q, k = _unit(6, 5, seed=0), _unit(6, 5, seed=1)
+    direct = 0.0
+    for i in range(6):
+        logits = [float(q[i] @ k[j]) / t for j in range(6)]
+        direct += -(logits[i] - math.log(sum(math.exp(v) for v in logits)))
+    assert mocov3_loss(q, k, 0, t).item() == pytest.approx(2 * t * direct / 6, rel=1e-12)
+
+
+def test_mocov3_loss_on_rank_slices_averages_to_the_global_loss():
+    q, k = _unit(8, 5, seed=2), _unit(8, 5, seed=3)
+    full = mocov3_loss(q, k, 0, 0.2)
+    parts = [mocov3_loss(q[r * 4:(r + 1) * 4], k, r * 4, 0.2) for r in range(2)]
+    assert (sum(parts) / 2).item() == pytest.approx(full.item(), rel=1e-12)
+
+
+def test_mocov3_keys_carry_no_gradient():
+    q, k = _unit(4, 3, seed=4).requires_grad_(), _unit(4, 3, seed=5).requires_grad_()
+    mocov3_loss(q, k, 0, 0.2).backward()
+    assert q.grad.abs().sum() > 0 and k.grad is None
+
+
+@pytest.mark.parametrize("tt", [0.04, 0.07])
+def test_dino_loss_matches_its_equation(tt):
+    student = [_randn(3, 7, seed=i) for i in range(4)]  # 2 global + 2 local crops
+    teacher = [_randn(3, 7, seed=10 + i) for i in range(2)]
+    center = _randn(7, seed=20)
+    direct, pairs = 0.0, 0
+    for i, t in enumerate(teacher):
+        for j, s in enumerate(student):
+            if i == j:
+                continue
+            for b in range(3):
+                pt = [math.exp(float(t[b, c] - center[c]) / tt) for c in range(7)]
+                ps = [math.exp(float(s[b, c]) / 0.1) for c in range(7)]
+                direct += -sum(pt[c] / sum(pt) * math.log(ps[c] / sum(ps)) for c in range(7)) / 3
+            pairs += 1
+    assert pairs == 6
+    assert dino_loss(student, teacher, center, 0.1, tt).item() == pytest.approx(direct / pairs, rel=1e-10)
+
+
+def test_dino_teacher_side_is_a_constant():
+    s = [_randn(2, 5, seed=i).requires_grad_() for i in range(2)]
+    t = [_randn(2, 5, seed=5 + i).requires_grad_() for i in range(2)]
+    dino_loss(s, t, torch.zeros(5, dtype=torch.float64), 0.1, 0.04).backward()
+    assert all(x.grad.abs().sum() > 0 for x in s) and all(x.grad is None for x in t)
+
+
+def test_co2_on_a_key_bank_matches_its_equation():
+    q, k, bank = _unit(3, 4, seed=0), _unit(3, 4, seed=1), _unit(6, 4, seed=2)
+    offset, t = 3, 0.3  # this rank's rows are 3..5 of the bank
+    total = 0.0
+    for i in range(3):
+        negs = [j for j in range(6) if j != offset + i]
+        lq = torch.log_softmax(torch.stack([q[i] @ bank[j] for j in negs]) / t, 0)
+        lp = torch.log_softmax(torch.stack([k[i] @ bank[j] for j in negs]) / t, 0)
+        total += float(0.5 * (lp.exp() * (lp - lq)).sum() + 0.5 * (lq.exp() * (lq - lp)).sum())
+    assert co2_consistency_bank(q, k, bank, offset, t).item() == pytest.approx(total / 3, rel=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------------------- schedules
+
+
+def test_schedules_follow_their_formulas():
+    assert cosine(0.0, 0.04, 0.4) == pytest.approx(0.04) and cosine(1.0, 0.04, 0.4) == pytest.approx(0.4)
+    assert cosine(0.5, 0.04, 0.4) == pytest.approx(0.22)
+    assert warmup_cosine(0, 100, 10, 1.0) == pytest.approx(0.1) and warmup_cosine(55, 100, 10, 1.0) == pytest.approx(0.5)
+    assert linear_warmup(0.0, 0.04, 0.07, 0.3) == pytest.approx(0.04)
+    assert linear_warmup(0.15, 0.04, 0.07, 0.3) == pytest.approx(0.055)
+    assert linear_warmup(0.9, 0.04, 0.07, 0.3) == pytest.approx(0.07)
+    m = Momentum(0.996, to_one=True)  # BYOL / DINO: tau = 1 - (1 - base)(cos(pi p) + 1) / 2
+    assert m.at(0.25) == pytest.approx(1 - 0.004 * (math.cos(math.pi / 4) + 1) / 2)
+    assert m.update(1.0) == pytest.approx(1.0) and m.value == pytest.approx(1.0)
+    assert Momentum(0.99, to_one=False).at(0.7) == 0.99
+
+
+# ---------------------------------------------------------------------------------------------------------- methods
+
+
+def _cfg(*over):
+    return compose_config(["data=cifar10", "train.batch_size=8", "model.width=4", *over])
+
+
+def _views(n=2, size=16, local=0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 3, size, size, generator=g) for _ in range(n)] + \
+        [torch.randn(8, 3, size // 2, size // 2, generator=g) for _ in range(local)]
+
+
+@pytest.mark.parametrize("backbone, tau, layers", [("vit_tiny", 0.2, 3), ("resnet18", 1.0, 2)])
+def test_mocov3_follows_the_paper_by_backbone(backbone, tau, layers):
+    m = build_method(_cfg("method=mocov3", f"model.backbone={backbone}"))
+    proj, pred = m.online.projector, m.online.predictor
+    assert m.temperature == tau and sum(isinstance(x, nn.Linear) for x in proj) == layers
+    assert isinstance(proj[-1], nn.BatchNorm1d) and not proj[-1].affine and proj[-2].bias is None
+    assert not isinstance(pred[-1], nn.BatchNorm1d) and isinstance(pred[1], nn.BatchNorm1d)
+    if backbone.startswith("vit"):  # the random patch projection
+        assert not m.online.backbone.conv_proj.weight.requires_grad
+
+
+def test_mocov3_step_is_the_symmetrised_loss_and_trains_the_online_network_only():
+    torch.manual_seed(0)
+    m = build_method(_cfg("method=mocov3", "model.backbone=vit_tiny", "model.image_size=16"))
+    x1, x2 = _views()
+    out = m.framework_loss([x1, x2])
+    ctx = out["ctx"]
+    with torch.no_grad():  # recompute from the same networks (no BN running-stat effect on train-mode outputs)
+        q1, q2 = m.query(x1), m.query(x2)
+        k1, k2 = [F.normalize(m.key_encoder(x), dim=1) for x in (x1, x2)]
+    expected = mocov3_loss(q1, k2, 0, 0.2) + mocov3_loss(q2, k1, 0, 0.2)
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-4)
+    assert len(ctx.pairs) == 2 and len(ctx.key_bank) == 2 and ctx.queue is None and ctx.offset == 0
+    out["loss"].backward()
+    trainable = [p for p in m.online.parameters() if p.requires_grad]
+    assert all(p.grad is not None for p in trainable) and all(p.grad is None for p in m.key_encoder.parameters())
+    before = [p.clone() for p in m.key_encoder.parameters()]
+    m.update_momentum(0.0)
+    assert m.momentum.value == pytest.approx(0.99)
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.key_encoder.parameters()))
+
+
+def _dino(*over):
+    return build_method(_cfg("method=dino", "model.backbone=vit_tiny", "model.image_size=16", "method.head.out_dim=32",
+                             "method.head.hidden_dim=16", "method.head.bottleneck_dim=8", "train.epochs=10",
+                             "method.warmup_teacher_epochs=5", *over))
+
+
+def test_dino_head_normalises_its_last_layer():
+    head = DINOHead(12, 20, hidden_dim=16, bottleneck_dim=8)
+    x = torch.randn(4, 12)
+    z = F.normalize(head.mlp(x), dim=1)
+    torch.testing.assert_close(head(x), z @ F.normalize(head.last_layer.weight, dim=1).t())
+    assert sum(isinstance(m, nn.Linear) for m in head.mlp) == 3 and sum(isinstance(m, nn.GELU) for m in head.mlp) == 2
+
+
+def test_dino_step_centres_warms_the_teacher_temperature_and_sees_every_crop():
+    torch.manual_seed(0)
+    m = _dino()
+    images = _views(local=2)
+    with torch.no_grad():
+        teacher = m.teacher(torch.cat(images[:2])).float()
+        student = [m.online(x).float() for x in images]
+    out = m.framework_loss(images)
+    expected = dino_loss(student, list(teacher.chunk(2)), torch.zeros(1, 32), 0.1, 0.04)
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-4)
+    torch.testing.assert_close(m.center, 0.1 * teacher.mean(0, keepdim=True))  # EMA 0.9 from a zero centre
+    assert float(out["teacher_temperature"]) == pytest.approx(0.04) and len(out["ctx"].features) == 2
+    m.update_momentum(0.25)  # half of the 5 warm-up epochs of 10
+    assert m.teacher_temperature() == pytest.approx(0.055)
+    m.update_momentum(0.6)
+    assert m.teacher_temperature() == pytest.approx(0.07)
+
+
+def test_dino_drops_the_last_layers_gradient_in_the_first_epoch_and_clips_each_tensor():
+    torch.manual_seed(0)
+    m = _dino("method.clip_grad=0.01")
+    last = m.online.projector.last_layer.weight
+    m.framework_loss(_views(local=1))["loss"].backward()
+    m.before_optimizer_step(0.1)  # epoch 1 of 10
+    assert last.grad is None
+    grads = [p.grad for p in m.online.parameters() if p.grad is not None]
+    assert grads and max(float(g.norm()) for g in grads) <= 0.01 * (1 + 1e-4)
+    m.zero_grad()
+    m.framework_loss(_views(local=1, seed=1))["loss"].backward()
+    m.before_optimizer_step(0.2)  # epoch 2: the prototypes train
+    assert last.grad is not None and float(last.grad.norm()) <= 0.01 * (1 + 1e-4)
+    assert all(p.grad is None for p in m.teacher.parameters())
+
+
+# ---------------------------------------------------------------------------------------------------------- contract
+
+
+def test_every_method_provides_only_context_fields_and_every_plugin_needs_only_them():
+    for kind, cls in METHODS.items():
+        assert cls.provides <= FIELDS, kind
+    for name, plugin in PLUGINS.items():
+        assert all(need <= FIELDS for need in plugin.needs), name
+        for kind in plugin.frameworks:  # every framework a paper defines a plug-in on feeds it
+            check_contract(kind, METHODS[kind].provides, name, plugin.needs)
+
+
+def test_a_method_without_the_fields_a_plugin_reads_fails_in_one_line():
+    with pytest.raises(ValueError, match=r"^plugin co2 needs pairs\+queue or key_bank\+pairs or gathered\+projections "
+                                         r"from the method's step; method kind 'simsiam' provides features$"):
+        check_contract("simsiam", METHODS["simsiam"].provides, "co2", PLUGINS["co2"].needs)
+
+
+@pytest.mark.parametrize("plugin, recipe, ok", [("co2", "mocov3", True), ("clsa", "clsa", True),
+                                                ("cocor", "cocor", True), ("invclr", "invclr", False)])
+def test_mocov3_takes_the_plugins_its_papers_define(plugin, recipe, ok):
+    cfg = _cfg("method=mocov3", f"augment={recipe}", f"plugin=[{plugin}]")
+    if ok:
+        check_plugins(cfg)
+    else:
+        with pytest.raises(ValueError, match=f"^plugin {plugin} does not plug into method kind 'mocov3'"):
+            check_plugins(cfg)
+
+
+@pytest.mark.parametrize("plugin, recipe", [("co2", "dino"), ("clsa", "clsa"), ("cocor", "cocor")])
+def test_dino_refuses_the_contrastive_plugins_naming_both(plugin, recipe):
+    with pytest.raises(ValueError, match=f"^plugin {plugin} does not plug into method kind 'dino'"):
+        check_plugins(_cfg("method=dino", f"augment={recipe}", f"plugin=[{plugin}]"))
+
+
+# ---------------------------------------------------------------------------------------------------------- 2 workers
+
+
+def _two_worker_step(kind, images, distributed):
+    """One step on BN-free networks (DINO: a tiny ViT; MoCo v3: linear layers in place of its BN heads), so one
+    process and two see the same maths; returns the loss and the online gradients."""
+    from pipeline.methods.base import Encoder
+    from pipeline.methods.byol import PredictorEncoder
+    from pipeline.models.momentum import momentum_copy
+
+    torch.manual_seed(0)
+    if kind == "dino":
+        m = _dino("model.image_size=8")
+    else:
+        m = build_method(_cfg("method=mocov3", "model.backbone=vit_tiny", "model.image_size=8"))
+        torch.manual_seed(1)
+        enc = Encoder(nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 12)), nn.Linear(12, 6))
+        m.online = PredictorEncoder(enc.backbone, enc.projector, nn.Linear(6, 6))
+        m.key_encoder = momentum_copy(enc)
+    if distributed:
+        m.online = nn.parallel.DistributedDataParallel(m.online)
+    out = m.framework_loss(images)
+    out["loss"].backward()
+    online = getattr(m.online, "module", m.online)
+    return out["loss"].item(), [p.grad.clone() for p in online.parameters() if p.grad is not None], m
+
+
+def _views_for_workers():
+    g = torch.Generator().manual_seed(3)
+    return [torch.randn(8, 3, 8, 8, generator=g) for _ in range(2)] + [torch.randn(8, 3, 4, 4, generator=g)]
+
+
+def _worker(rank, world, port, q):
+    import torch.distributed as tdist
+
+    from helpers import init_gloo
+
+    init_gloo(rank, world, port)
+    images = [v.chunk(world)[rank] for v in _views_for_workers()]
+    res = {}
+    for kind in ("dino", "mocov3"):
+        loss, grads, m = _two_worker_step(kind, images, True)
+        res[kind] = (loss, [g.numpy() for g in grads], m.center.numpy() if kind == "dino" else None)
+    q.put((rank, res))
+    tdist.barrier()
+    tdist.destroy_process_group()
+
+
+def test_dino_and_mocov3_same_on_one_and_two_workers():
+    from helpers import run_process_group
+
+    results = [res for _, res in run_process_group(_worker, 2)]
+    for kind in ("dino", "mocov3"):
+        images = _views_for_workers() if kind == "dino" else _views_for_workers()[:2]
+        loss1, grads1, m1 = _two_worker_step(kind, images, False)
+        assert sum(r[kind][0] for r in results) / 2 == pytest.approx(loss1, rel=1e-5), kind
+        for g1, g2 in zip(grads1, results[0][kind][1], strict=True):
+            torch.testing.assert_close(torch.from_numpy(g2), g1, rtol=1e-4, atol=1e-6)
+        if kind == "dino":  # the centre is the global batch mean on every worker
+            for r in results:
+                torch.testing.assert_close(torch.from_numpy(r[kind][2]), m1.center, rtol=1e-5, atol=1e-7)
