@@ -323,3 +323,26 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
     client, runs = mlflow_runs(tmp_path / "simsiam")
     targets = client.get_metric_history(runs[0].info.run_id, "cocor_target_l2")
     assert targets and all(abs(m.value - 0.70) < 1e-6 for m in targets)  # SimSiam's Table 9 constant
+
+
+def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_with_jointcrop(tmp_path):
+    """DINO (2 global + 6 local crops of other sizes, the centre all-reduced) and MoCo v3 + JointCrop on a tiny ViT
+    through Ray Train; the probe rebuilds the ViT from the run's config."""
+    for sub in ("dino", "mocov3"):
+        (tmp_path / sub).mkdir()
+    r = pretrain(tmp_path / "dino", "+experiment=dino_vit", "model.backbone=vit_tiny", "trainer.num_workers=2",
+                 "train.epochs=1", "optim.warmup_epochs=0", "method.head.out_dim=256", "eval.knn.every=0")
+    client, runs = mlflow_runs(tmp_path / "dino")
+    run = runs[0]
+    assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
+    assert run.data.params["model.backbone"] == "vit_tiny" and run.data.params["method.kind"] == "dino"
+    temps = client.get_metric_history(run.info.run_id, "teacher_temperature")
+    assert temps and all(0.04 <= m.value <= 0.07 for m in temps)
+    assert "probe_pretrained_r2" in run.data.metrics  # the probe loaded the ViT backbone from the checkpoint
+    pretrain(tmp_path / "mocov3", "+experiment=mocov3_vit", "model.backbone=vit_tiny", "train.epochs=1",
+             "augment.joint.crop.beta=0", "optim.warmup_epochs=0", "eval.probe.after_pretrain=false",
+             "eval.knn.every=0")
+    client, runs = mlflow_runs(tmp_path / "mocov3")
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.params["augment.joint.crop.beta"] == "0"
+    assert run.data.params["optim.name"] == "adamw" and client.get_metric_history(run.info.run_id, "pos_sim")
