@@ -444,8 +444,11 @@ def _check_relations(cfg: dict) -> None:
     if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
         raise ConfigError("train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
                           "backward): drop train.compile or set plugin.invclr.lam=0")
-    aug = cfg["augment"]
     if aug.get("kind", "views") == "spirograph":
+        for part, spec in (aug.get("joint") or {}).items():
+            if isinstance(spec, dict) and spec.get("beta") is not None:
+                raise bad(f"augment.joint.{part}.beta", spec["beta"], "null with augment=spirograph: the joint "
+                          "samplers draw an image recipe's crops, blur and colour (e.g. augment=mocov2)")
         for key, lo in (("size", stride), ("n_views", 2)):
             v = aug.get(key)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:

@@ -109,6 +109,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
     ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
     ("data.generate.n_train=many", "data.generate.n_train=many: expected an integer >= 1"),
     ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
+    ("augment.joint.crop.beta=0", "augment.joint.crop.beta=0: null with augment=spirograph"),
     ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
 ])
 def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle):
@@ -235,3 +236,13 @@ def test_changed_generate_settings_never_reuse_old_data(tmp_path):
     message = str(e.value)
     assert message.startswith("data.generate.n_train=400: the Spirograph data in") and "n_train=300" in message
     assert read_manifest(old / "train")[0]["num_samples"] == 300  # not regenerated over
+
+
+def test_a_crop_smaller_than_one_vit_patch_is_refused_naming_the_view(tmp_path):
+    from pipeline.schema import validate
+
+    cfg = compose_config([f"paths.root={tmp_path}", "+experiment=dino_vit"])  # 14-px local crops of 32-px data
+    with pytest.raises(ConfigError, match=r"^augment.views.1.size=14: expected an integer >= 16: smaller than one "
+                                          r"patch of vit_s16$"):
+        validate(cfg)
+    validate(compose_config([f"paths.root={tmp_path}", "+experiment=dino_vit", "model.backbone=vit_tiny"]))
