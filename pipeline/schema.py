@@ -571,11 +571,14 @@ def _check_plugins(cfg: dict) -> None:
         raise ConfigError(f"plugin: {e}") from None
 
 
+EMBEDDED = ("spirograph", "photos")  # data generated on first use (pipeline.train.prepare)
+
+
 def managed_data(cfg: dict) -> bool:
-    """Spirograph data is generated only into the managed data folder (train/ and val/ side by side under
-    paths.data); a missing path given by the user elsewhere is an error, not a place to write."""
+    """Embedded data (Spirograph, Photos) is generated only into the managed data folder (train/ and val/ side by
+    side under paths.data); a missing path given by the user elsewhere is an error, not a place to write."""
     data = cfg["data"]
-    if data["name"] != "spirograph" or not data.get("generate"):
+    if data["name"] not in EMBEDDED or not data.get("generate"):
         return False
     if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(cfg["paths"]["data"])):
         return False

@@ -494,6 +494,17 @@ def make_spirograph_splits(
     return manifests
 
 
+def generated_with(manifest: dict, split: str) -> dict | None:
+    """The `data.generate` settings an embedded split (Spirograph or Photos) was made with, from its manifest; None
+    when it was made by another version of its generator (or is not embedded data)."""
+    src = manifest.get("source")
+    if isinstance(src, dict) and src.get("kind") == "photos":
+        from pipeline.data.photos import VERSION
+
+        return manifest.get("generate") if src.get("version") == VERSION else None
+    return spirograph_generate(manifest, split)
+
+
 def spirograph_generate(manifest: dict, split: str) -> dict | None:
     """The `data.generate` settings a Spirograph split was made with ({"n_train" or "n_val", "seed", "size",
     "maxcount"}), from its manifest; manifests written before the `generate` record have them in `source`.

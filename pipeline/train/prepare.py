@@ -54,8 +54,8 @@ def _local_manifest(path: str) -> dict | None:
 
 
 def prepare_data(cfg: dict) -> dict:
-    """Make the embedded Spirograph data if it is the chosen data and missing; check that Spirograph data is
-    the data `data.generate` describes (_check_provenance); check every shard of both splits, refusing bad
+    """Make the embedded data (Spirograph, Photos) if it is the chosen data and missing; check that embedded data
+    is the data `data.generate` describes (_check_provenance); check every shard of both splits, refusing bad
     ones in one line or leaving them out with a warning naming them, as `data.on_bad_shard` says.
 
     Returns the train manifest (when shards were left out: `num_samples` without theirs, and `bad_shards`);
@@ -69,7 +69,7 @@ def prepare_data(cfg: dict) -> dict:
             manifest = _local_manifest(data[split])
             if manifest is not None:
                 _check_provenance(cfg, split, manifest)
-        _make_spirograph(cfg)
+        _make_embedded(cfg)
     policy = data.get("on_bad_shard", "fail")
     manifests = {}
     for split in ("train", "val"):
@@ -96,44 +96,40 @@ def prepare_data(cfg: dict) -> dict:
 
 
 def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
-    """Generated Spirograph data must be the data `data.generate` says (the run's params record it).
+    """Generated embedded data (Spirograph, Photos) must be the data `data.generate` says (the run's params record
+    it).
 
-    Choice: the default folders are named by a hash of data.generate (conf/data/spirograph.yaml), so changed
-    settings generate new data into a folder of their own and old data is never reused for them; a folder
-    that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
+    Choice: the default folders are named by a hash of data.generate (conf/data/spirograph.yaml, photos.yaml), so
+    changed settings generate new data into a folder of their own and old data is never reused for them; a
+    folder that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
     other settings) is refused in one line naming the differing key, never silently used or overwritten.
-    Data that is not generated Spirograph data (its manifest's source says otherwise) is not checked."""
-    from pipeline.data.shards import spirograph_generate
+    Data that is not this dataset's generated data (its manifest's source says otherwise) is not checked."""
+    from pipeline.data.shards import generated_with
 
     data = cfg["data"]
     source = manifest.get("source")
-    if data["name"] != "spirograph" or not data.get("generate") or not isinstance(source, dict) \
-            or source.get("kind") != "spirograph":
+    if not data.get("generate") or not isinstance(source, dict) or source.get("kind") != data["name"]:
         return
-    folder = data[split]
-    made = spirograph_generate(manifest, split)
+    folder, what = data[split], data["name"].capitalize()
+    made = generated_with(manifest, split)
     if made is None:
-        raise ConfigError(f"data.{split}={folder}: Spirograph data made by another version of the generator "
+        raise ConfigError(f"data.{split}={folder}: {what} data made by another version of the generator "
                           f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere")
     g = data["generate"]
     for key in (f"n_{split}", "seed", "size", "maxcount"):
         if made.get(key) != g[key]:
-            raise ConfigError(f"data.generate.{key}={g[key]}: the Spirograph data in {folder} was made with "
+            raise ConfigError(f"data.generate.{key}={g[key]}: the {what} data in {folder} was made with "
                               f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
                               f"point data.train and data.val at another folder")
 
 
-def _is_managed(cfg: dict) -> bool:
-    """Spirograph is generated only into the managed data folder (pipeline.schema.managed_data)."""
-    from pipeline.schema import managed_data
-
-    return managed_data(cfg)
-
-
-def _make_spirograph(cfg: dict) -> None:
+def _make_embedded(cfg: dict) -> None:
+    """Generate the embedded dataset `data.name` into the managed folder."""
+    from pipeline.data.photos import make_photo_splits
     from pipeline.data.shards import make_spirograph_splits
 
+    make = {"spirograph": make_spirograph_splits, "photos": make_photo_splits}[cfg["data"]["name"]]
     g = cfg["data"]["generate"]
     root = Path(cfg["data"]["train"]).parent
-    _log(f"generating Spirograph shards in {root} ({g['n_train']} train / {g['n_val']} val)")
-    make_spirograph_splits(root, g["n_train"], g["n_val"], g["seed"], g["size"], g["maxcount"])
+    _log(f"generating {cfg['data']['name'].capitalize()} shards in {root} ({g['n_train']} train / {g['n_val']} val)")
+    make(root, g["n_train"], g["n_val"], g["seed"], g["size"], g["maxcount"])
