@@ -45,6 +45,10 @@ PAPER_INVCLR = {
 }
 TARGETS = ("m", "b", "sigma", "f_r")
 
+# DINO at CPU scale: 2 local crops instead of 6 and 1024 prototypes instead of 65536 (a ViT-tiny step with 6 locals
+# takes 3x as long here)
+DINO_CPU = ["augment.views.1.count=2", "method.head.out_dim=1024"]
+MOCOV3_VIT = ["+experiment=mocov3_vit", "model.backbone=vit_tiny", "data=photos", "optim.warmup_epochs=2"]
 SUITES = {
     "invclr": [("SimCLR", ["method=simclr"]),
                ("SimCLR + InvCLR", ["+experiment=invclr_spirograph"]),
@@ -56,7 +60,18 @@ SUITES = {
     "cocor": [("MoCo v2 (image recipe)", ["method=mocov2", "augment=mocov2"]),
               ("MoCo v2 + CoCor, learned targets (1 % labels)", ["+experiment=cocor_mocov2"]),
               ("MoCo v2 + CoCor, fixed targets (Table 9)", ["+experiment=cocor_mocov2", "plugin.cocor.target=fixed"])],
+    # MoCo v3 and DINO on Photos (their image recipes), ViT and ResNet, each against its random-init twin; the
+    # paper recipes' warm-up (40 and 10 epochs) shortened to the runs' length
+    "vit": [("MoCo v3, ViT-tiny", [*MOCOV3_VIT]),
+            ("DINO, ViT-tiny", ["+experiment=dino_vit", "model.backbone=vit_tiny", "data=photos",
+                                "optim.warmup_epochs=2", *DINO_CPU]),
+            ("MoCo v3, ResNet-18", ["+experiment=mocov3_resnet", "data=photos", "optim.warmup_epochs=2"]),
+            ("DINO, ResNet-18", ["+experiment=dino_resnet", "data=photos", "optim.warmup_epochs=2", *DINO_CPU])],
+    # JointCrop's main table (MoCo v3): independent crops vs the joint sampler at beta = 0
+    "jointcrop": [("MoCo v3, ViT-tiny", [*MOCOV3_VIT]),
+                  ("MoCo v3 + JointCrop β=0", [*MOCOV3_VIT, "augment.joint.crop.beta=0"])],
 }
+NO_BASELINE = {"vit"}  # suites of frameworks side by side, each against its own random init
 
 
 # the papers' downstream numbers, baseline -> method (docs/methods/): ImageNet pretraining, ResNet-50; here the same
@@ -206,26 +221,30 @@ def run_downstream(runs: list[dict], downstream: dict) -> None:
 
 
 def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str]:
-    """Fine-tuning (mean R² over the four factors) and detection AP per run, the paper's direction beside ours."""
+    """Fine-tuning (mean R² over Spirograph's four factors, or top-1 on Photos) and detection AP per run, the paper's
+    direction beside ours."""
     fraction = next((a.split("=", 1)[1] for a in downstream.get("finetune", []) if a.startswith("label_fraction=")),
                     "0.1")
     semi = f"semi-supervised {float(fraction) * 100:g} %"
-    cols = [(job, key, name) for job, key, name in (("finetune", "r2", semi), ("detect", "AP", "detection"))
-            if job in downstream]
-    if not cols or not all("downstream" in r for r in runs):
+    if not downstream or not all("downstream" in r for r in runs):
         return []
+    ft = runs[0]["downstream"].get("finetune", {}).get("pretrained", {})
+    ft_key = "r2" if "r2" in ft else "top1"  # Spirograph's factors, or Photos' classes
+    cols = [(job, key, name) for job, key, name in (("finetune", ft_key, semi), ("detect", "AP", "detection"))
+            if job in downstream]
     args = {job: " ".join(a) for job, a in downstream.items()}
     lines = ["Downstream, each a child run of its pretraining run: "
              + "; ".join(f"`python jobs/{job}.py run=<id> {args[job]}`" for job, _, _ in cols) + ".", "",
-             "| run | " + " | ".join(f"{name} ({'R² mean' if key == 'r2' else 'shapes AP'})" for _, key, name in cols)
+             "| run | " + " | ".join(f"{name} ({ {'r2': 'R² mean', 'top1': 'top-1'}.get(key, 'shapes AP')})"
+                                    for _, key, name in cols)
              + " |", "|" + " --- |" * (len(cols) + 1)]
     for r in runs:
         lines.append(f"| {r['label']} | " + " | ".join(
-            f"{r['downstream'][job]['pretrained'][key]:.3f}" if key == "r2" else
+            f"{r['downstream'][job]['pretrained'][key]:.3f}" if key != "AP" else
             f"{r['downstream'][job]['pretrained'][key]:.1f}" for job, key, _ in cols) + " |")
     base = runs[0]["downstream"]
     lines.append("| random init | " + " | ".join(
-        (f"{base[job]['random'][key]:.3f}" if key == "r2" else f"{base[job]['random'][key]:.1f}")
+        (f"{base[job]['random'][key]:.3f}" if key != "AP" else f"{base[job]['random'][key]:.1f}")
         if "random" in base[job] else "—" for job, key, _ in cols) + " |")
     paper = PAPER_DOWNSTREAM.get(suite, {})
     lines += ["", "| | paper (ImageNet, ResNet-50) | here | same direction |", "| --- | --- | --- | --- |"]
@@ -262,20 +281,34 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) >= 1e-3 else f"{x:.2e}"
 
 
-def probe_table(runs: list[dict], fa: bool) -> list[str]:
+def _metrics(probe: dict) -> list[tuple[str, str, bool]]:
+    """(column name, probe key, lower is better) of a run's probe: top-1 on class labels (Photos), else MSE per
+    Spirograph target."""
+    if "top1" in probe["pretrained"]:
+        return [("top-1", "top1", False)]
+    return [(f"MSE {t}", f"mse_{t}", True) for t in TARGETS]
+
+
+def probe_table(runs: list[dict], fa: bool, own_random: bool = False) -> list[str]:
     keys = [k for k in ("pretrained", "pretrained_fa") if fa or k == "pretrained"]
-    head = "| run | " + " | ".join(f"{'FA ' if k.endswith('_fa') else ''}MSE {t}" for k in keys for t in TARGETS)
-    head += " | R² m / b / σ / f_r |"
-    lines = [head, "|" + " --- |" * (1 + len(keys) * len(TARGETS) + 1)]
+    metrics = _metrics(runs[0]["probe"])
+    regression = metrics[0][1].startswith("mse")
+    head = "| run | " + " | ".join(f"{'FA ' if k.endswith('_fa') else ''}{name}" for k in keys for name, _, _ in metrics)
+    head += " | R² m / b / σ / f_r |" if regression else " |"
+    lines = [head, "|" + " --- |" * (1 + len(keys) * len(metrics) + regression)]
+
+    def row(label: str, p: dict, which: list[str]) -> str:
+        cells = [_fmt(p[k][key]) for k in which for _, key, _ in metrics]
+        r2 = [" / ".join(f"{p[which[0]][f'r2_{t}']:.3f}" for t in TARGETS)] if regression else []
+        return f"| {label} | " + " | ".join(cells + r2) + " |"
+
+    random = [k.replace("pretrained", "random") for k in keys]
     for r in runs:
-        p = r["probe"]
-        cells = [_fmt(p[k][f"mse_{t}"]) for k in keys for t in TARGETS]
-        r2 = " / ".join(f"{p['pretrained'][f'r2_{t}']:.3f}" for t in TARGETS)
-        lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r2} |")
-    rnd = runs[0]["probe"]
-    lines.append("| random init | " + " | ".join(_fmt(rnd[k.replace('pretrained', 'random')][f"mse_{t}"])
-                                                for k in keys for t in TARGETS)
-                 + " | " + " / ".join(f"{rnd['random'][f'r2_{t}']:.3f}" for t in TARGETS) + " |")
+        lines.append(row(r["label"], r["probe"], keys))
+        if own_random:  # suites of different architectures: each run's random-init twin
+            lines.append(row(f"{r['label']}: random init", r["probe"], random))
+    if not own_random:
+        lines.append(row("random init", runs[0]["probe"], random))
     return lines
 
 
@@ -326,16 +359,25 @@ def direction_table(base: dict, reg: dict) -> list[str]:
     return out
 
 
-def baseline_deltas(runs: list[dict]) -> list[str]:
-    """Each method's probe MSE against the baseline's (first run), per target: the paper claims improvement."""
-    base = runs[0]["probe"]["pretrained"]
-    out = ["Probe MSE change against " + runs[0]["label"] + " (negative = better):", "",
-           "| run | " + " | ".join(TARGETS) + " | targets improved |", "|" + " --- |" * (len(TARGETS) + 2)]
-    for r in runs[1:]:
-        p = r["probe"]["pretrained"]
-        change = [(p[f"mse_{t}"] / base[f"mse_{t}"] - 1) * 100 for t in TARGETS]
-        out.append(f"| {r['label']} | " + " | ".join(f"{c:+.0f} %" for c in change)
-                   + f" | {sum(c < 0 for c in change)} of {len(TARGETS)} |")
+def baseline_deltas(runs: list[dict], baseline: bool = True) -> list[str]:
+    """Each method's probe against the baseline's (the first run; without a baseline, every run against its own
+    random init) and against its random-init twin: the papers claim improvement over the baseline, and every
+    method should beat random init."""
+    metrics = _metrics(runs[0]["probe"])
+    better = lambda new, old, lower: new < old if lower else new > old  # noqa: E731
+    against = runs[0]["label"] if baseline else "random init"
+    out = ["Probe change against " + against + " (" + ", ".join(
+               f"{name}: {'negative' if lower else 'positive'} = better" for name, _, lower in metrics[:1]) + "):", "",
+           "| run | " + " | ".join(name for name, _, _ in metrics) + " | improved | beats random init |",
+           "|" + " --- |" * (len(metrics) + 3)]
+    for r in runs[1:] if baseline else runs:
+        p, rnd = r["probe"]["pretrained"], r["probe"]["random"]
+        base = runs[0]["probe"]["pretrained"] if baseline else rnd
+        change = [(p[key] / base[key] - 1) * 100 for _, key, _ in metrics]
+        improved = sum(better(p[key], base[key], lower) for _, key, lower in metrics)
+        beats = sum(better(p[key], rnd[key], lower) for _, key, lower in metrics)
+        out.append(f"| {r['label']} | " + " | ".join(f"{c:+.1f} %" for c in change)
+                   + f" | {improved} of {len(metrics)} | {beats} of {len(metrics)} |")
     return out
 
 
@@ -363,13 +405,15 @@ def write_report(results: dict[str, list[dict]], scale: list[str], path: Path, s
     stamp = f"_Made by `{command}` on {time.strftime('%Y-%m-%d')}._"
     made: dict[str, list[str]] = {}
     for suite, runs in results.items():
-        lines = [stamp, "", f"Scale: `{' '.join(scale)}` (Spirograph, ResNet-18 layout with CIFAR stem).", ""]
+        data = "Photos" if any("data=photos" in o for o in runs[0]["overrides"]) else "Spirograph"
+        lines = [stamp, "", f"Scale: `{' '.join(scale)}` ({data}; ResNet-18 layout with CIFAR stem unless a run "
+                            f"names a ViT).", ""]
         lines += [f"- {r['label']}: `python jobs/pretrain.py {' '.join(r['overrides'] + scale + r['extra'])}` — MLflow run "
                   f"`{r['run_id']}`, {r['minutes']:.1f} min" for r in runs]
         lines.append("")
-        lines += probe_table(runs, fa="pretrained_fa" in runs[0]["probe"])
+        lines += probe_table(runs, fa="pretrained_fa" in runs[0]["probe"], own_random=suite in NO_BASELINE)
         lines.append("")
-        lines += invclr_section(runs) if suite == "invclr" else baseline_deltas(runs)
+        lines += invclr_section(runs) if suite == "invclr" else baseline_deltas(runs, suite not in NO_BASELINE)
         lines.append("")
         table = downstream_table(suite, runs, downstream or {})
         if table:

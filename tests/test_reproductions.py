@@ -89,3 +89,19 @@ def test_downstream_columns_put_the_papers_direction_beside_ours():
     assert "| semi-supervised 10 %: MoCo v2 + CO2 | MoCo v2 85.1 → + CO2 85.4" in text and "| 0.6 → 0.65 | yes |" in text
     assert "| 50 → 48 | no |" in text
     assert rep.downstream_table("co2", runs, {}) == []
+
+
+def test_classification_suites_report_top1_against_the_baseline_and_each_runs_own_random_init():
+    def run(label, top1, rnd):
+        return {"label": label, "probe": {"pretrained": {"top1": top1}, "random": {"top1": rnd}}}
+
+    runs = [run("MoCo v3, ViT-tiny", 0.50, 0.40), run("DINO, ViT-tiny", 0.35, 0.40)]
+    table = "\n".join(rep.probe_table(runs, fa=False, own_random=True))
+    assert "| run | top-1 |" in table and "| DINO, ViT-tiny: random init | 0.4 |" in table
+    deltas = "\n".join(rep.baseline_deltas(runs, baseline=False))
+    assert "against random init (top-1: positive = better)" in deltas
+    assert "| MoCo v3, ViT-tiny | +25.0 % | 1 of 1 | 1 of 1 |" in deltas
+    assert "| DINO, ViT-tiny | -12.5 % | 0 of 1 | 0 of 1 |" in deltas
+    deltas = "\n".join(rep.baseline_deltas([run("MoCo v3", 0.5, 0.4), run("+ JointCrop", 0.55, 0.45)]))
+    assert "against MoCo v3" in deltas and "| + JointCrop | +10.0 % | 1 of 1 | 1 of 1 |" in deltas
+    assert set(rep.SUITES["vit"][0][1]) >= {"data=photos", "model.backbone=vit_tiny"}
