@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FRAMEWORK_ROWS = ("mocov2", "simclr", "byol", "simsiam")
+FRAMEWORK_ROWS = ("mocov2", "simclr", "byol", "simsiam", "mocov3_vit", "dino_vit")
 PLUGIN_ROWS = ("co2", "clsa", "invclr", "cocor")
 ROWS = FRAMEWORK_ROWS + PLUGIN_ROWS
 BASELINE = {"co2": "mocov2", "clsa": "mocov2", "invclr": "simclr", "cocor": "mocov2"}
@@ -77,7 +77,10 @@ ROW_OVERRIDES = {
     "clsa": ["+experiment=clsa_mocov2"],
     "invclr": ["+experiment=invclr_simclr"],
     "cocor": ["+experiment=cocor_mocov2"],
+    "mocov3_vit": ["+experiment=mocov3_vit"],
+    "dino_vit": ["+experiment=dino_vit"],
 }
+VIT_ROWS = {"mocov3_vit", "dino_vit"}  # ViT-S/16 (vit_tiny with --quick), whatever --backbone says
 PROJECT_TARGET = 0.97                                   # project step >= 0.97x the bare loop
 COST_TARGET = {"co2": 1.02, "clsa": 1.32, "invclr": 2.0}  # plug-in step time / its baseline's
 EXECUTOR_RECIPES = {"mocov2": "mocov2", "simclr": "simclr", "byol": "byol", "clsa": "clsa", "cocor": "cocor"}
@@ -93,7 +96,7 @@ def settings(args) -> dict:
          "rounds": 2 if quick else 3,
          "queue": 256 if quick else 65536, "exec_images": 32 if quick else 1024, "cocor_images": 32 if quick else 256,
          "cocor_labelled_batch": 16 if quick else 64, "e2e_images": 64 if quick else 5120,
-         "e2e_epochs": 2 if quick else 3, "classes": 4 if quick else 8}
+         "e2e_epochs": 2 if quick else 3, "classes": 4 if quick else 8, "quick": quick}
     for k in ("backbone", "width", "size", "batch", "warmup", "iters", "rounds", "queue"):
         if getattr(args, k, None) is not None:
             s[k] = getattr(args, k)
@@ -197,9 +200,12 @@ def make_imagefolder_shards(root: Path, n_train: int, n_val: int, classes: int) 
 def row_config(row: str, s: dict, data_root: Path | None = None) -> dict:
     from pipeline.config import compose_config
 
+    backbone = ("vit_tiny" if s["quick"] else "vit_s16") if row in VIT_ROWS else s["backbone"]
     over = ROW_OVERRIDES[row] + [
-        "data=imagenet", f"data.image_size={s['size']}", f"model.backbone={s['backbone']}", "model.cifar_stem=false",
+        "data=imagenet", f"data.image_size={s['size']}", f"model.backbone={backbone}", "model.cifar_stem=false",
         f"model.width={s['width']}", f"train.batch_size={s['batch']}", "seed=0"]
+    if row == "dino_vit" and s["quick"]:
+        over += ["method.head.out_dim=256", "method.head.hidden_dim=128", "method.head.bottleneck_dim=64"]
     if row in ("mocov2", "co2", "clsa", "cocor"):
         over += ["method.bn_splits=1", f"method.queue_size={s['queue']}"]
     if row == "cocor":
@@ -235,9 +241,8 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
     """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
     the device, optimisation_step, and the float() of every logged value."""
     from pipeline.build import build_method
-    from pipeline.schedules import warmup_cosine
-    from pipeline.train.loop import optimisation_step, to_device
-    from pipeline.train.optim import build_optimizer, scaled_lr, set_lr
+    from pipeline.train.loop import optimisation_step, schedule_step, to_device
+    from pipeline.train.optim import build_optimizer, scaled_lr
 
     torch.manual_seed(0)
     method = build_method(cfg)
@@ -249,7 +254,7 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
 
     def step(images, params):
         """One `_Trainer.train_step`."""
-        set_lr(optimizer, warmup_cosine(state["step"], total_steps, 0, peak))
+        schedule_step(optimizer, cfg["optim"], state["step"], total_steps, 0, peak)
         images, params = to_device(images, params, device, fmt)
         state["step"] += 1
         out = optimisation_step(method, optimizer, images, params, precision, device,
@@ -300,6 +305,51 @@ def bare_sgd(modules: list[nn.Module], lr: float, momentum: float, wd: float, de
     return torch.optim.SGD([g for g in groups if g["params"]], lr=lr, momentum=momentum, **kernel)
 
 
+VIT_SPECS = {"vit_tiny": (4, 4, 3, 192, 768), "vit_s16": (16, 12, 6, 384, 1536), "vit_b16": (16, 12, 12, 768, 3072)}
+
+
+class BareViT(nn.Module):
+    """torchvision's VisionTransformer returning the class token, for any crop size (position embedding resized
+    bicubically to the crop's patch grid)."""
+
+    def __init__(self, arch: str, size: int):
+        from torchvision.models.vision_transformer import VisionTransformer
+
+        super().__init__()
+        p, layers, heads, dim, mlp = VIT_SPECS[arch]
+        self.vit = VisionTransformer(max(p, -(-size // p) * p), p, layers, heads, dim, mlp)
+        self.vit.heads = nn.Identity()
+        self.grid = self.vit.image_size // p
+
+    def forward(self, x):
+        v = self.vit
+        t = v.conv_proj(x)
+        gh, gw = t.shape[-2:]
+        t = torch.cat([v.class_token.expand(x.shape[0], -1, -1), t.flatten(2).transpose(1, 2)], 1)
+        pos = v.encoder.pos_embedding
+        if (gh, gw) != (self.grid, self.grid):
+            g = pos[:, 1:].reshape(1, self.grid, self.grid, -1).permute(0, 3, 1, 2).float()
+            g = F.interpolate(g, size=(gh, gw), mode="bicubic", align_corners=False).to(pos.dtype)
+            pos = torch.cat([pos[:, :1], g.flatten(2).transpose(1, 2)], 1)
+        return v.encoder.ln(v.encoder.layers(t + pos))[:, 0]
+
+
+def bare_vit(arch: str, size: int) -> tuple[nn.Module, int]:
+    return BareViT(arch, size), VIT_SPECS[arch][3]
+
+
+def bare_adamw(modules: list[nn.Module], lr: float, betas, wd: float, device: torch.device) -> torch.optim.AdamW:
+    params = [p for m in modules for p in m.parameters() if p.requires_grad]
+    kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW([{"params": [p for p in params if p.ndim > 1], "weight_decay": wd},
+                              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}],
+                             lr=lr, betas=tuple(betas), **kernel)
+
+
+def half_cosine(progress: float, start: float, end: float) -> float:
+    return end + (start - end) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
 def frozen_copy(module: nn.Module) -> nn.Module:
     twin = copy.deepcopy(module)
     for p in twin.parameters():
@@ -315,7 +365,8 @@ class Bare:
         self.cfg, self.device, self.fmt = cfg, device, fmt
         self.bf16 = precision == "bf16"
         m, model = cfg["method"], cfg["model"]
-        self.backbone, self.dim = bare_backbone(model["backbone"], int(model["width"]))
+        self.backbone, self.dim = bare_vit(model["backbone"], int(model["image_size"])) \
+            if model["backbone"].startswith("vit") else bare_backbone(model["backbone"], int(model["width"]))
         head = m["head"]
         self.hidden, self.out_dim = int(head.get("hidden_dim") or self.dim), int(head["out_dim"])
         o, b = cfg["optim"], int(cfg["train"]["batch_size"])
@@ -334,6 +385,7 @@ class Bare:
             loss = self.loss(images, params)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        self.before_step()
         self.opt.step()
         self.steps += 1
         with self.autocast():
@@ -341,6 +393,9 @@ class Bare:
 
     def loss(self, images, params) -> torch.Tensor:
         raise NotImplementedError
+
+    def before_step(self) -> None:
+        pass
 
     def after(self, images, params, loss) -> None:
         pass
@@ -627,8 +682,122 @@ class BareSimSiam(Bare):
         return 0.5 * self.d(p1, z2.float()) + 0.5 * self.d(p2, z1.float())
 
 
+class BareMoCoV3(Bare):
+    """MoCo v3 on a ViT: frozen random patch projection, BN MLP heads (3-layer projector with a no-affine output BN,
+    2-layer predictor), 2τ-scaled InfoNCE against the batch's keys both ways, cosine momentum 0.99 -> 1, AdamW."""
+
+    def __init__(self, cfg, device, precision, fmt, total_steps: int):
+        super().__init__(cfg, device, precision, fmt)
+        m = cfg["method"]
+        self.t, self.base_m, self.total = float(m["temperature"] or 0.2), float(m["momentum"]), total_steps
+        conv = self.backbone.vit.conv_proj
+        conv.weight.requires_grad_(False)
+        conv.bias.requires_grad_(False)
+
+        def mlp(i, h, o, n, last_bn):
+            mods, d = [], i
+            for _ in range(n - 1):
+                mods += [nn.Linear(d, h, bias=False), nn.BatchNorm1d(h), nn.ReLU(True)]
+                d = h
+            mods.append(nn.Linear(d, o, bias=not last_bn))
+            return nn.Sequential(*mods, *([nn.BatchNorm1d(o, affine=False)] if last_bn else []))
+
+        self.online = nn.Sequential(self.backbone, mlp(self.dim, self.hidden, self.out_dim, 3, True))
+        self.predictor = mlp(self.out_dim, self.hidden, self.out_dim, 2, False)
+        self.target = frozen_copy(self.online)
+        self.place(self.online, self.predictor, self.target)
+        self.online_p, self.target_p = list(self.online.parameters()), list(self.target.parameters())
+        o = cfg["optim"]
+        self.opt = bare_adamw([self.online, self.predictor], self.lr, o["betas"], self.wd, device)
+
+    def ctr(self, q, k):
+        logits = F.normalize(q, dim=1) @ F.normalize(k, dim=1).t() / self.t
+        return 2 * self.t * F.cross_entropy(logits, torch.arange(q.shape[0], device=q.device))
+
+    def loss(self, images, params):
+        q1 = self.predictor(self.online(images[0])).float()
+        q2 = self.predictor(self.online(images[1])).float()
+        with torch.no_grad():
+            k1, k2 = self.target(images[0]).float(), self.target(images[1]).float()
+        return self.ctr(q1, k2) + self.ctr(q2, k1)
+
+    @torch.no_grad()
+    def after(self, images, params, loss):
+        m = half_cosine(self.steps / self.total, self.base_m, 1.0)
+        torch._foreach_lerp_(self.target_p, self.online_p, 1 - m)
+
+
+class BareDINO(Bare):
+    """DINO on a ViT: 3-layer GELU head, normalised bottleneck, weight-normalised prototypes; the teacher (EMA,
+    cosine 0.996 -> 1) on the two global crops, the student on every crop (one forward per crop size); centring,
+    teacher temperature warm-up, per-tensor gradient clipping, the prototypes frozen in the first epoch, AdamW
+    with the weight decay on a cosine."""
+
+    def __init__(self, cfg, device, precision, fmt, total_steps: int):
+        super().__init__(cfg, device, precision, fmt)
+        m, head, o = cfg["method"], cfg["method"]["head"], cfg["optim"]
+        hidden, bott, k = int(head["hidden_dim"]), int(head["bottleneck_dim"]), int(head["out_dim"])
+        self.mlp = nn.Sequential(nn.Linear(self.dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                                 nn.Linear(hidden, bott))
+        self.prototypes = nn.Linear(bott, k, bias=False)
+        self.student = nn.ModuleDict({"backbone": self.backbone, "mlp": self.mlp, "prototypes": self.prototypes})
+        self.teacher = frozen_copy(self.student)
+        self.place(self.student, self.teacher)
+        self.center = torch.zeros(1, k, device=device)
+        self.s_p, self.t_p = list(self.student.parameters()), list(self.teacher.parameters())
+        self.total, self.epochs = total_steps, int(cfg["train"]["epochs"])
+        self.base_m, self.clip = float(m["momentum"]), float(m["clip_grad"])
+        self.temps = (float(m["warmup_teacher_temperature"]), float(m["teacher_temperature"]))
+        self.warm = min(1.0, float(m["warmup_teacher_epochs"]) / self.epochs)
+        self.freeze = float(m["freeze_last_layer_epochs"]) / self.epochs
+        self.wd_range = (float(o["weight_decay"]), float(o["weight_decay_end"]))
+        self.opt = bare_adamw([self.student], self.lr, o["betas"], self.wd, device)
+
+    @staticmethod
+    def head(net, h):
+        z = F.normalize(net["mlp"](h), dim=1)
+        return F.linear(z, F.normalize(net["prototypes"].weight, dim=1))
+
+    def loss(self, images, params):
+        progress = self.steps / self.total
+        self.opt.param_groups[0]["weight_decay"] = half_cosine(progress, *self.wd_range)
+        tt = self.temps[1] if progress >= self.warm else \
+            self.temps[0] + (self.temps[1] - self.temps[0]) * progress / self.warm
+        outs, i = [], 0
+        while i < len(images):
+            j = i + 1
+            while j < len(images) and images[j].shape[-1] == images[i].shape[-1]:
+                j += 1
+            outs += self.head(self.student, self.student["backbone"](torch.cat(images[i:j]))).float().chunk(j - i)
+            i = j
+        with torch.no_grad():
+            t = self.head(self.teacher, self.teacher["backbone"](torch.cat(images[:2]))).float()
+            targets = F.softmax((t - self.center) / tt, 1).chunk(2)
+        logs = [F.log_softmax(o / 0.1, 1) for o in outs]
+        terms = [-(p * logs[v]).sum(1).mean() for g, p in enumerate(targets) for v in range(len(logs)) if v != g]
+        self.center.mul_(0.9).add_(t.mean(0, keepdim=True), alpha=0.1)
+        return sum(terms) / len(terms)
+
+    @torch.no_grad()
+    def before_step(self):
+        if (self.steps + 1) / self.total <= self.freeze + 1e-9:
+            self.prototypes.weight.grad = None
+        grads = [p.grad for p in self.s_p if p.grad is not None]
+        norms = torch.stack(torch._foreach_norm(grads))
+        torch._foreach_mul_(grads, list((self.clip / (norms + 1e-6)).clamp(max=1.0).unbind(0)))
+
+    @torch.no_grad()
+    def after(self, images, params, loss):
+        m = half_cosine(self.steps / self.total, self.base_m, 1.0)
+        torch._foreach_lerp_(self.t_p, self.s_p, 1 - m)
+
+
 def bare_runner(row: str, cfg: dict, device, precision, fmt, total_steps: int, s: dict) -> Callable:
     kind = cfg["method"]["kind"]
+    if kind == "mocov3":
+        return BareMoCoV3(cfg, device, precision, fmt, total_steps)
+    if kind == "dino":
+        return BareDINO(cfg, device, precision, fmt, total_steps)
     if row == "cocor":
         n_classes = len(json.loads((Path(cfg["data"]["train"]) / "manifest.json").read_text())["class_names"])
         return BareCoCor(cfg, device, precision, fmt, n_classes, s["cocor_labelled_batch"])
@@ -795,7 +964,8 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
              f"{meta['precision']} autocast, channels_last {meta['channels_last']}, cudnn.benchmark "
              f"{meta['cudnn_benchmark']}, torch CPU threads {meta['threads']}; {s['warmup']} warm-up steps, then "
              f"{s['rounds']} rounds of {s['iters']} timed steps per loop (bare and project in turn, best round "
-             f"kept); MoCo: bn_splits 1, queue {s['queue']}", "",
+             f"kept); MoCo: bn_splits 1, queue {s['queue']}; the ViT rows: "
+             f"{'vit_tiny' if s['quick'] else 'ViT-S/16'}, their papers' recipes (AdamW, DINO's 2 + 6 crops)", "",
              "## Training step: the project's against a bare tuned loop", "",
              "images/s = samples per second (each sample is all of the row's views). project/bare: target >= "
              f"{PROJECT_TARGET}. Cost = the row's step time / its baseline framework's (project loop; the bare "

@@ -57,6 +57,17 @@ def to_device(images: list[torch.Tensor], params: list[dict] | None, device: tor
     return images, params
 
 
+def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
+    """Set the optimiser's lr (warm-up, cosine) and, where `optim.weight_decay_end` is set (DINO), its weight decay
+    (cosine from weight_decay) for optimisation step `step`; returns the lr."""
+    lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr)
+    set_lr(optimizer, lr)
+    if optim.get("weight_decay_end") is not None:
+        set_weight_decay(optimizer, cosine(step / total_steps, float(optim["weight_decay"]),
+                                           float(optim["weight_decay_end"])))
+    return lr
+
+
 def optimisation_step(method, optimizer, images: list[torch.Tensor], params: list[dict] | None, precision: str,
                       device: torch.device, progress: float) -> dict:
     """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook
@@ -192,12 +203,7 @@ class _Trainer:
 
     def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
-        lr = warmup_cosine(self.step, self.total_steps, self.warmup, self.peak_lr)
-        set_lr(self.optimizer, lr)
-        optim = self.cfg["optim"]
-        if optim.get("weight_decay_end") is not None:  # DINO: cosine from weight_decay to weight_decay_end
-            set_weight_decay(self.optimizer, cosine(self.step / self.total_steps, float(optim["weight_decay"]),
-                                                    float(optim["weight_decay_end"])))
+        lr = schedule_step(self.optimizer, self.cfg["optim"], self.step, self.total_steps, self.warmup, self.peak_lr)
         images, params = to_device(images, params, self.device, self.memory_format)
         self.step += 1
         out = optimisation_step(self.method, self.optimizer, images, params, self.precision, self.device,
