@@ -47,9 +47,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from sample_images import HEIGHT, QUALITY, WIDTH, sample_jpegs  # noqa: E402
+
 from pipeline.augment.view_maker import build_view_maker  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
-from sample_images import HEIGHT, QUALITY, WIDTH, sample_jpegs  # noqa: E402
 
 PATHS = ("dali", "torch", "torchvision", "tv-pilblur")
 TARGET = 1.5  # the issue's goal: DALI >= 1.5x the plain torchvision path, per core
@@ -123,6 +124,7 @@ class TwoViewJpegs(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         import io
+
         from PIL import Image
 
         with Image.open(io.BytesIO(self.encoded[i])) as im:
@@ -207,7 +209,7 @@ def measure(encoded: list[bytes], batch: int, threads: int, seed: int) -> dict:
         """Yields [view 1, view 2] per batch of indices."""
         if path in project:
             return (project[path]([encoded[i] for i in b]) for b in bs)
-        return loaders[path](bs)
+        return loaders[path](bs)  # noqa: F821 (deleted after the runs, which are done by then)
 
     clocks, shapes = {p: Clock() for p in PATHS}, {}
     # Warm-up: DALI allocates on its first run, DataLoaders start their workers, caches fill.
@@ -245,7 +247,8 @@ def _summarise(row: dict) -> list[str]:
     lines = []
     for p in PATHS:
         measured = not math.isnan(c[p].cpu)
-        cpu = f"{c[p].cpu:6.2f} {c[p].cpu / c[p].wall:8.2f} {cpu_rate[p]:9.1f}" if measured else f"{'-':>6s} {'-':>8s} {'-':>9s}"
+        cpu = (f"{c[p].cpu:6.2f} {c[p].cpu / c[p].wall:8.2f} {cpu_rate[p]:9.1f}" if measured
+               else f"{'-':>6s} {'-':>8s} {'-':>9s}")
         vs_cpu = f"{cpu_rate[p] / cpu_rate['torchvision']:10.2f}x" if measured else f"{'-':>11s}"
         lines.append(f"{t:>7d}  {p:<11s} {c[p].images:>6d} {c[p].wall:>7.2f} {rate[p]:>8.1f} {rate[p] / t:>10.1f}"
                      f" {cpu} {rate[p] / rate['torchvision']:>11.2f}x {vs_cpu}")
@@ -279,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     t0 = time.perf_counter()
     encoded = sample_jpegs(args.images, seed=args.seed)
-    print(f"inputs: {len(encoded)} JPEGs {WIDTH}x{HEIGHT} q{QUALITY}, mean {np.mean([len(e) for e in encoded]) / 1024:.0f}"
+    mean_kib = np.mean([len(e) for e in encoded]) / 1024
+    print(f"inputs: {len(encoded)} JPEGs {WIDTH}x{HEIGHT} q{QUALITY}, mean {mean_kib:.0f}"
           f" KiB (made in {time.perf_counter() - t0:.1f} s); MoCo v2 two views at 224 px; one image = 2 views")
     print("torchvision path: DataLoader num_workers=0 (main process) at 1 thread, else num_workers=threads\n")
 

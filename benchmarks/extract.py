@@ -52,12 +52,12 @@ def main() -> int:
 
     import torch
 
+    from pipeline.cluster import init_ray
     from pipeline.config import compose_config
     from pipeline.data.reader import load_split
     from pipeline.eval.extract import extract_split
     from pipeline.eval.features import eval_preprocess
     from pipeline.models.backbones import build_backbone
-    from pipeline.cluster import init_ray
     from pipeline.train.prepare import resolve
 
     cfg = compose_config([])
@@ -92,7 +92,8 @@ def main() -> int:
           f"{', '.join(f'{b:.0f}' for b in bares)})")
     print(f"[extract] Ray Data extraction to disk ({meta['actors']} {meta['device']} actor(s), decode included): "
           f"{meta['images_per_s']:.0f} images/s (median of {args.repeats}: "
-          f"{', '.join(str(round(m['images_per_s'])) for m in metas)}; start-up {metas[0]['startup_s']:.1f} s, left out)")
+          f"{', '.join(str(round(m['images_per_s'])) for m in metas)}; "
+          f"start-up {metas[0]['startup_s']:.1f} s, left out)")
     print(f"[extract] extraction / bare = {meta['images_per_s'] / bare:.3f} (target >= 0.9)")
     return 0
 

@@ -890,7 +890,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
         rng = np.random.default_rng(0)
 
         def run(encoded):
-            views, kept = executor(encoded, sample_views(encoded, recipe, rng))
+            views, kept = executor(encoded, sample_views(encoded, recipe, rng))  # noqa: F821 (deleted after use)
             if len(kept) != len(encoded):
                 raise RuntimeError(f"gpu executor dropped {len(encoded) - len(kept)} of {len(encoded)} images")
             return views

@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from pipeline.augment.spirograph_views import SpirographRecipe, render_views  # noqa: E402
+from pipeline.build import build_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.spirograph import TARGETS, sample_params  # noqa: E402
-from pipeline.build import build_method  # noqa: E402
 from pipeline.train.precision import autocast  # noqa: E402
 
 

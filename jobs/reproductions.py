@@ -193,7 +193,8 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
             fail(f"{label}: {e}")
         out["minutes"] = (time.monotonic() - t0) / 60
     else:
-        print(f"[reproductions] {label}: finished before as MLflow run {out['run_id']}; reusing its results", flush=True)
+        print(f"[reproductions] {label}: finished before as MLflow run {out['run_id']}; reusing its results",
+              flush=True)
     out["run_name"] = cfg["run"]["name"]
     out["curves"] = Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png"
     out["label"], out["overrides"], out["extra"] = label, overrides, extra
@@ -293,7 +294,8 @@ def probe_table(runs: list[dict], fa: bool, own_random: bool = False) -> list[st
     keys = [k for k in ("pretrained", "pretrained_fa") if fa or k == "pretrained"]
     metrics = _metrics(runs[0]["probe"])
     regression = metrics[0][1].startswith("mse")
-    head = "| run | " + " | ".join(f"{'FA ' if k.endswith('_fa') else ''}{name}" for k in keys for name, _, _ in metrics)
+    head = "| run | " + " | ".join(f"{'FA ' if k.endswith('_fa') else ''}{name}"
+                                   for k in keys for name, _, _ in metrics)
     head += " | R² m / b / σ / f_r |" if regression else " |"
     lines = [head, "|" + " --- |" * (1 + len(keys) * len(metrics) + regression)]
 
@@ -408,7 +410,8 @@ def write_report(results: dict[str, list[dict]], scale: list[str], path: Path, s
         data = "Photos" if any("data=photos" in o for o in runs[0]["overrides"]) else "Spirograph"
         lines = [stamp, "", f"Scale: `{' '.join(scale)}` ({data}; ResNet-18 layout with CIFAR stem unless a run "
                             f"names a ViT).", ""]
-        lines += [f"- {r['label']}: `python jobs/pretrain.py {' '.join(r['overrides'] + scale + r['extra'])}` — MLflow run "
+        lines += [f"- {r['label']}: `python jobs/pretrain.py {' '.join(r['overrides'] + scale + r['extra'])}` "
+                  f"— MLflow run "
                   f"`{r['run_id']}`, {r['minutes']:.1f} min" for r in runs]
         lines.append("")
         lines += probe_table(runs, fa="pretrained_fa" in runs[0]["probe"], own_random=suite in NO_BASELINE)

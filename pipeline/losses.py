@@ -21,8 +21,8 @@ def _f32(x):
 def float32(fn):
     """Run a loss in float32 whatever the step's autocast says: under bf16 autocast the similarity matmuls would
     otherwise run in bf16 (about 3 significant digits: at τ = 0.1 a logit of 10 is off by up to 0.06) and some
-    losses would come out in bf16. Float32 and float64 inputs pass through as the same tensors, so autograd.grad w.r.t. them
-    still works."""
+    losses would come out in bf16. Float32 and float64 inputs pass through as the same tensors, so autograd.grad
+    w.r.t. them still works."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
         device = next((t.device.type for t in (*args, *kwargs.values()) if torch.is_tensor(t)), "cpu")

@@ -156,10 +156,10 @@ def test_surrogate_follows_the_exact_hypergradient(seed, form):
 # ----------------------------------------------------------------------------- the plug-in on its frameworks
 from torch import nn  # noqa: E402
 
+from pipeline.build import build_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.reader import Split  # noqa: E402
 from pipeline.losses import info_nce  # noqa: E402
-from pipeline.build import build_method  # noqa: E402
 from pipeline.methods.base import Encoder  # noqa: E402
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_recipes import IMAGE_RECIPES, recipe_of
 
 from pipeline.augment.params import sample_views
-from test_recipes import IMAGE_RECIPES, recipe_of
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
 from helpers import HAVE_D2, fake_source, job_env, needs_d2
+from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
 from pipeline.models.backbones import build_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,10 +67,10 @@ def test_config_from_the_model():
 def test_names_are_exactly_the_detectron2_trunks(layout):
     """Every converted key is a parameter or buffer of detectron2's ResNet built for the same layout, and every
     one of those is covered (the registered builder, so narrow and CIFAR-stem trunks count too)."""
-    from pipeline.detect.d2_config import model_config
-
     from detectron2.layers import ShapeSpec
     from detectron2.modeling import BACKBONE_REGISTRY
+
+    from pipeline.detect.d2_config import model_config
 
     src = fake_source(*LAYOUTS[layout])
     from pipeline.detect.export import backbone_meta
@@ -348,7 +348,8 @@ def test_non_contiguous_category_ids_train_as_labels_and_come_back_as_ids(tmp_pa
     assert sorted(target["labels"].tolist()) == want
     d = {"in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 16,
          "min_size": 64, "max_size": 64, "norm": "bn", "roi_batch_per_image": 32}
-    model = tv_engine.build_detector(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8}), 3, d, [0.0] * 3, [1.0] * 3)
+    backbone = build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8})
+    model = tv_engine.build_detector(backbone, 3, d, [0.0] * 3, [1.0] * 3)
     model.roi_heads.score_thresh = 0.0  # an untrained detector: keep whatever it finds
     results = tv_engine.predict(model, ds, torch.device("cpu"))
     assert results and {r["category_id"] for r in results} <= {3, 7, 90}

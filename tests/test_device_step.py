@@ -12,10 +12,10 @@ import torch
 from helpers import encode, natural
 from pipeline import dist
 from pipeline.augment.view_maker import build_view_maker
+from pipeline.build import build_method
 from pipeline.config import compose_config
 from pipeline.data.reader import Split
 from pipeline.data.spirograph import sample_params
-from pipeline.build import build_method
 from pipeline.plugins import PLUGINS
 from pipeline.train.loop import memory_format, optimisation_step, to_device
 from pipeline.train.optim import build_optimizer

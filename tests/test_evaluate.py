@@ -51,7 +51,7 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
     from pipeline.detect import job as detect_job
     from pipeline.eval import finetune_job, knn_job
     from pipeline.eval.probe_job import split_run
-    from pipeline.schema import check_model, Config
+    from pipeline.schema import Config, check_model
 
     cfg = _cfg(size=size)
     for step, job, argv in steps(cfg, _suite(name)):
@@ -78,8 +78,9 @@ def _evaluate(tmp_path: Path, *args: str, timeout: int = 900):
 @pytest.mark.parametrize("args,needle", [
     ([], "error: pick the evaluations with +suite=<name>: one of clsa, co2"),
     (["+suite=standard", "size=huge"], "error: size=huge: expected one of cpu, paper"),
-    (["+suite=standard", "+extra.fit.a=1"], "error: extra={'linear_probe': {}, 'knn': {}, 'finetune': {}, 'detect': {}, "
-                                            "'fit': {'a': 1}}: expected settings under extra.linear_probe"),
+    (["+suite=standard", "+extra.fit.a=1"],
+     "error: extra={'linear_probe': {}, 'knn': {}, 'finetune': {}, 'detect': {}, 'fit': {'a': 1}}: expected settings "
+     "under extra.linear_probe"),
 ])
 def test_evaluate_refuses_bad_input_in_one_line(tmp_path, args, needle):
     r = _evaluate(tmp_path, "run=x", *args, timeout=120)
@@ -90,7 +91,6 @@ def test_evaluate_refuses_bad_input_in_one_line(tmp_path, args, needle):
 @pytest.mark.slow
 def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(tmp_path):
     import mlflow
-
     from test_finetune import colour_shards
 
     root = colour_shards(tmp_path / "shards", {"train": 10, "val": 3})

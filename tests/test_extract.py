@@ -65,7 +65,8 @@ def test_sgd_probe_separates_separable_classes_and_scores_regression_by_hand():
     assert res["mse_m"] == pytest.approx(float(err[0]), rel=1e-5) and res["mse"] == pytest.approx(float(err.mean()))
     with pytest.raises(FloatingPointError, match="lower eval.probe.sgd.lr"):
         fit_sgd(x.numpy(), (t.repeat(4, 1) * 1e6).numpy(), "regression", 2,
-                SgdSchedule(epochs=40, lr=1e3, milestones=[], gamma=0.1, momentum=0.9, weight_decay=0.0, batch_size=400))
+                SgdSchedule(epochs=40, lr=1e3, milestones=[], gamma=0.1, momentum=0.9, weight_decay=0.0,
+                            batch_size=400))
 
 
 def _shards(root: Path, n: int, corrupt_at: int | None = None) -> Path:

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from pipeline.losses import byol_loss, negative_cosine, supcon_loss
+from helpers import init_gloo, run_process_group
 from pipeline.build import build_method
+from pipeline.losses import byol_loss, negative_cosine, supcon_loss
 from pipeline.methods import METHODS
 from pipeline.methods.base import Encoder
 from pipeline.methods.byol import PredictorEncoder
 from pipeline.models.momentum import momentum_copy
-from helpers import init_gloo, run_process_group
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 MODEL = {"backbone": "resnet18", "cifar_stem": True, "width": 8}

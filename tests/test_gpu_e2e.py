@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_e2e import mlflow_runs, pretrain
 
 from helpers import natural
-from test_e2e import mlflow_runs, pretrain
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")]

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
 
+from helpers import encode, natural
 from pipeline.augment import views as views_mod
 from pipeline.augment.gpu_exec import GpuExecutor, decode_batch, gaussian_blur_batch
 from pipeline.augment.params import blur_window, sample_views
@@ -22,11 +23,9 @@ from pipeline.augment.recipe import TwoViewRecipe
 from pipeline.augment.strong import OPS, apply_strong_torch, sample_strong, torch_op
 from pipeline.augment.strong_batch import apply_strong_batch, batch_op
 from pipeline.augment.torch_exec import TorchExecutor, decode_rgb
-from pipeline.augment.view_maker import build_view_maker
+from pipeline.augment.view_maker import build_view_maker, image_recipe
 from pipeline.augment.views import make_executor, make_views
 from pipeline.config import compose_config
-from pipeline.augment.view_maker import image_recipe
-from helpers import encode, natural
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
@@ -225,8 +224,9 @@ def test_decode_batch_equals_torch_decoder_and_png_check():
     assert png_rows_readable(_raw_png(arr)) and png_rows_readable(_raw_png(arr, True))
     assert not png_rows_readable(_raw_png(arr, True, filter_byte=5))
     assert png_rows_readable(b"not a png")  # nothing to say about other formats
-    from PIL import Image
     import io
+
+    from PIL import Image
     im = Image.fromarray(natural(33, 47, 6))
     for img, kw in ((im, {}), (im.convert("L"), {}), (im.convert("1"), {}), (im.convert("P"), {}),
                     (im.convert("P", palette=Image.ADAPTIVE, colors=16), {"bits": 4}), (im.convert("RGBA"), {}),

@@ -7,8 +7,14 @@ from torch import nn
 
 from pipeline.data.reader import Split
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance, sample_params
-from pipeline.eval.invariance import (alpha_reference, alpha_regression, averaged_features,
-                                      conditional_variance_of, feature_average, transformed_features)
+from pipeline.eval.invariance import (
+    alpha_reference,
+    alpha_regression,
+    averaged_features,
+    conditional_variance_of,
+    feature_average,
+    transformed_features,
+)
 from pipeline.losses import rademacher
 
 SPIRO_CFG = {"augment": {"kind": "spirograph", "size": 16}}
@@ -168,14 +174,14 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pathlib import Path
 
     import mlflow
+    from mlflow.tracking._tracking_service import utils as mlflow_uri
 
+    from pipeline import checkpoint as ck
     from pipeline import tracking
+    from pipeline.build import build_method
     from pipeline.config import compose_config
     from pipeline.data.shards import make_spirograph_splits
     from pipeline.eval.run_probe import compare_with_random
-    from pipeline.build import build_method
-    from pipeline import checkpoint as ck
-    from mlflow.tracking._tracking_service import utils as mlflow_uri
 
     small = [f"paths.root={tmp_path}", "model.width=8", "method.bn_splits=1", "eval.probe.steps=10",
              "eval.probe.batch_size=100", "data.generate.n_train=300", "data.generate.n_val=100"]

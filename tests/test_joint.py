@@ -16,8 +16,14 @@ import pytest
 import torch
 from scipy import stats
 
-from pipeline.augment.joint import (JointSampler, joint_blur_sigmas, joint_color_factors, joint_factor_pair,
-                                    sample_joint_crops, sample_log_ratio)
+from pipeline.augment.joint import (
+    JointSampler,
+    joint_blur_sigmas,
+    joint_color_factors,
+    joint_factor_pair,
+    sample_joint_crops,
+    sample_log_ratio,
+)
 from pipeline.augment.params import sample_crop
 
 LOW, HIGH = 0.2, 1.0

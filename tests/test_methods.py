@@ -5,9 +5,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from helpers import init_gloo, run_process_group
 from pipeline.build import build_method
 from pipeline.methods.base import Encoder
-from helpers import init_gloo, run_process_group
 
 CFG = {
     "seed": 0,

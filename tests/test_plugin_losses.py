@@ -90,7 +90,8 @@ def test_co2_gradient_reaches_query_only():
 
 
 def test_co2_gradient_matches_derived_logit_gradient():
-    """docs/methods/co2.md §1.5: ∂L/∂s_j = ½(Q_j - P_j) + ½ Q_j (log Q_j - log P_j - KL(Q‖P)), s = q·n/τ, per sample / B."""
+    """docs/methods/co2.md §1.5: ∂L/∂s_j = ½(Q_j - P_j) + ½ Q_j (log Q_j - log P_j - KL(Q‖P)), s = q·n/τ, per
+    sample / B."""
     t, b = 0.1, 3
     q, k, queue = _unit(b, 6, seed=10).requires_grad_(), _unit(b, 6, seed=11), _unit(9, 6, seed=12)
     co2_consistency(q, k, queue, t).backward()

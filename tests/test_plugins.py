@@ -7,11 +7,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import init_gloo, run_process_group
+from pipeline.build import build_method
 from pipeline.config import ConfigError, compose_config
 from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
-from pipeline.build import build_method
 from pipeline.methods.base import Encoder
-from helpers import init_gloo, run_process_group
 
 MOCO = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
         "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.9, "queue_size": 32,

@@ -11,13 +11,13 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
+from helpers import encode, natural
 from pipeline.augment import colour
 from pipeline.augment.params import sample_views
-from pipeline.augment.recipe import Recipe, TwoViewRecipe, ViewSpec, recipe_from_dict
+from pipeline.augment.recipe import Recipe, ViewSpec, recipe_from_dict
 from pipeline.augment.view_maker import image_recipe
 from pipeline.augment.views import make_executor
 from pipeline.config import CONF_DIR, compose_config
-from helpers import encode, natural
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 IMAGE_RECIPES = sorted(p.stem for p in (CONF_DIR / "augment").glob("*.yaml") if p.stem != "spirograph")
@@ -250,9 +250,9 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
     make_imagefolder_split(root, tmp_path / "shards", "train", maxcount=10, progress=False)
     out = tmp_path / "g.png"
     job = Path(__file__).resolve().parents[1] / "jobs" / "gallery.py"
-    res = subprocess.run([sys.executable, str(job), "augment=dino", "data=cifar10", f"data.train={tmp_path}/shards/train",
-                          f"data.val={tmp_path}/shards/train", "gallery.n_images=3", f"gallery.out={out}",
-                          "augment.executor=torch", f"paths.root={tmp_path}"],
+    res = subprocess.run([sys.executable, str(job), "augment=dino", "data=cifar10",
+                          f"data.train={tmp_path}/shards/train", f"data.val={tmp_path}/shards/train",
+                          "gallery.n_images=3", f"gallery.out={out}", "augment.executor=torch", f"paths.root={tmp_path}"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "3 images x 8 views" in res.stdout

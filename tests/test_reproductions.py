@@ -86,7 +86,8 @@ def test_downstream_columns_put_the_papers_direction_beside_ours():
     text = "\n".join(lines)
     assert "| MoCo v2 + CO2 | 0.650 | 48.0 |" in text and "| random init | 0.050 | 30.0 |" in text
     # the paper's 10 % fine-tuning improves (85.1 -> 85.4) as ours does (0.6 -> 0.65); its AP50 improves, ours falls
-    assert "| semi-supervised 10 %: MoCo v2 + CO2 | MoCo v2 85.1 → + CO2 85.4" in text and "| 0.6 → 0.65 | yes |" in text
+    assert "| semi-supervised 10 %: MoCo v2 + CO2 | MoCo v2 85.1 → + CO2 85.4" in text
+    assert "| 0.6 → 0.65 | yes |" in text
     assert "| 50 → 48 | no |" in text
     assert rep.downstream_table("co2", runs, {}) == []
 

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from test_e2e import SMALL, SPIRO, job_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,11 +231,11 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     """A run pretrained at 24 px on its own data folder, probed with no data= on the command line."""
     import mlflow
 
+    from pipeline import checkpoint as ck
     from pipeline import tracking
+    from pipeline.build import build_method
     from pipeline.config import compose_config, to_yaml
     from pipeline.data.shards import make_spirograph_splits
-    from pipeline.build import build_method
-    from pipeline import checkpoint as ck
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)
     cfg = compose_config([f"paths.root={store}", "run.name=at24", "model.width=8", "method.bn_splits=1",

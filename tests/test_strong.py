@@ -24,8 +24,16 @@ import torch
 from PIL import Image, ImageEnhance, ImageOps
 from scipy import stats
 
-from pipeline.augment.strong import (AFFINE_OPS, OP_ID, OPS, POOLS, affine_matrix, apply_strong_torch,
-                                     sample_strong, torch_op)
+from pipeline.augment.strong import (
+    AFFINE_OPS,
+    OP_ID,
+    OPS,
+    POOLS,
+    affine_matrix,
+    apply_strong_torch,
+    sample_strong,
+    torch_op,
+)
 
 H, W = 48, 64  # non-square on purpose: catches H/W mix-ups in the affine maps
 ENHANCE = ("Contrast", "Color", "Brightness", "Sharpness")

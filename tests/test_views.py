@@ -16,11 +16,17 @@ import torch
 from PIL import Image
 from scipy import stats
 
-from pipeline.augment.params import (blur_window, eval_geometry, image_size, sample_crop,
-                                     sample_view_params, sample_views)
+from helpers import encode, natural
+from pipeline.augment.params import (
+    blur_window,
+    eval_geometry,
+    image_size,
+    sample_crop,
+    sample_view_params,
+    sample_views,
+)
 from pipeline.augment.recipe import TwoViewRecipe, ViewSpec, recipe_from_dict
 from pipeline.augment.views import Views, make_executor, make_views
-from helpers import encode, natural
 
 dali = pytest.importorskip("nvidia.dali")
 # torchvision 0.29 deprecates torchvision.io decoding (torch_exec filters it; pytest resets filters).
@@ -195,8 +201,9 @@ def test_scaled_crop_follows_box_coordinates(kind):
         rows = y + centres * h - 0.5
         cols = x + centres * w - 0.5
         inner = slice(2, -2)  # edge pixels see a truncated filter
-        np.testing.assert_allclose(got[i, inner, inner, 0], np.broadcast_to(rows[inner, None], (size - 4,) * 2), atol=0.05)
-        np.testing.assert_allclose(got[i, inner, inner, 1], np.broadcast_to(cols[None, inner], (size - 4,) * 2), atol=0.05)
+        square = (size - 4,) * 2
+        np.testing.assert_allclose(got[i, inner, inner, 0], np.broadcast_to(rows[inner, None], square), atol=0.05)
+        np.testing.assert_allclose(got[i, inner, inner, 1], np.broadcast_to(cols[None, inner], square), atol=0.05)
         np.testing.assert_allclose(got[i, ..., 2], 77, atol=0.01)
 
 

@@ -135,7 +135,8 @@ def test_co2_on_a_key_bank_matches_its_equation():
 def test_schedules_follow_their_formulas():
     assert cosine(0.0, 0.04, 0.4) == pytest.approx(0.04) and cosine(1.0, 0.04, 0.4) == pytest.approx(0.4)
     assert cosine(0.5, 0.04, 0.4) == pytest.approx(0.22)
-    assert warmup_cosine(0, 100, 10, 1.0) == pytest.approx(0.1) and warmup_cosine(55, 100, 10, 1.0) == pytest.approx(0.5)
+    assert warmup_cosine(0, 100, 10, 1.0) == pytest.approx(0.1)
+    assert warmup_cosine(55, 100, 10, 1.0) == pytest.approx(0.5)
     assert linear_warmup(0.0, 0.04, 0.07, 0.3) == pytest.approx(0.04)
     assert linear_warmup(0.15, 0.04, 0.07, 0.3) == pytest.approx(0.055)
     assert linear_warmup(0.9, 0.04, 0.07, 0.3) == pytest.approx(0.07)

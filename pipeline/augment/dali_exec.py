@@ -24,14 +24,13 @@ import logging
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
-from PIL import Image
-
 import nvidia.dali.fn as fn
 import nvidia.dali.math as dmath
 import nvidia.dali.types as types
+import torch
 from nvidia.dali import pipeline_def
 from nvidia.dali.pipeline import Pipeline
+from PIL import Image
 
 from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
 from .recipe import Recipe, ViewSpec

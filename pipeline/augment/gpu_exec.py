@@ -30,8 +30,16 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from .params import Params, blur_window, select, valid_samples
 from .recipe import Recipe, ViewSpec
 from .strong_batch import apply_strong_batch, host_array
-from .torch_exec import (TorchExecutor, _empty, crop_resize, decode_rgb, eval_candidates, eval_images, finish,
-                         photometric)
+from .torch_exec import (
+    TorchExecutor,
+    _empty,
+    crop_resize,
+    decode_rgb,
+    eval_candidates,
+    eval_images,
+    finish,
+    photometric,
+)
 
 log = logging.getLogger(__name__)
 

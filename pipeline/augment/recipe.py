@@ -177,7 +177,8 @@ def recipe_from_dict(d: Mapping[str, Any]) -> Recipe:
     """Build a recipe from a plain config mapping (flat or grouped form, see the module docstring);
     unknown keys are an error (catches typos)."""
     d = dict(d)
-    top = {"mean": d.pop("mean", IMAGENET_MEAN), "std": d.pop("std", IMAGENET_STD), "joint": _joint(d.pop("joint", None))}
+    top = {"mean": d.pop("mean", IMAGENET_MEAN), "std": d.pop("std", IMAGENET_STD),
+           "joint": _joint(d.pop("joint", None))}
     if "views" not in d:  # flat form
         n_views = int(d.pop("n_views", 2))
         spec = ViewSpec(**_view_kwargs(d, "augment"))

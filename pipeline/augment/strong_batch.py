@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as tnf
 from torch import Tensor
 
-from .strong import (AFFINE_OPS, OPS, _autocontrast, _blend, _gray, _quantise, _solarize, affine_matrix,
-                     warp_affine)
+from .strong import AFFINE_OPS, OPS, _autocontrast, _blend, _gray, _quantise, _solarize, affine_matrix, warp_affine
 
 
 def host_array(a: Tensor | np.ndarray | Sequence) -> np.ndarray:

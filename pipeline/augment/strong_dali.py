@@ -44,7 +44,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import nvidia.dali.fn as fn
 import nvidia.dali.math as dmath
 import nvidia.dali.types as types

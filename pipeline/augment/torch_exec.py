@@ -16,13 +16,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 import torchvision.transforms.v2.functional as F
+from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import InterpolationMode
 
-from .params import Params, blur_window, eval_geometry, select, try_image_size, valid_samples
 from . import colour
+from .params import Params, blur_window, eval_geometry, select, try_image_size, valid_samples
 from .png_check import png_rows_readable
 from .recipe import IMAGENET_MEAN, IMAGENET_STD, Recipe, ViewSpec
 

@@ -1,4 +1,5 @@
-"""A small labelled subset of the pretraining split (CoCor's upper-level data, docs/methods/cocor.md §1.7 and §7 item 7).
+"""A small labelled subset of the pretraining split (CoCor's upper-level data, docs/methods/cocor.md §1.7 and §7
+item 7).
 
 The paper uses 1 % of the pretraining set's labels and does not say how they are drawn; here the draw is seeded
 and class-balanced: each class keeps round(fraction · its count) samples (at least one). Regression data

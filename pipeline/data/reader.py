@@ -10,8 +10,15 @@ from typing import Iterator
 import numpy as np
 
 from pipeline.data.formats import IMAGE_EXTS, image_key  # noqa: F401  (one list for the writer and readers)
-from pipeline.data.shards import (ON_BAD_SHARD, BadShardError, check_shards, describe_bad, read_manifest,
-                                  shard_problem, shard_samples)
+from pipeline.data.shards import (
+    ON_BAD_SHARD,
+    BadShardError,
+    check_shards,
+    describe_bad,
+    read_manifest,
+    shard_problem,
+    shard_samples,
+)
 
 # The readers' default for a bad shard. The config's `data.on_bad_shard` is applied before any work starts
 # (pipeline.train.prepare.prepare_data checks every shard and, with `fail`, refuses in one line), so by the

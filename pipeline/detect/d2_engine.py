@@ -199,8 +199,9 @@ def _logger(log: tuple[str, str, str] | None):
     client = MlflowClient(uri)
 
     def write(it: int, losses: dict) -> None:
-        from mlflow.entities import Metric
         import time
+
+        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(f"{prefix}_{k}", v, now, it) for k, v in losses.items()])

@@ -13,15 +13,21 @@ from pathlib import Path
 
 import torch
 
+from pipeline import checkpoint as ck
 from pipeline.augment.view_maker import eval_settings
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
-from pipeline.eval.invariance import (alpha_names, alpha_reference, alpha_regression, averaged_features,
-                                      conditional_variance_of, split_targets, transformed_features)
+from pipeline.eval.invariance import (
+    alpha_names,
+    alpha_reference,
+    alpha_regression,
+    averaged_features,
+    conditional_variance_of,
+    split_targets,
+    transformed_features,
+)
 from pipeline.eval.linear_probe import probe
 from pipeline.models.backbones import build_backbone
-from pipeline import checkpoint as ck
-
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
 
@@ -99,11 +105,11 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
     for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
     if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
+    from pipeline.cluster import init_ray  # the job's Ray: a joined cluster, or a private local one
     from pipeline.data.shards import read_manifest
     from pipeline.eval.downstream import pick_device
     from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
-    from pipeline.cluster import init_ray  # the job's Ray: a joined cluster, or a private local one
 
     init_ray(cfg)
     data, p = cfg["data"], cfg["eval"]["probe"]

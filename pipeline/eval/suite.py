@@ -63,7 +63,8 @@ def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
         if s["name"] in cfg["skip"]:
             continue
         if s["job"] not in JOBS:
-            raise SuiteError(f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(JOBS)}")
+            raise SuiteError(f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of "
+                             f"{', '.join(JOBS)}")
         argv = [f"run={cfg['run']}", *common, *s.get("args", []), *s.get(cfg["size"], []),
                 *overrides(cfg["extra"].get(s["job"]) or {})]
         out.append((s["name"], s["job"], argv))

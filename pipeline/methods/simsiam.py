@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from pipeline.losses import negative_cosine
 from pipeline.methods.base import Method, build_encoder
-from pipeline.methods.context import StepContext
 from pipeline.methods.byol import PredictorEncoder
+from pipeline.methods.context import StepContext
 from pipeline.models.heads import mlp_head
 
 

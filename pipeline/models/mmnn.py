@@ -24,7 +24,8 @@ class MonotoneTarget(nn.Module):
         dims = [n_ops] + [hidden] * (layers - 1) + [1]
         # softplus(raw) ≈ 1/fan_in: each layer roughly averages its inputs, so no unit starts dead or saturated
         self.raw = nn.ParameterList(
-            nn.Parameter(math.log(math.expm1(1.0 / i)) + 0.5 * torch.randn(i, o, generator=g)) for i, o in zip(dims, dims[1:]))
+            nn.Parameter(math.log(math.expm1(1.0 / i)) + 0.5 * torch.randn(i, o, generator=g))
+            for i, o in zip(dims, dims[1:]))
         self.bias = nn.ParameterList(nn.Parameter(torch.zeros(o)) for o in dims[1:])
         with torch.no_grad():
             self.bias[-1].fill_(-1.5)  # softplus(-1.5) ≈ 0.2: targets start near 0.8

@@ -7,8 +7,8 @@ G groups and the key batch is shuffled across groups instead (the same trick as 
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class SplitBatchNorm2d(nn.BatchNorm2d):

@@ -1,5 +1,5 @@
-"""CoCor (Wang et al., TMLR; docs/methods/cocor.md): DA consistency. Each composite view A_l(x) (lengths 1, 2, 3 from the
-14-op pool, augment=cocor) should stay at least as similar to the original as its target g(v(A_l)), which never
+"""CoCor (Wang et al., TMLR; docs/methods/cocor.md): DA consistency. Each composite view A_l(x) (lengths 1, 2, 3 from
+the 14-op pool, augment=cocor) should stay at least as similar to the original as its target g(v(A_l)), which never
 rises when ops are added. The target is learned bi-level from a small labelled subset, or fixed (Table 9).
 
 One step (Algorithm 1, Eq. 8, Eq. 20):

@@ -9,7 +9,6 @@ re-rendered from the sample's factors with alpha requiring grad).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance

@@ -86,7 +86,8 @@ def probe_finished(cfg: dict, run, local: Path) -> dict:
 
 def gallery_path(cfg: dict) -> Path:
     out = cfg["gallery"]["out"]
-    return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
+    name = f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
+    return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / name
 
 
 def log_gallery(cfg: dict) -> None:
@@ -121,8 +122,8 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
     import mlflow.pytorch
     import torch
 
-    from pipeline.build import build_method
     from pipeline import checkpoint as ck
+    from pipeline.build import build_method
 
     local = Path(cfg["paths"]["runs"]) / "checkpoints" / cfg["run"]["name"]
     local.mkdir(parents=True, exist_ok=True)

@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline import dist
+from pipeline import checkpoint, dist
 from pipeline.augment.view_maker import build_view_maker, eval_settings
 from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
 from pipeline.schedules import cosine, warmup_cosine
-from pipeline import checkpoint
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
+
 
 def memory_format(train: dict, device: torch.device) -> torch.memory_format:
     """channels_last where cuDNN's convolutions are fastest with it (CUDA, tensor cores); `train.channels_last`
@@ -70,9 +70,10 @@ def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_st
 
 def optimisation_step(method, optimizer, images: list[torch.Tensor], params: list[dict] | None, precision: str,
                       device: torch.device, progress: float) -> dict:
-    """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook
-    (DINO's last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's bi-level step). `progress` in [0, 1] is the
-    fraction of training done after this step. The benchmark times exactly this function."""
+    """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook (DINO's
+    last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's
+    bi-level step). `progress` in [0, 1] is the fraction of training done after this step. The benchmark times
+    exactly this function."""
     with autocast(precision, device):
         out = method.total_loss(images, params)
     optimizer.zero_grad(set_to_none=True)

@@ -22,7 +22,8 @@ class Console(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get("final"):
             value = result.get(self.metric)
-            say(f"trial {trial_number(trial.trial_id)} done: " + (f"{self.metric}={value:.4g}" if value is not None else "scored"))
+            score = f"{self.metric}={value:.4g}" if value is not None else "scored"
+            say(f"trial {trial_number(trial.trial_id)} done: {score}")
             return
         shown = dict.fromkeys(k for k in (self.stop_metric, "knn_r2", "knn_top1", "epoch_loss") if k and k in result)
         values = " ".join(f"{k}={result[k]:.4g}" for k in shown)
@@ -31,7 +32,8 @@ class Console(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = trial.last_result or {}
         if not last.get("final"):
-            say(f"trial {trial_number(trial.trial_id)} stopped early by the scheduler after epoch {last.get(TRAINED, 0)}/{self.epochs}")
+            say(f"trial {trial_number(trial.trial_id)} stopped early by the scheduler after epoch "
+                f"{last.get(TRAINED, 0)}/{self.epochs}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         say(f"trial {trial_number(trial.trial_id)} failed; its error: {trial.error_file or trial.path}")

@@ -104,7 +104,8 @@ def _check_local_room(cfg: dict) -> None:
     if need > cores:
         raise bad("sweep.max_concurrent_trials", n, f"{n} trials x trainer.num_workers={tr['num_workers']} x "
                   f"trainer.cpus_per_worker={tr['cpus_per_worker']} = {need:g} CPUs, more than this machine's "
-                  f"{cores} cores; expected at most {max(1, int(cores // (tr['num_workers'] * tr['cpus_per_worker'])))}")
+                  f"{cores} cores; expected at most "
+                  f"{max(1, int(cores // (tr['num_workers'] * tr['cpus_per_worker'])))}")
 
 
 def _check_key(cfg: dict, d: Dim) -> None:

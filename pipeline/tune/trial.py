@@ -55,7 +55,6 @@ def run_trial(params: dict, setup: dict) -> None:
     trial event instead."""
     import ray.data
     import ray.tune
-
     import torch
 
     torch.set_num_threads(setup["threads"])  # the probe runs here, beside the other trials' workers
@@ -82,7 +81,8 @@ def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) ->
     from pipeline.train.prepare import resolve
 
     cfg = resolve(cfg)
-    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, f"{trial_number(trial_id)} {short(params)}", (ForwardToTune(cfg["train"]["epochs"]),)))
+    label = f"{trial_number(trial_id)} {short(params)}"
+    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, label, (ForwardToTune(cfg["train"]["epochs"]),)))
     metrics = MlflowClient(setup["tracking_uri"]).get_run(out["run_id"]).data.metrics
     epochs = cfg["train"]["epochs"]
     ray.tune.report({**metrics, CLOCK: epochs, TRAINED: epochs, "final": 1})
