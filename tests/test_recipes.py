@@ -252,7 +252,8 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
     job = Path(__file__).resolve().parents[1] / "jobs" / "gallery.py"
     res = subprocess.run([sys.executable, str(job), "augment=dino", "data=cifar10",
                           f"data.train={tmp_path}/shards/train", f"data.val={tmp_path}/shards/train",
-                          "gallery.n_images=3", f"gallery.out={out}", "augment.executor=torch", f"paths.root={tmp_path}"],
+                          "gallery.n_images=3", f"gallery.out={out}", "augment.executor=torch",
+                          f"paths.root={tmp_path}"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "3 images x 8 views" in res.stdout
