@@ -16,7 +16,7 @@ from pipeline.build import build_method
 from pipeline.losses import byol_loss, negative_cosine, supcon_loss
 from pipeline.methods import METHODS
 from pipeline.methods.base import Encoder
-from pipeline.methods.byol import PredictorEncoder
+from pipeline.methods.predictor import PredictorEncoder
 from pipeline.models.momentum import momentum_copy
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "method"

@@ -281,7 +281,7 @@ def _two_worker_step(kind, images, distributed):
     """One step on BN-free networks (DINO: a tiny ViT; MoCo v3: linear layers in place of its BN heads), so one
     process and two see the same maths; returns the loss and the online gradients."""
     from pipeline.methods.base import Encoder
-    from pipeline.methods.byol import PredictorEncoder
+    from pipeline.methods.predictor import PredictorEncoder
     from pipeline.models.momentum import momentum_copy
 
     torch.manual_seed(0)

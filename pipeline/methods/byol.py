@@ -4,34 +4,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from pipeline.losses import byol_loss
-from pipeline.methods.base import Encoder, Method, build_encoder, unwrap
+from pipeline.methods.base import Encoder, build_encoder
 from pipeline.methods.context import StepContext
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
 from pipeline.models.heads import mlp_head
-from pipeline.models.momentum import ema_update, momentum_copy
+from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum
-
-
-class PredictorEncoder(Encoder):
-    """Backbone + projector + predictor (BYOL's and SimSiam's online network), one module so DDP syncs all three.
-
-    `forward(x)` keeps Encoder's contract (the projection, or (features, projection) with `with_features`);
-    `predict=True` also runs the predictor: (projection, prediction), or (features, projection, prediction).
-    """
-
-    def __init__(self, backbone: nn.Module, projector: nn.Module, predictor: nn.Module):
-        super().__init__(backbone, projector)
-        self.predictor = predictor
-
-    def forward(self, x: torch.Tensor, with_features: bool = False, predict: bool = False):
-        h = self.backbone(x)
-        z = self.projector(h)
-        if not predict:
-            return (h, z) if with_features else z
-        p = self.predictor(z)
-        return (h, z, p) if with_features else (z, p)
 
 
 def head_hidden_dim(encoder: Encoder, head_cfg: dict) -> int:
@@ -39,7 +19,7 @@ def head_hidden_dim(encoder: Encoder, head_cfg: dict) -> int:
     return int(head_cfg.get("hidden_dim") or encoder.backbone.feat_dim)
 
 
-class BYOL(Method):
+class BYOL(PredictorMethod):
     """BYOL (Grill et al. 2020, "Bootstrap your own latent"). Online: backbone + projector + predictor (`online`,
     the module DDP wraps); target: an EMA copy of backbone + projector, never trained by gradient. Loss: the
     symmetric 2 − 2cos(q_θ(z_θ), sg(z'_ξ)) over both view orders (Eq. 2, L + L̃). The target momentum follows
@@ -61,16 +41,6 @@ class BYOL(Method):
         # the target network: backbone + projector only (no predictor), frozen, updated by EMA in update_momentum
         self.target = momentum_copy(Encoder(encoder.backbone, encoder.projector))
 
-    def query(self, x: torch.Tensor, with_features: bool = False):
-        """The L2-normalised float32 online prediction q_θ(z_θ); with_features also returns backbone features."""
-        h, _, p = self.online(x, with_features=True, predict=True)
-        q = F.normalize(p.float(), dim=1)
-        return (h, q) if with_features else q
-
-    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor's augmented-view embedding: backbone, projector and predictor, with gradient."""
-        return self.query(x)
-
     @torch.no_grad()
     def _targets(self, x: torch.Tensor) -> torch.Tensor:
         return self.target(x).float()
@@ -90,7 +60,4 @@ class BYOL(Method):
                 "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
 
     def update_momentum(self, progress: float) -> None:
-        m = self.momentum.update(progress)
-        online = unwrap(self.online)
-        ema_update(self.target.backbone, online.backbone, m)
-        ema_update(self.target.projector, online.projector, m)
+        self.ema_into(self.target, self.momentum.update(progress))

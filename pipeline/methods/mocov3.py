@@ -6,16 +6,16 @@ import torch.nn.functional as F
 
 from pipeline import dist
 from pipeline.losses import mocov3_loss
-from pipeline.methods.base import Encoder, Method, unwrap
-from pipeline.methods.byol import PredictorEncoder
+from pipeline.methods.base import Encoder
 from pipeline.methods.context import StepContext
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
 from pipeline.models.backbones import build_backbone, is_vit
 from pipeline.models.heads import mlp_head
-from pipeline.models.momentum import ema_update, momentum_copy
+from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum
 
 
-class MoCoV3(Method):
+class MoCoV3(PredictorMethod):
     """Online: backbone + projector + predictor (`online`, the module DDP wraps); momentum encoder: an EMA copy of
     backbone + projector. Every MLP has BN after each hidden fc; the projector's output too (no affine), the
     predictor's not (§4, "BN in MLP heads"). Projector: 3 layers on a ViT, 2 on a ResNet; predictor: 2.
@@ -47,16 +47,6 @@ class MoCoV3(Method):
         self.online = PredictorEncoder(backbone, projector, predictor)
         self.key_encoder = momentum_copy(Encoder(backbone, projector))
 
-    def query(self, x: torch.Tensor, with_features: bool = False):
-        """The L2-normalised float32 prediction; with_features also returns the backbone features."""
-        h, _, p = self.online(x, with_features=True, predict=True)
-        q = F.normalize(p.float(), dim=1)
-        return (h, q) if with_features else q
-
-    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor's augmented-view embedding: the query (backbone, projector and predictor), with gradient."""
-        return self.query(x)
-
     @torch.no_grad()
     def _keys(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.key_encoder(x).float(), dim=1)
@@ -75,7 +65,4 @@ class MoCoV3(Method):
                 "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
 
     def update_momentum(self, progress: float) -> None:
-        m = self.momentum.update(progress)
-        online = unwrap(self.online)
-        ema_update(self.key_encoder.backbone, online.backbone, m)
-        ema_update(self.key_encoder.projector, online.projector, m)
+        self.ema_into(self.key_encoder, self.momentum.update(progress))

@@ -6,13 +6,13 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.losses import negative_cosine
-from pipeline.methods.base import Method, build_encoder
-from pipeline.methods.byol import PredictorEncoder
+from pipeline.methods.base import build_encoder
 from pipeline.methods.context import StepContext
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
 from pipeline.models.heads import mlp_head
 
 
-class SimSiam(Method):
+class SimSiam(PredictorMethod):
     """SimSiam (Chen & He 2021, "Exploring Simple Siamese Representation Learning"). `online` = backbone +
     projector (3 fc layers, BN on each including the output) + predictor (the bottleneck MLP 2048→512→2048: BN on
     the hidden fc, none on the output). Loss: L = ½D(p1, sg(z2)) + ½D(p2, sg(z1)) with D the negative cosine
@@ -33,17 +33,6 @@ class SimSiam(Method):
         hidden = int(pred.get("hidden_dim") or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
         predictor = mlp_head(out_dim, hidden, out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
         self.online = PredictorEncoder(encoder.backbone, projector, predictor)
-
-    def query(self, x: torch.Tensor, with_features: bool = False):
-        """The L2-normalised float32 prediction p = h(f(x)); with_features also returns backbone features."""
-        h, _, p = self.online(x, with_features=True, predict=True)
-        q = F.normalize(p.float(), dim=1)
-        return (h, q) if with_features else q
-
-    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor's augmented-view embedding: backbone, projector and predictor, with gradient (the original image
-        goes through the stop-gradient backbone + projector: the base `anchor_embed`)."""
-        return self.query(x)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         # one forward per view (per-view BN statistics, as in the paper's pseudocode); two forwards through DDP

@@ -1,0 +1,52 @@
+"""What BYOL, SimSiam and MoCo v3 share: an online network with a predictor, whose prediction is the query, and
+(BYOL, MoCo v3) a momentum copy of its backbone and projector."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.methods.base import Encoder, Method, unwrap
+from pipeline.models.momentum import ema_update
+
+
+class PredictorEncoder(Encoder):
+    """Backbone + projector + predictor (the online network of BYOL, SimSiam and MoCo v3), one module so DDP syncs
+    all three.
+
+    `forward(x)` keeps Encoder's contract (the projection, or (features, projection) with `with_features`);
+    `predict=True` also runs the predictor: (projection, prediction), or (features, projection, prediction).
+    """
+
+    def __init__(self, backbone: nn.Module, projector: nn.Module, predictor: nn.Module):
+        super().__init__(backbone, projector)
+        self.predictor = predictor
+
+    def forward(self, x: torch.Tensor, with_features: bool = False, predict: bool = False):
+        h = self.backbone(x)
+        z = self.projector(h)
+        if not predict:
+            return (h, z) if with_features else z
+        p = self.predictor(z)
+        return (h, z, p) if with_features else (z, p)
+
+
+class PredictorMethod(Method):
+    """A method whose `online` is a PredictorEncoder."""
+
+    def query(self, x: torch.Tensor, with_features: bool = False):
+        """The L2-normalised float32 prediction; with_features also returns the backbone features."""
+        h, _, p = self.online(x, with_features=True, predict=True)
+        q = F.normalize(p.float(), dim=1)
+        return (h, q) if with_features else q
+
+    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """CoCor's augmented-view embedding: backbone, projector and predictor, with gradient (the original image
+        goes through the stop-gradient backbone + projector: the base `anchor_embed`)."""
+        return self.query(x)
+
+    def ema_into(self, target: Encoder, m: float) -> None:
+        """target's backbone and projector <- m * target + (1 - m) * online (no predictor in the target)."""
+        online = unwrap(self.online)
+        ema_update(target.backbone, online.backbone, m)
+        ema_update(target.projector, online.projector, m)
