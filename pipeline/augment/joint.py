@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .params import sample_crop
+from .crops import sample_crop
 
 CROP_TRIES = 10            # section 1.2 / 6.3: official code, per view, area kept fixed
 MIN_COLOR_FACTOR = 1e-3    # lower bound of a joint colour factor when 1 - strength <= 0 (see joint_color_factors)

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
+from .crops import sample_crop
 from .recipe import Recipe, ViewSpec
 
 Params = dict[str, np.ndarray]
@@ -44,36 +45,6 @@ def try_image_size(encoded: bytes) -> tuple[int, int] | None:
     except Exception:  # PIL raises many types (UnidentifiedImageError, SyntaxError, OSError, ...)
         return None
     return (h, w) if h > 0 and w > 0 else None
-
-
-def sample_crop(h: int, w: int, scale: Sequence[float], ratio: Sequence[float],
-                rng: np.random.Generator) -> tuple[int, int, int, int]:
-    """(y, x, ch, cw) of a crop box, following torchvision RandomResizedCrop's law.
-
-    Up to 10 tries: area fraction uniform in `scale`, aspect ratio (w/h) log-uniform in `ratio`;
-    accept the first box that fits, at a uniform position. Otherwise a central crop of the whole
-    image, clamped to the ratio range.
-    """
-    area = h * w
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    for _ in range(10):
-        target = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        cw = int(round(math.sqrt(target * aspect)))
-        ch = int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            y = int(rng.integers(0, h - ch + 1))
-            x = int(rng.integers(0, w - cw + 1))
-            return y, x, ch, cw
-    # Fallback: the largest central box whose aspect ratio lies in the range.
-    aspect = w / h
-    if aspect < ratio[0]:
-        cw, ch = w, int(round(w / ratio[0]))
-    elif aspect > ratio[1]:
-        ch, cw = h, int(round(h * ratio[1]))
-    else:
-        ch, cw = h, w
-    return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
 def _coin(p: float, n: int, rng: np.random.Generator) -> np.ndarray:

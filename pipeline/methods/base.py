@@ -104,7 +104,8 @@ class Method(nn.Module):
 
     def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
         """CoCor: the L2-normalised float32 embedding of augmented views, WITH gradient. Default: the online
-        encoder's projection (MoCo's query encoder, SimCLR/SupCon's encoder); BYOL and SimSiam add the predictor."""
+        encoder's projection (MoCo's query encoder, SimCLR/SupCon's encoder); BYOL, SimSiam and MoCo v3 add the
+        predictor."""
         return nn.functional.normalize(self.online(x).float(), dim=1)
 
     @torch.no_grad()

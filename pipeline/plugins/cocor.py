@@ -160,16 +160,19 @@ class CoCor(Plugin):
         return x, y
 
     def _load_labelled(self) -> None:
+        from functools import partial
+
+        from pipeline.augment.torch_exec import eval_transform
         from pipeline.augment.view_maker import eval_settings
         from pipeline.data.labelled import labelled_subset
-        from pipeline.eval.features import eval_preprocess
 
         split = labelled_subset(self.data_root, self.task, self.targets, self.fraction, self.seed)
         if self.task == "regression":
             y = torch.as_tensor(split.y)
             self._y_mean, self._y_std = y.mean(0), y.std(0).clamp_min(1e-6)
         gen = torch.Generator().manual_seed(self.seed * 7919 + dist.rank() + 11)  # ranks draw different batches
-        self._labelled = (split, eval_preprocess(*eval_settings(self.aug)), gen)
+        size, mean, std = eval_settings(self.aug)  # the kNN monitor's and the probe's un-augmented view
+        self._labelled = (split, partial(eval_transform, size=size, mean=mean, std=std), gen)
         print(f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
               flush=True)
 
