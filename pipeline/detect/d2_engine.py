@@ -83,7 +83,7 @@ class _Progress(HookBase):
         self.bar = tqdm(total=total, desc=f"[detect] {label}", unit="it", mininterval=2.0)
         self.every, self.log = every, log
 
-    def update_momentum(self):
+    def after_step(self):
         it = self.trainer.iter + 1
         self.bar.update(1)
         if it % self.every == 0 or it == self.trainer.max_iter:
