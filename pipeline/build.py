@@ -55,7 +55,7 @@ def build_method(cfg: dict) -> Method:
 def plugin_matrix() -> str:
     """The framework x plug-in table (markdown) of what composes: each method config of conf/method/ against each
     plug-in (its paper defines it there and the method provides what it reads), and JointCrop/JointBlur, a sampler
-    of any image recipe's first two views. README.md prints it; tests/test_device_step.py trains each cell."""
+    of any image recipe's first two views. README.md prints it; tests/train/test_device_step.py trains each cell."""
     import yaml
 
     from pipeline.config import CONF_DIR

@@ -372,7 +372,7 @@ def cocor_target_surrogate(
 
 # ---------------------------------------------------------------------------------------------------------------
 # Non-contrastive and supervised frameworks: BYOL (Grill et al. 2020), SimSiam (Chen & He 2021),
-# SupCon (Khosla et al. 2020). Tested in tests/test_frameworks.py.
+# SupCon (Khosla et al. 2020). Tested in tests/methods/test_frameworks.py.
 # ---------------------------------------------------------------------------------------------------------------
 
 

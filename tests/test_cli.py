@@ -131,7 +131,7 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
         data = ["data=imagenet"] if path.stem.endswith("_vit") else []
         cfg = compose_config([f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}",
                               *data])
-        _check_types(cfg)  # (the plug-ins' own checks run in tests/test_plugins.py)
+        _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
         _check_relations(cfg)
         check_augment(cfg["augment"])
     assert list(tmp_path.iterdir()) == []

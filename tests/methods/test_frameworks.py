@@ -19,7 +19,7 @@ from pipeline.methods.base import Encoder
 from pipeline.methods.predictor import PredictorEncoder
 from pipeline.models.momentum import momentum_copy
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "method"
 MODEL = {"backbone": "resnet18", "cifar_stem": True, "width": 8}
 HEAD = {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True}
 CFGS = {

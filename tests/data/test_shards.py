@@ -14,7 +14,7 @@ from PIL import Image
 from pipeline.data import shards
 from pipeline.data import spirograph as sp
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- helpers

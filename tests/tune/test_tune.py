@@ -15,7 +15,7 @@ from pipeline.tune import report
 from pipeline.tune.settings import check_sweep, compose_sweep, sweep_argv, sweep_name
 from pipeline.tune.space import Dim, num_trials, override, parse_space, reported_metrics, to_tune
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
 
 

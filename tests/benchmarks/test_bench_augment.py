@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "augment.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "augment.py"
 
 
 @pytest.mark.slow

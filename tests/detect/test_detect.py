@@ -17,7 +17,7 @@ from helpers import HAVE_D2, fake_source, job_env, needs_d2
 from pipeline.detect.convert import detectron2_name, pixel_config, resnet_config, to_detectron2
 from pipeline.models.backbones import build_backbone
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 WHEELS = ROOT.parent / "shared" / "wheels"  # make venv installs detectron2 from here when a wheel is there
 

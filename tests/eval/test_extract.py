@@ -15,7 +15,7 @@ from pipeline.data.shards import write_split
 from pipeline.eval.knn import knn_metrics, knn_streamed
 from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_streamed_knn_reads_the_bank_in_chunks_and_votes_as_the_in_memory_one():

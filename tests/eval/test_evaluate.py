@@ -12,7 +12,7 @@ from helpers import fake_source, job_env
 from pipeline.config import compose_config
 from pipeline.eval.suite import SuiteError, _suite, pick, steps, suites
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_paper_picks_the_suite_of_the_runs_method():

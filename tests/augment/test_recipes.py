@@ -249,7 +249,7 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
             Image.fromarray(natural(60, 80, i + (10 if c == "b" else 0))).save(root / c / f"{i}.jpg")
     make_imagefolder_split(root, tmp_path / "shards", "train", maxcount=10, progress=False)
     out = tmp_path / "g.png"
-    job = Path(__file__).resolve().parents[1] / "jobs" / "gallery.py"
+    job = Path(__file__).resolve().parents[2] / "jobs" / "gallery.py"
     res = subprocess.run([sys.executable, str(job), "augment=dino", "data=cifar10",
                           f"data.train={tmp_path}/shards/train", f"data.val={tmp_path}/shards/train",
                           "gallery.n_images=3", f"gallery.out={out}", "augment.executor=torch",

@@ -14,7 +14,7 @@ from helpers import fake_source, job_env, needs_d2
 from pipeline.detect.shapes import make_shapes
 from pipeline.detect.voc import missing, to_coco, voc07_ap50
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ["circle", "square", "triangle"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from pipeline.config import ConfigError
 from pipeline.train.resources import check_resources, worker_bundle, workers_that_fit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU_TRAINER = {"num_workers": 2, "use_gpu": True, "cpus_per_worker": 1, "gpus_per_worker": 1}
 
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = {"mocov2": None, "simclr": None, "byol": None, "simsiam": None, "mocov3_vit": None, "dino_vit": None,
         "co2": "mocov2", "clsa": "mocov2", "invclr": "simclr", "cocor": "mocov2"}
 

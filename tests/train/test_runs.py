@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_e2e import SMALL, SPIRO, job_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pipeline.data.shards import write_split
 from pipeline.eval.finetune import Classifier, Schedule, batches, finetune, optimiser, scores, train_view
 from pipeline.models.backbones import build_backbone
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200), (200, 30, 200)]
 
 
