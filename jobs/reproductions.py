@@ -15,7 +15,7 @@ clsa (MoCo v2 vs MoCo v2 + CLSA, both on image recipes over the Spirograph PNGs:
 image views), cocor (MoCo v2 vs MoCo v2 + CoCor with fixed and with learned targets, image recipes; the learned
 targets per length over training go in as a PNG).
 
-Downstream (`downstream.finetune`, `downstream.detect`, each a list of the job's arguments; `downstream={}` for none):
+Downstream (`downstream.finetune`, `downstream.detect`, each a list of the job's arguments; `downstream=null` for none):
 each run's 10 % fine-tuning and shapes detection as child runs, random init beside the suite's first run, the
 papers' semi-supervised and detection numbers beside ours (compared by direction).
 
@@ -213,6 +213,10 @@ def run_downstream(runs: list[dict], downstream: dict) -> None:
     for i, r in enumerate(runs):
         r["downstream"] = {}
         for job, args in downstream.items():
+            if job == "detect" and any("vit" in o for o in r["overrides"]):  # detection transfer takes ResNets
+                print(f"[reproductions] {r['label']}: no detection (the detectron2 export takes ResNet backbones)",
+                      flush=True)
+                continue
             argv = [f"run={r['run_id']}", *r["store"], *args, f"baseline={str(i == 0).lower()}"]
             print(f"[reproductions] {r['label']}: python jobs/{job}.py {' '.join(argv)}", flush=True)
             try:
@@ -239,19 +243,25 @@ def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str
              "| run | " + " | ".join(f"{name} ({ {'r2': 'R² mean', 'top1': 'top-1'}.get(key, 'shapes AP')})"
                                     for _, key, name in cols)
              + " |", "|" + " --- |" * (len(cols) + 1)]
+    def cell(results: dict | None, which: str, key: str) -> str:  # "—" where a job did not run (ViT detection)
+        if not results or which not in results:
+            return "—"
+        return f"{results[which][key]:.3f}" if key != "AP" else f"{results[which][key]:.1f}"
+
     for r in runs:
-        lines.append(f"| {r['label']} | " + " | ".join(
-            f"{r['downstream'][job]['pretrained'][key]:.3f}" if key != "AP" else
-            f"{r['downstream'][job]['pretrained'][key]:.1f}" for job, key, _ in cols) + " |")
+        lines.append(f"| {r['label']} | " + " | ".join(cell(r["downstream"].get(job), "pretrained", key)
+                                                    for job, key, _ in cols) + " |")
     base = runs[0]["downstream"]
-    lines.append("| random init | " + " | ".join(
-        (f"{base[job]['random'][key]:.3f}" if key != "AP" else f"{base[job]['random'][key]:.1f}")
-        if "random" in base[job] else "—" for job, key, _ in cols) + " |")
+    lines.append("| random init | " + " | ".join(cell(base.get(job), "random", key) for job, key, _ in cols) + " |")
     paper = PAPER_DOWNSTREAM.get(suite, {})
     lines += ["", "| | paper (ImageNet, ResNet-50) | here | same direction |", "| --- | --- | --- | --- |"]
     for job, key, name in cols:
+        if job not in runs[0]["downstream"]:
+            continue
         here0 = runs[0]["downstream"][job]["pretrained"][key]
         for r in runs[1:]:
+            if job not in r["downstream"]:
+                continue
             here1 = r["downstream"][job]["pretrained"][key]
             if name in paper:
                 text, p0, p1 = paper[name]

@@ -106,3 +106,12 @@ def test_classification_suites_report_top1_against_the_baseline_and_each_runs_ow
     deltas = "\n".join(rep.baseline_deltas([run("MoCo v3", 0.5, 0.4), run("+ JointCrop", 0.55, 0.45)]))
     assert "against MoCo v3" in deltas and "| + JointCrop | +10.0 % | 1 of 1 | 1 of 1 |" in deltas
     assert set(rep.SUITES["vit"][0][1]) >= {"data=photos", "model.backbone=vit_tiny"}
+
+
+def test_a_run_without_detection_shows_a_dash_and_drops_out_of_the_comparison():
+    runs = [{"label": "MoCo v3", "downstream": {"finetune": {"pretrained": {"top1": 0.5}, "random": {"top1": 0.3}},
+                                                "detect": {"pretrained": {"AP": 40.0}, "random": {"AP": 30.0}}}},
+            {"label": "MoCo v3, ViT", "downstream": {"finetune": {"pretrained": {"top1": 0.6}}}}]
+    text = "\n".join(rep.downstream_table("jointcrop", runs, {"finetune": [], "detect": []}))
+    assert "| MoCo v3, ViT | 0.600 | — |" in text and "| random init | 0.300 | 30.0 |" in text
+    assert "semi-supervised 10 %: MoCo v3, ViT" in text and "detection: MoCo v3, ViT" not in text
