@@ -187,6 +187,13 @@ def _train_and_test(meta: dict, weights: str, data: dict, d: dict, device: str, 
         box = res.get("bbox", {})
         (out_dir / "transfer.json").write_text(json.dumps(
             {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75"))}))
+    if comm.get_world_size() > 1:
+        # every process waits for the others, then tears the group down: a process that exits with its gloo group
+        # alive can abort in the group's destructor ("terminate called without an active exception", SIGABRT)
+        import torch.distributed as dist
+
+        comm.synchronize()
+        dist.destroy_process_group()
 
 
 def _logger(log: tuple[str, str, str] | None):
