@@ -14,9 +14,10 @@ to docs/performance.md with the command, the device, the torch version and the d
 (b) Training step: images/s of a bare, tuned loop written here with torch and torchvision only (two-view forward
     of torchvision's ResNet + projection MLP + the framework's loss + backward + fused SGD, EMA with
     `_foreach_lerp_`, no host syncs) against the project's step (`build_method(cfg)`, `build_optimizer`, and
-    `_Trainer.train_step`'s sequence: lr schedule, views to the device, `optimisation_step` = autocast, step(),
-    zero_grad, backward, optimizer.step, after_step, after_update, then the per-step float() of the logged
-    values). Rows: MoCo v2, SimCLR, BYOL, SimSiam, and the seed plug-ins on their experiment's framework (co2,
+    `_Trainer.train_step`'s sequence: lr schedule, views to the device, `optimisation_step` = autocast,
+    total_loss(), zero_grad, backward, before_optimizer_step, optimizer.step, update_momentum, after_update, then
+    the per-step float() of the logged values). Rows: MoCo v2, SimCLR, BYOL, SimSiam, MoCo v3 and DINO on ViT-S/16
+    (AdamW), and the seed plug-ins on their experiment's framework (co2,
     clsa, cocor on MoCo v2; invclr on SimCLR). bf16 autocast where the device has it, channels_last and
     cudnn.benchmark on CUDA, pre-made views already on the device. After warm-up steps, the two loops of a row
     are timed in turn (rounds of back-to-back steps, synchronised at both ends; best round kept). Targets:
@@ -286,14 +287,16 @@ def bare_backbone(arch: str, width: int) -> tuple[nn.Module, int]:
     return net, dim
 
 
-def bare_mlp(in_dim: int, hidden: int, out: int, layers: int, bn: bool) -> nn.Sequential:
+def bare_mlp(in_dim: int, hidden: int, out: int, layers: int, bn: bool, last_bn: bool = False) -> nn.Sequential:
+    """(Linear(-BN)-ReLU) x (layers - 1), Linear; `last_bn`: no bias on the output Linear and a no-affine BN after it
+    (SimSiam's and MoCo v3's projectors)."""
     mods: list[nn.Module] = []
     d = in_dim
     for _ in range(layers - 1):
         mods += [nn.Linear(d, hidden, bias=not bn)] + ([nn.BatchNorm1d(hidden)] if bn else []) + [nn.ReLU(True)]
         d = hidden
-    mods.append(nn.Linear(d, out))
-    return nn.Sequential(*mods)
+    mods.append(nn.Linear(d, out, bias=not last_bn))
+    return nn.Sequential(*mods, *([nn.BatchNorm1d(out, affine=False)] if last_bn else []))
 
 
 def bare_sgd(modules: list[nn.Module], lr: float, momentum: float, wd: float, device: torch.device,
@@ -623,38 +626,48 @@ class BareSimCLR(Bare):
         return loss
 
 
-class BareBYOL(Bare):
-    """BYOL: online backbone + projector + predictor, one forward per view, EMA target (cosine momentum)."""
+class BarePredictorTarget(Bare):
+    """What BYOL's and MoCo v3's loops share: online backbone + projector + predictor, one forward per view, an EMA
+    target of backbone + projector (cosine momentum to 1); `pair_loss(prediction, target)` is each method's own."""
 
-    def __init__(self, cfg, device, precision, fmt, total_steps: int):
-        super().__init__(cfg, device, precision, fmt)
-        m, head, pred = cfg["method"], cfg["method"]["head"], cfg["method"].get("predictor") or {}
-        self.base_m, self.total = float(m["momentum"]), total_steps
-        proj = bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), bool(head["bn"]))
-        predictor = bare_mlp(self.out_dim, int(pred.get("hidden_dim") or self.hidden), self.out_dim,
-                             int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
-        self.online = nn.Sequential(self.backbone, proj)
+    def networks(self, projector: nn.Module, predictor: nn.Module, total_steps: int) -> None:
+        self.base_m, self.total = float(self.cfg["method"]["momentum"]), total_steps
+        self.online = nn.Sequential(self.backbone, projector)
         self.predictor = predictor
         self.target = frozen_copy(self.online)
         self.place(self.online, self.predictor, self.target)
         self.online_p, self.target_p = list(self.online.parameters()), list(self.target.parameters())
-        self.opt = bare_sgd([self.online, self.predictor], self.lr, self.momentum, self.wd, device)
 
-    @staticmethod
-    def regress(p, z):
-        return (2 - 2 * (F.normalize(p, dim=1) * F.normalize(z.detach(), dim=1)).sum(1)).mean()
+    def pair_loss(self, p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def loss(self, images, params):
         p1 = self.predictor(self.online(images[0])).float()
         p2 = self.predictor(self.online(images[1])).float()
         with torch.no_grad():
             t1, t2 = self.target(images[0]).float(), self.target(images[1]).float()
-        return self.regress(p1, t2) + self.regress(p2, t1)
+        return self.pair_loss(p1, t2) + self.pair_loss(p2, t1)
 
     @torch.no_grad()
     def after(self, images, params, loss):
-        m = 1 - (1 - self.base_m) * (math.cos(math.pi * min(1.0, self.steps / self.total)) + 1) / 2
+        m = half_cosine(self.steps / self.total, self.base_m, 1.0)
         torch._foreach_lerp_(self.target_p, self.online_p, 1 - m)
+
+
+class BareBYOL(BarePredictorTarget):
+    """BYOL: 2 - 2 cos(prediction, target) both ways, SGD."""
+
+    def __init__(self, cfg, device, precision, fmt, total_steps: int):
+        super().__init__(cfg, device, precision, fmt)
+        head, pred = cfg["method"]["head"], cfg["method"].get("predictor") or {}
+        self.networks(bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), bool(head["bn"])),
+                      bare_mlp(self.out_dim, int(pred.get("hidden_dim") or self.hidden), self.out_dim,
+                               int(pred.get("num_layers", 2)), bool(pred.get("bn", True))), total_steps)
+        self.opt = bare_sgd([self.online, self.predictor], self.lr, self.momentum, self.wd, device)
+
+    @staticmethod
+    def pair_loss(p, z):
+        return (2 - 2 * (F.normalize(p, dim=1) * F.normalize(z.detach(), dim=1)).sum(1)).mean()
 
 
 class BareSimSiam(Bare):
@@ -663,10 +676,7 @@ class BareSimSiam(Bare):
     def __init__(self, cfg, device, precision, fmt):
         super().__init__(cfg, device, precision, fmt)
         head, pred = cfg["method"]["head"], cfg["method"].get("predictor") or {}
-        proj = bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), True)
-        proj[-1] = nn.Linear(self.hidden, self.out_dim, bias=False)
-        proj.append(nn.BatchNorm1d(self.out_dim, affine=False))
-        self.projector = proj
+        self.projector = bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), True, last_bn=True)
         self.predictor = bare_mlp(self.out_dim, int(pred.get("hidden_dim") or max(1, self.out_dim // 4)),
                                   self.out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
         self.place(self.backbone, self.projector, self.predictor)
@@ -682,49 +692,23 @@ class BareSimSiam(Bare):
         return 0.5 * self.d(p1, z2.float()) + 0.5 * self.d(p2, z1.float())
 
 
-class BareMoCoV3(Bare):
+class BareMoCoV3(BarePredictorTarget):
     """MoCo v3 on a ViT: frozen random patch projection, BN MLP heads (3-layer projector with a no-affine output BN,
     2-layer predictor), 2τ-scaled InfoNCE against the batch's keys both ways, cosine momentum 0.99 -> 1, AdamW."""
 
     def __init__(self, cfg, device, precision, fmt, total_steps: int):
         super().__init__(cfg, device, precision, fmt)
-        m = cfg["method"]
-        self.t, self.base_m, self.total = float(m["temperature"] or 0.2), float(m["momentum"]), total_steps
+        self.t = float(cfg["method"]["temperature"] or 0.2)
         conv = self.backbone.vit.conv_proj
         conv.weight.requires_grad_(False)
         conv.bias.requires_grad_(False)
+        self.networks(bare_mlp(self.dim, self.hidden, self.out_dim, 3, True, last_bn=True),
+                      bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True), total_steps)
+        self.opt = bare_adamw([self.online, self.predictor], self.lr, cfg["optim"]["betas"], self.wd, device)
 
-        def mlp(i, h, o, n, last_bn):
-            mods, d = [], i
-            for _ in range(n - 1):
-                mods += [nn.Linear(d, h, bias=False), nn.BatchNorm1d(h), nn.ReLU(True)]
-                d = h
-            mods.append(nn.Linear(d, o, bias=not last_bn))
-            return nn.Sequential(*mods, *([nn.BatchNorm1d(o, affine=False)] if last_bn else []))
-
-        self.online = nn.Sequential(self.backbone, mlp(self.dim, self.hidden, self.out_dim, 3, True))
-        self.predictor = mlp(self.out_dim, self.hidden, self.out_dim, 2, False)
-        self.target = frozen_copy(self.online)
-        self.place(self.online, self.predictor, self.target)
-        self.online_p, self.target_p = list(self.online.parameters()), list(self.target.parameters())
-        o = cfg["optim"]
-        self.opt = bare_adamw([self.online, self.predictor], self.lr, o["betas"], self.wd, device)
-
-    def ctr(self, q, k):
+    def pair_loss(self, q, k):
         logits = F.normalize(q, dim=1) @ F.normalize(k, dim=1).t() / self.t
         return 2 * self.t * F.cross_entropy(logits, torch.arange(q.shape[0], device=q.device))
-
-    def loss(self, images, params):
-        q1 = self.predictor(self.online(images[0])).float()
-        q2 = self.predictor(self.online(images[1])).float()
-        with torch.no_grad():
-            k1, k2 = self.target(images[0]).float(), self.target(images[1]).float()
-        return self.ctr(q1, k2) + self.ctr(q2, k1)
-
-    @torch.no_grad()
-    def after(self, images, params, loss):
-        m = half_cosine(self.steps / self.total, self.base_m, 1.0)
-        torch._foreach_lerp_(self.target_p, self.online_p, 1 - m)
 
 
 class BareDINO(Bare):

@@ -32,7 +32,7 @@ class StepContext:
     offset: int = 0
     """This worker's first row in `gathered` and `key_bank`."""
     alphas: dict[int, torch.Tensor] = field(default_factory=dict)
-    """View index -> its differentiable augmentation parameters (set by Method.step, not by the method)."""
+    """View index -> its differentiable augmentation parameters (set by Method.total_loss, not by the method)."""
 
 
 FIELDS = frozenset(f.name for f in fields(StepContext)) - {"alphas", "offset"}
