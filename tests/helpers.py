@@ -67,6 +67,20 @@ def run_process_group(target, world: int = 2, args: tuple = ()) -> list:
     return results
 
 
+def loss_and_grads(method, images, params=None, *, distributed: bool, plugins: bool = False):
+    """One forward and backward of `method` (its online network in DDP when `distributed`): the loss, and the
+    gradient of every online parameter (a parameter left without one fails here). `plugins`: total_loss (the
+    plug-ins' terms too) instead of framework_loss."""
+    from torch import nn
+
+    if distributed:
+        method.online = nn.parallel.DistributedDataParallel(method.online)
+    out = (method.total_loss if plugins else method.framework_loss)(images, params)
+    out["loss"].backward()
+    online = getattr(method.online, "module", method.online)
+    return out["loss"].item(), [p.grad.clone() for p in online.parameters()]
+
+
 def init_gloo(rank: int, world: int, port: int) -> None:
     import torch
     import torch.distributed as dist

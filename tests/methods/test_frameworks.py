@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from helpers import init_gloo, run_process_group
+from helpers import init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
 from pipeline.losses import byol_loss, negative_cosine, supcon_loss
 from pipeline.methods import METHODS
@@ -240,12 +240,7 @@ def _step(kind, images, labels, distributed):
         m.target = momentum_copy(enc)
     else:
         m.online = enc
-    if distributed:
-        m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.framework_loss(images, _params(labels))
-    out["loss"].backward()
-    online = getattr(m.online, "module", m.online)
-    return out["loss"].item(), [p.grad.clone() for p in online.parameters()]
+    return loss_and_grads(m, images, _params(labels), distributed=distributed)
 
 
 def _worker(rank, world, port, q):

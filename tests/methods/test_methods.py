@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from helpers import init_gloo, run_process_group
+from helpers import init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
 from pipeline.methods.base import Encoder
 
@@ -33,12 +33,7 @@ def _batch(n=8):
 def _simclr_step(images, distributed):
     m = build_method(CFG)
     m.online = _linear_encoder()
-    if distributed:
-        m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.framework_loss(images)
-    out["loss"].backward()
-    enc = getattr(m.online, "module", m.online)
-    return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
+    return loss_and_grads(m, images, distributed=distributed)
 
 
 def _worker(rank, world, port, q, kind):

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
+from helpers import loss_and_grads
 from pipeline.build import build_method, check_plugins
 from pipeline.config import compose_config
 from pipeline.losses import co2_consistency_bank, dino_loss, mocov3_loss
@@ -293,12 +294,7 @@ def _two_worker_step(kind, images, distributed):
         enc = Encoder(nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 12)), nn.Linear(12, 6))
         m.online = PredictorEncoder(enc.backbone, enc.projector, nn.Linear(6, 6))
         m.key_encoder = momentum_copy(enc)
-    if distributed:
-        m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.framework_loss(images)
-    out["loss"].backward()
-    online = getattr(m.online, "module", m.online)
-    return out["loss"].item(), [p.grad.clone() for p in online.parameters() if p.grad is not None], m
+    return (*loss_and_grads(m, images, distributed=distributed), m)
 
 
 def _views_for_workers():

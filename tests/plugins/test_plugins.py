@@ -7,7 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import init_gloo, run_process_group
+from helpers import init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
 from pipeline.config import ConfigError, compose_config
 from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
@@ -66,12 +66,7 @@ def test_co2_on_simclr_uses_the_in_batch_negatives():
 def _simclr_co2_step(images, distributed):
     m = build_method(_with_plugins(SIMCLR, co2={"alpha": 2.0, "temperature": 0.7}))
     m.online = _linear_encoder()
-    if distributed:
-        m.online = nn.parallel.DistributedDataParallel(m.online)
-    out = m.total_loss(images)
-    out["loss"].backward()
-    enc = getattr(m.online, "module", m.online)
-    return out["loss"].item(), [p.grad.clone() for p in enc.parameters()]
+    return loss_and_grads(m, images, distributed=distributed, plugins=True)
 
 
 def _worker(rank, world, port, q):
