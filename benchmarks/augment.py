@@ -29,6 +29,7 @@ Usage:
     python benchmarks/augment.py [--images 512] [--batch 64] [--threads 1 [2 ...]] [--seed 0]
     python benchmarks/augment.py --images 64       # smoke run, well under a minute
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,15 +103,17 @@ def mocov2_torchvision(pil_blur: bool = False):
     a = mocov2_augment("torch")  # same numbers as the project's config
     sigma = tuple(a["blur_sigma"])
     blur = PilGaussianBlur(sigma) if pil_blur else T.GaussianBlur(kernel_size=23, sigma=sigma)
-    return T.Compose([
-        T.RandomResizedCrop(a["size"], scale=tuple(a["scale"]), ratio=tuple(a["ratio"])),
-        T.RandomApply([T.ColorJitter(*a["jitter"])], p=a["p_jitter"]),
-        T.RandomGrayscale(p=a["p_gray"]),
-        T.RandomApply([blur], p=a["p_blur"]),
-        T.RandomHorizontalFlip(p=a["p_flip"]),
-        T.ToTensor(),
-        T.Normalize(a["mean"], a["std"]),
-    ])
+    return T.Compose(
+        [
+            T.RandomResizedCrop(a["size"], scale=tuple(a["scale"]), ratio=tuple(a["ratio"])),
+            T.RandomApply([T.ColorJitter(*a["jitter"])], p=a["p_jitter"]),
+            T.RandomGrayscale(p=a["p_gray"]),
+            T.RandomApply([blur], p=a["p_blur"]),
+            T.RandomHorizontalFlip(p=a["p_flip"]),
+            T.ToTensor(),
+            T.Normalize(a["mean"], a["std"]),
+        ]
+    )
 
 
 class TwoViewJpegs(torch.utils.data.Dataset):
@@ -150,8 +153,12 @@ def torchvision_path(encoded: list[bytes], workers: int, seed: int, pil_blur: bo
     torch.manual_seed(seed)
     sampler = Batches([])
     loader = torch.utils.data.DataLoader(
-        TwoViewJpegs(encoded, mocov2_torchvision(pil_blur)), batch_sampler=sampler, num_workers=workers,
-        persistent_workers=workers > 0, pin_memory=False)
+        TwoViewJpegs(encoded, mocov2_torchvision(pil_blur)),
+        batch_sampler=sampler,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        pin_memory=False,
+    )
 
     def run(batches: list[list[int]]):
         sampler.batches = batches
@@ -202,8 +209,10 @@ def measure(encoded: list[bytes], batch: int, threads: int, seed: int) -> dict:
     batches = [list(range(lo, min(lo + batch, len(encoded)))) for lo in range(0, len(encoded), batch)]
     workers = 0 if threads == 1 else threads
     project = {p: project_path(p, batch, threads, seed) for p in ("dali", "torch")}
-    loaders = {"torchvision": torchvision_path(encoded, workers, seed),
-               "tv-pilblur": torchvision_path(encoded, workers, seed, pil_blur=True)}
+    loaders = {
+        "torchvision": torchvision_path(encoded, workers, seed),
+        "tv-pilblur": torchvision_path(encoded, workers, seed, pil_blur=True),
+    }
 
     def run(path: str, bs: list[list[int]]):
         """Yields [view 1, view 2] per batch of indices."""
@@ -235,8 +244,10 @@ def measure(encoded: list[bytes], batch: int, threads: int, seed: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- report
-HEADER = (f"{'threads':>7s}  {'path':<11s} {'images':>6s} {'wall s':>7s} {'images/s':>8s} {'img/s/core':>10s}"
-          f" {'cpu s':>6s} {'cpu/wall':>8s} {'img/cpu-s':>9s} {'vs tv (wall)':>12s} {'vs tv (cpu)':>11s}")
+HEADER = (
+    f"{'threads':>7s}  {'path':<11s} {'images':>6s} {'wall s':>7s} {'images/s':>8s} {'img/s/core':>10s}"
+    f" {'cpu s':>6s} {'cpu/wall':>8s} {'img/cpu-s':>9s} {'vs tv (wall)':>12s} {'vs tv (cpu)':>11s}"
+)
 
 
 def _summarise(row: dict) -> list[str]:
@@ -247,15 +258,22 @@ def _summarise(row: dict) -> list[str]:
     lines = []
     for p in PATHS:
         measured = not math.isnan(c[p].cpu)
-        cpu = (f"{c[p].cpu:6.2f} {c[p].cpu / c[p].wall:8.2f} {cpu_rate[p]:9.1f}" if measured
-               else f"{'-':>6s} {'-':>8s} {'-':>9s}")
+        cpu = (
+            f"{c[p].cpu:6.2f} {c[p].cpu / c[p].wall:8.2f} {cpu_rate[p]:9.1f}"
+            if measured
+            else f"{'-':>6s} {'-':>8s} {'-':>9s}"
+        )
         vs_cpu = f"{cpu_rate[p] / cpu_rate['torchvision']:10.2f}x" if measured else f"{'-':>11s}"
-        lines.append(f"{t:>7d}  {p:<11s} {c[p].images:>6d} {c[p].wall:>7.2f} {rate[p]:>8.1f} {rate[p] / t:>10.1f}"
-                     f" {cpu} {rate[p] / rate['torchvision']:>11.2f}x {vs_cpu}")
+        lines.append(
+            f"{t:>7d}  {p:<11s} {c[p].images:>6d} {c[p].wall:>7.2f} {rate[p]:>8.1f} {rate[p] / t:>10.1f}"
+            f" {cpu} {rate[p] / rate['torchvision']:>11.2f}x {vs_cpu}"
+        )
     row["rates"], row["cpu_rates"] = rate, cpu_rate
-    row["ratios"] = {"dali/torchvision": rate["dali"] / rate["torchvision"],
-                     "torch/torchvision": rate["torch"] / rate["torchvision"],
-                     "dali/tv-pilblur": rate["dali"] / rate["tv-pilblur"]}
+    row["ratios"] = {
+        "dali/torchvision": rate["dali"] / rate["torchvision"],
+        "torch/torchvision": rate["torch"] / rate["torchvision"],
+        "dali/tv-pilblur": rate["dali"] / rate["tv-pilblur"],
+    }
     return lines
 
 
@@ -263,8 +281,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=512, help="timed images per path (default 512)")
     ap.add_argument("--batch", type=int, default=64, help="batch size of every path (default 64)")
-    ap.add_argument("--threads", type=int, nargs="+", default=[1],
-                    help="one row per value; 1 = per core (default 1)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1], help="one row per value; 1 = per core (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.images < 1 or args.batch < 1 or min(args.threads) < 1:
@@ -272,19 +289,26 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     argv_used = list(sys.argv[1:] if argv is None else argv)
     print("command: python benchmarks/augment.py " + shlex.join(argv_used))
-    print(f"resolved: --images {args.images} --batch {args.batch} --threads {' '.join(map(str, args.threads))}"
-          f" --seed {args.seed}")
+    print(
+        f"resolved: --images {args.images} --batch {args.batch} --threads {' '.join(map(str, args.threads))}"
+        f" --seed {args.seed}"
+    )
     import nvidia.dali
     import torchvision
-    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, nvidia-dali {nvidia.dali.__version__},"
-          f" python {platform.python_version()}, {os.cpu_count()} CPUs,"
-          f" load average {os.getloadavg()[0]:.2f} at start")
+
+    print(
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}, nvidia-dali {nvidia.dali.__version__},"
+        f" python {platform.python_version()}, {os.cpu_count()} CPUs,"
+        f" load average {os.getloadavg()[0]:.2f} at start"
+    )
 
     t0 = time.perf_counter()
     encoded = sample_jpegs(args.images, seed=args.seed)
     mean_kib = np.mean([len(e) for e in encoded]) / 1024
-    print(f"inputs: {len(encoded)} JPEGs {WIDTH}x{HEIGHT} q{QUALITY}, mean {mean_kib:.0f}"
-          f" KiB (made in {time.perf_counter() - t0:.1f} s); MoCo v2 two views at 224 px; one image = 2 views")
+    print(
+        f"inputs: {len(encoded)} JPEGs {WIDTH}x{HEIGHT} q{QUALITY}, mean {mean_kib:.0f}"
+        f" KiB (made in {time.perf_counter() - t0:.1f} s); MoCo v2 two views at 224 px; one image = 2 views"
+    )
     print("torchvision path: DataLoader num_workers=0 (main process) at 1 thread, else num_workers=threads\n")
 
     threads_before = torch.get_num_threads()
@@ -296,19 +320,25 @@ def main(argv: Sequence[str] | None = None) -> dict:
     lines = [line for row in rows for line in _summarise(row)]
     print(HEADER)
     print("\n".join(lines))
-    print(f"\nload average {os.getloadavg()[0]:.2f} at end. Wall rates suffer from any background load; img/cpu-s"
-          " (images per CPU-second of this process) much less so. Ratios come from the same run.")
+    print(
+        f"\nload average {os.getloadavg()[0]:.2f} at end. Wall rates suffer from any background load; img/cpu-s"
+        " (images per CPU-second of this process) much less so. Ratios come from the same run."
+    )
     for row in rows:
         r, t = row["ratios"], row["threads"]
-        print(f"threads {t}: DALI/torchvision {r['dali/torchvision']:.2f}x, torch-executor/torchvision"
-              f" {r['torch/torchvision']:.2f}x (wall)   reference: DALI/tv-pilblur {r['dali/tv-pilblur']:.2f}x")
+        print(
+            f"threads {t}: DALI/torchvision {r['dali/torchvision']:.2f}x, torch-executor/torchvision"
+            f" {r['torch/torchvision']:.2f}x (wall)   reference: DALI/tv-pilblur {r['dali/tv-pilblur']:.2f}x"
+        )
         if t == 1:
             cr = row["cpu_rates"]
             ok = r["dali/torchvision"] >= TARGET
-            print(f"  target DALI >= {TARGET}x torchvision per core: {'MET' if ok else 'NOT met'}"
-                  f" ({r['dali/torchvision']:.2f}x wall, {cr['dali'] / cr['torchvision']:.2f}x per CPU-second)."
-                  f" Against tv-pilblur: {r['dali/tv-pilblur']:.2f}x wall,"
-                  f" {cr['dali'] / cr['tv-pilblur']:.2f}x per CPU-second.")
+            print(
+                f"  target DALI >= {TARGET}x torchvision per core: {'MET' if ok else 'NOT met'}"
+                f" ({r['dali/torchvision']:.2f}x wall, {cr['dali'] / cr['torchvision']:.2f}x per CPU-second)."
+                f" Against tv-pilblur: {r['dali/tv-pilblur']:.2f}x wall,"
+                f" {cr['dali'] / cr['tv-pilblur']:.2f}x per CPU-second."
+            )
     return {"args": vars(args), "rows": rows}
 
 

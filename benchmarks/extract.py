@@ -11,6 +11,7 @@ Usage:
   python benchmarks/extract.py                      # the demo's Spirograph split (made if missing), ResNet-18 w16
   python benchmarks/extract.py --split data/cifar10/train --backbone resnet50 --width 64 --size 224 --no-cifar-stem
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ def bare_loop(net, x, batch_size: int) -> float:
         net(x[:batch_size])  # warm-up: first-call allocations
         t0 = time.monotonic()
         for i in range(0, len(x), batch_size):
-            net(x[i:i + batch_size])
+            net(x[i : i + batch_size])
     return len(x) / (time.monotonic() - t0)
 
 
@@ -71,8 +72,11 @@ def main() -> int:
     net = build_backbone(model).eval()
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
-    data = load_split(split, "classification" if "cls" in _columns(split) else "regression",
-                      None if "cls" in _columns(split) else ["m"])
+    data = load_split(
+        split,
+        "classification" if "cls" in _columns(split) else "regression",
+        None if "cls" in _columns(split) else ["m"],
+    )
     x, _ = eval_preprocess(args.size, mean, std)(data.encoded)
     task = "classification" if "cls" in _columns(split) else "regression"
     # the bare loop first, with no Ray on the machine (Ray's own processes take a share of 2 cores: measured
@@ -82,18 +86,37 @@ def main() -> int:
     metas = []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as d:
-            metas.append(extract_split(net.state_dict(), model, split, Path(d) / "f", args.size, mean, std, task,
-                                       None if task == "classification" else ["m"], args.batch_size, args.actors))
+            metas.append(
+                extract_split(
+                    net.state_dict(),
+                    model,
+                    split,
+                    Path(d) / "f",
+                    args.size,
+                    mean,
+                    std,
+                    task,
+                    None if task == "classification" else ["m"],
+                    args.batch_size,
+                    args.actors,
+                )
+            )
     bare = statistics.median(bares)
     meta = {**metas[0], "images_per_s": statistics.median(m["images_per_s"] for m in metas)}
-    print(f"[extract] {split}: {len(x)} images, {args.backbone} w{args.width} at {args.size} px, batch "
-          f"{args.batch_size} ({platform.node()}, {os.cpu_count()} cores, torch threads {threads})")
-    print(f"[extract] bare no_grad loop over pre-made eval views: {bare:.0f} images/s (median of {args.repeats}: "
-          f"{', '.join(f'{b:.0f}' for b in bares)})")
-    print(f"[extract] Ray Data extraction to disk ({meta['actors']} {meta['device']} actor(s), decode included): "
-          f"{meta['images_per_s']:.0f} images/s (median of {args.repeats}: "
-          f"{', '.join(str(round(m['images_per_s'])) for m in metas)}; "
-          f"start-up {metas[0]['startup_s']:.1f} s, left out)")
+    print(
+        f"[extract] {split}: {len(x)} images, {args.backbone} w{args.width} at {args.size} px, batch "
+        f"{args.batch_size} ({platform.node()}, {os.cpu_count()} cores, torch threads {threads})"
+    )
+    print(
+        f"[extract] bare no_grad loop over pre-made eval views: {bare:.0f} images/s (median of {args.repeats}: "
+        f"{', '.join(f'{b:.0f}' for b in bares)})"
+    )
+    print(
+        f"[extract] Ray Data extraction to disk ({meta['actors']} {meta['device']} actor(s), decode included): "
+        f"{meta['images_per_s']:.0f} images/s (median of {args.repeats}: "
+        f"{', '.join(str(round(m['images_per_s'])) for m in metas)}; "
+        f"start-up {metas[0]['startup_s']:.1f} s, left out)"
+    )
     print(f"[extract] extraction / bare = {meta['images_per_s'] / bare:.3f} (target >= 0.9)")
     return 0
 

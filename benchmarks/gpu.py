@@ -34,6 +34,7 @@ ImageNet queue of 65536 keys (256 with --quick). CoCor uses its learned target o
 (plugin.cocor.labelled_fraction=1.0 of a small split, so its labelled batch is the configured 64): the project
 decodes that labelled batch from JPEG in every step, the bare loop reads pre-made tensors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,22 +83,33 @@ ROW_OVERRIDES = {
     "dino_vit": ["+experiment=dino_vit"],
 }
 VIT_ROWS = {"mocov3_vit", "dino_vit"}  # ViT-S/16 (vit_tiny with --quick), whatever --backbone says
-PROJECT_TARGET = 0.97                                   # project step >= 0.97x the bare loop
+PROJECT_TARGET = 0.97  # project step >= 0.97x the bare loop
 COST_TARGET = {"co2": 1.02, "clsa": 1.32, "invclr": 2.0}  # plug-in step time / its baseline's
 EXECUTOR_RECIPES = {"mocov2": "mocov2", "simclr": "simclr", "byol": "byol", "clsa": "clsa", "cocor": "cocor"}
-EXECUTOR_TARGET = 2.0                                   # executor images/s >= 2x what the step consumes
+EXECUTOR_TARGET = 2.0  # executor images/s >= 2x what the step consumes
 SRC_W, SRC_H = 500, 375
 
 
 # ============================================================================= settings
 def settings(args) -> dict:
     quick = args.quick
-    s = {"backbone": "resnet18" if quick else "resnet50", "width": 8 if quick else 64, "size": 64 if quick else 224,
-         "batch": 16 if quick else 256, "warmup": 2 if quick else 10, "iters": 2 if quick else 10,
-         "rounds": 2 if quick else 3,
-         "queue": 256 if quick else 65536, "exec_images": 32 if quick else 1024, "cocor_images": 32 if quick else 256,
-         "cocor_labelled_batch": 16 if quick else 64, "e2e_images": 64 if quick else 5120,
-         "e2e_epochs": 2 if quick else 3, "classes": 4 if quick else 8, "quick": quick}
+    s = {
+        "backbone": "resnet18" if quick else "resnet50",
+        "width": 8 if quick else 64,
+        "size": 64 if quick else 224,
+        "batch": 16 if quick else 256,
+        "warmup": 2 if quick else 10,
+        "iters": 2 if quick else 10,
+        "rounds": 2 if quick else 3,
+        "queue": 256 if quick else 65536,
+        "exec_images": 32 if quick else 1024,
+        "cocor_images": 32 if quick else 256,
+        "cocor_labelled_batch": 16 if quick else 64,
+        "e2e_images": 64 if quick else 5120,
+        "e2e_epochs": 2 if quick else 3,
+        "classes": 4 if quick else 8,
+        "quick": quick,
+    }
     for k in ("backbone", "width", "size", "batch", "warmup", "iters", "rounds", "queue"):
         if getattr(args, k, None) is not None:
             s[k] = getattr(args, k)
@@ -136,7 +148,7 @@ def _photo_like(seed: int, w: int = SRC_W, h: int = SRC_H) -> np.ndarray:
     img = (img - img.min()) / (img.max() - img.min()) * 255
     for _ in range(6):
         y0, x0 = r.integers(0, h - 20), r.integers(0, w - 20)
-        img[y0:y0 + r.integers(10, 120), x0:x0 + r.integers(10, 160)] = r.integers(0, 256, 3)
+        img[y0 : y0 + r.integers(10, 120), x0 : x0 + r.integers(10, 160)] = r.integers(0, 256, 3)
     img += r.normal(0, 6, img.shape)
     return np.clip(img, 0, 255).astype(np.uint8)
 
@@ -164,8 +176,11 @@ def make_jpegs(n: int, seed: int = 0) -> tuple[list[bytes], str]:
         import sample_images  # noqa: F401
         import skimage.data  # noqa: F401
 
-        make, jobs, source = _photo_chunk, [(min(64, n - i), seed * 1_000_003 + i) for i in range(0, n, 64)], \
-            "scikit-image sample photographs (benchmarks/sample_images.py)"
+        make, jobs, source = (
+            _photo_chunk,
+            [(min(64, n - i), seed * 1_000_003 + i) for i in range(0, n, 64)],
+            "scikit-image sample photographs (benchmarks/sample_images.py)",
+        )
     except ImportError:
         make, jobs, source = _jpeg, [seed * 1_000_003 + i for i in range(n)], "generated photo-like images"
     if n >= 256 and (os.cpu_count() or 1) > 2:
@@ -189,8 +204,14 @@ def make_imagefolder_shards(root: Path, n_train: int, n_val: int, classes: int) 
             d = root / "imagefolder" / split / f"class_{i % classes:02d}"
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{i:06d}.jpg").write_bytes(data)
-        cmd = [sys.executable, str(ROOT / "jobs" / "make_shards.py"), "source=imagefolder",
-               f"input={root / 'imagefolder'}", f"output={shards}", f"split={split}"]
+        cmd = [
+            sys.executable,
+            str(ROOT / "jobs" / "make_shards.py"),
+            "source=imagefolder",
+            f"input={root / 'imagefolder'}",
+            f"output={shards}",
+            f"split={split}",
+        ]
         done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"make_shards failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
@@ -203,15 +224,25 @@ def row_config(row: str, s: dict, data_root: Path | None = None) -> dict:
 
     backbone = ("vit_tiny" if s["quick"] else "vit_s16") if row in VIT_ROWS else s["backbone"]
     over = ROW_OVERRIDES[row] + [
-        "data=imagenet", f"data.image_size={s['size']}", f"model.backbone={backbone}", "model.cifar_stem=false",
-        f"model.width={s['width']}", f"train.batch_size={s['batch']}", "seed=0"]
+        "data=imagenet",
+        f"data.image_size={s['size']}",
+        f"model.backbone={backbone}",
+        "model.cifar_stem=false",
+        f"model.width={s['width']}",
+        f"train.batch_size={s['batch']}",
+        "seed=0",
+    ]
     if row == "dino_vit" and s["quick"]:
         over += ["method.head.out_dim=256", "method.head.hidden_dim=128", "method.head.bottleneck_dim=64"]
     if row in ("mocov2", "co2", "clsa", "cocor"):
         over += ["method.bn_splits=1", f"method.queue_size={s['queue']}"]
     if row == "cocor":
-        over += [f"data.train={data_root / 'train'}", f"data.val={data_root / 'val'}",
-                 "plugin.cocor.labelled_fraction=1.0", f"plugin.cocor.labelled_batch={s['cocor_labelled_batch']}"]
+        over += [
+            f"data.train={data_root / 'train'}",
+            f"data.val={data_root / 'val'}",
+            "plugin.cocor.labelled_fraction=1.0",
+            f"plugin.cocor.labelled_batch={s['cocor_labelled_batch']}",
+        ]
     return compose_config(over)
 
 
@@ -237,8 +268,9 @@ def premade_views(cfg: dict, batch: int, device: torch.device, fmt: torch.memory
 
 
 # ============================================================================= the project's step
-def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.memory_format,
-                   total_steps: int) -> Callable:
+def project_runner(
+    cfg: dict, device: torch.device, precision: str, fmt: torch.memory_format, total_steps: int
+) -> Callable:
     """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
     the device, optimisation_step, and the float() of every logged value."""
     from pipeline.build import build_method
@@ -258,8 +290,9 @@ def project_runner(cfg: dict, device: torch.device, precision: str, fmt: torch.m
         schedule_step(optimizer, cfg["optim"], state["step"], total_steps, 0, peak)
         images, params = to_device(images, params, device, fmt)
         state["step"] += 1
-        out = optimisation_step(method, optimizer, images, params, precision, device,
-                                min(1.0, state["step"] / total_steps))
+        out = optimisation_step(
+            method, optimizer, images, params, precision, device, min(1.0, state["step"] / total_steps)
+        )
         return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}
 
     step.opt = optimizer
@@ -273,15 +306,18 @@ def bare_backbone(arch: str, width: int) -> tuple[nn.Module, int]:
     import torchvision
     from torchvision.models import resnet
 
-    block, layers = {"resnet18": (resnet.BasicBlock, [2, 2, 2, 2]), "resnet34": (resnet.BasicBlock, [3, 4, 6, 3]),
-                     "resnet50": (resnet.Bottleneck, [3, 4, 6, 3])}[arch]
+    block, layers = {
+        "resnet18": (resnet.BasicBlock, [2, 2, 2, 2]),
+        "resnet34": (resnet.BasicBlock, [3, 4, 6, 3]),
+        "resnet50": (resnet.Bottleneck, [3, 4, 6, 3]),
+    }[arch]
     net = getattr(torchvision.models, arch)()
     if width != 64:
         net.inplanes = width
         net.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
         net.bn1 = nn.BatchNorm2d(width)
         for i, n in enumerate(layers):
-            setattr(net, f"layer{i + 1}", net._make_layer(block, width * 2 ** i, n, stride=1 if i == 0 else 2))
+            setattr(net, f"layer{i + 1}", net._make_layer(block, width * 2**i, n, stride=1 if i == 0 else 2))
     dim = width * 8 * block.expansion
     net.fc = nn.Identity()
     return net, dim
@@ -299,12 +335,15 @@ def bare_mlp(in_dim: int, hidden: int, out: int, layers: int, bn: bool, last_bn:
     return nn.Sequential(*mods, *([nn.BatchNorm1d(out, affine=False)] if last_bn else []))
 
 
-def bare_sgd(modules: list[nn.Module], lr: float, momentum: float, wd: float, device: torch.device,
-             decay_all: bool = False) -> torch.optim.SGD:
+def bare_sgd(
+    modules: list[nn.Module], lr: float, momentum: float, wd: float, device: torch.device, decay_all: bool = False
+) -> torch.optim.SGD:
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    groups = [{"params": [p for p in params if p.ndim > 1 or decay_all], "weight_decay": wd},
-              {"params": [p for p in params if p.ndim <= 1 and not decay_all], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.ndim > 1 or decay_all], "weight_decay": wd},
+        {"params": [p for p in params if p.ndim <= 1 and not decay_all], "weight_decay": 0.0},
+    ]
     return torch.optim.SGD([g for g in groups if g["params"]], lr=lr, momentum=momentum, **kernel)
 
 
@@ -344,9 +383,15 @@ def bare_vit(arch: str, size: int) -> tuple[nn.Module, int]:
 def bare_adamw(modules: list[nn.Module], lr: float, betas, wd: float, device: torch.device) -> torch.optim.AdamW:
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW([{"params": [p for p in params if p.ndim > 1], "weight_decay": wd},
-                              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}],
-                             lr=lr, betas=tuple(betas), **kernel)
+    return torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.ndim > 1], "weight_decay": wd},
+            {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=tuple(betas),
+        **kernel,
+    )
 
 
 def half_cosine(progress: float, start: float, end: float) -> float:
@@ -368,8 +413,11 @@ class Bare:
         self.cfg, self.device, self.fmt = cfg, device, fmt
         self.bf16 = precision == "bf16"
         m, model = cfg["method"], cfg["model"]
-        self.backbone, self.dim = bare_vit(model["backbone"], int(model["image_size"])) \
-            if model["backbone"].startswith("vit") else bare_backbone(model["backbone"], int(model["width"]))
+        self.backbone, self.dim = (
+            bare_vit(model["backbone"], int(model["image_size"]))
+            if model["backbone"].startswith("vit")
+            else bare_backbone(model["backbone"], int(model["width"]))
+        )
         head = m["head"]
         self.hidden, self.out_dim = int(head.get("hidden_dim") or self.dim), int(head["out_dim"])
         o, b = cfg["optim"], int(cfg["train"]["batch_size"])
@@ -412,8 +460,9 @@ class BareMoCo(Bare):
         super().__init__(cfg, device, precision, fmt)
         m, head = cfg["method"], cfg["method"]["head"]
         self.t, self.m = float(m["temperature"]), float(m["momentum"])
-        self.online = nn.Sequential(self.backbone, bare_mlp(self.dim, self.hidden, self.out_dim,
-                                                           int(head["num_layers"]), bool(head["bn"])))
+        self.online = nn.Sequential(
+            self.backbone, bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), bool(head["bn"]))
+        )
         self.key = frozen_copy(self.online)
         self.place(self.online, self.key)
         self.online_p, self.key_p = list(self.online.parameters()), list(self.key.parameters())
@@ -449,6 +498,7 @@ class BareMoCo(Bare):
             kl = 0.5 * (log_p.exp() * (log_p - log_q)).sum(1) + 0.5 * (log_q.exp() * (log_q - log_p)).sum(1)
             loss = loss + alpha * kl.mean()
         if self.clsa is not None:
+
             def logits(z):
                 return torch.cat([(z * k).sum(1, keepdim=True), z @ self.queue.t()], 1) / self.t
 
@@ -462,7 +512,7 @@ class BareMoCo(Bare):
     def after(self, images, params, loss):
         torch._foreach_lerp_(self.key_p, self.online_p, 1 - self.m)
         n = self._k.shape[0]
-        self.queue[self.ptr:self.ptr + n] = self._k
+        self.queue[self.ptr : self.ptr + n] = self._k
         self.ptr = (self.ptr + n) % self.queue.shape[0]
 
 
@@ -484,8 +534,9 @@ class BareCoCor(BareMoCo):
         self.place(self.mmnn, self.head)
         kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
         self.target_opt = torch.optim.SGD(self.mmnn.parameters(), lr=float(pc["target_lr"]), momentum=0.9, **kernel)
-        self.head_opt = torch.optim.SGD(self.head.parameters(), lr=float(pc["classifier_lr"]), momentum=0.9,
-                                        weight_decay=1e-4, **kernel)
+        self.head_opt = torch.optim.SGD(
+            self.head.parameters(), lr=float(pc["classifier_lr"]), momentum=0.9, weight_decay=1e-4, **kernel
+        )
         self.freeze = int(pc["target_freeze_epochs"])  # steps per epoch = 1 in this benchmark's configs
         g = torch.Generator().manual_seed(1)
         size = int(cfg["data"]["image_size"])
@@ -577,8 +628,9 @@ class BareSimCLR(Bare):
             self.hi = torch.tensor([1 + b, 1 + c, 1 + s, h], device=device)
             self.gen = torch.Generator(device=device).manual_seed(0)
             self.luma = torch.tensor([0.299, 0.587, 0.114], device=device).view(1, 3, 1, 1)
-            self.yiq = torch.tensor([[0.299, 0.587, 0.114], [0.5959, -0.2746, -0.3213], [0.2115, -0.5227, 0.3112]],
-                                    device=device)
+            self.yiq = torch.tensor(
+                [[0.299, 0.587, 0.114], [0.5959, -0.2746, -0.3213], [0.2115, -0.5227, 0.3112]], device=device
+            )
             self.rgb = torch.tensor([[1.0, 0.956, 0.619], [1.0, -0.272, -0.647], [1.0, -1.106, 1.703]], device=device)
 
     def gray(self, x):
@@ -603,8 +655,10 @@ class BareSimCLR(Bare):
         alpha = None
         if self.invclr:
             with torch.autocast(self.device.type, enabled=False):
-                alphas = [torch.stack([p[k].float() for k in ("brightness", "contrast", "saturation", "hue")], 1)
-                          for p in params[:2]]
+                alphas = [
+                    torch.stack([p[k].float() for k in ("brightness", "contrast", "saturation", "hue")], 1)
+                    for p in params[:2]
+                ]
                 alpha = alphas[0].clone().requires_grad_(True)
                 x1 = self.colour(x1, params[0], alpha).contiguous(memory_format=self.fmt)
                 x2 = self.colour(x2, params[1], alphas[1]).contiguous(memory_format=self.fmt)
@@ -660,9 +714,17 @@ class BareBYOL(BarePredictorTarget):
     def __init__(self, cfg, device, precision, fmt, total_steps: int):
         super().__init__(cfg, device, precision, fmt)
         head, pred = cfg["method"]["head"], cfg["method"].get("predictor") or {}
-        self.networks(bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), bool(head["bn"])),
-                      bare_mlp(self.out_dim, int(pred.get("hidden_dim") or self.hidden), self.out_dim,
-                               int(pred.get("num_layers", 2)), bool(pred.get("bn", True))), total_steps)
+        self.networks(
+            bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), bool(head["bn"])),
+            bare_mlp(
+                self.out_dim,
+                int(pred.get("hidden_dim") or self.hidden),
+                self.out_dim,
+                int(pred.get("num_layers", 2)),
+                bool(pred.get("bn", True)),
+            ),
+            total_steps,
+        )
         self.opt = bare_sgd([self.online, self.predictor], self.lr, self.momentum, self.wd, device)
 
     @staticmethod
@@ -677,8 +739,13 @@ class BareSimSiam(Bare):
         super().__init__(cfg, device, precision, fmt)
         head, pred = cfg["method"]["head"], cfg["method"].get("predictor") or {}
         self.projector = bare_mlp(self.dim, self.hidden, self.out_dim, int(head["num_layers"]), True, last_bn=True)
-        self.predictor = bare_mlp(self.out_dim, int(pred.get("hidden_dim") or max(1, self.out_dim // 4)),
-                                  self.out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
+        self.predictor = bare_mlp(
+            self.out_dim,
+            int(pred.get("hidden_dim") or max(1, self.out_dim // 4)),
+            self.out_dim,
+            int(pred.get("num_layers", 2)),
+            bool(pred.get("bn", True)),
+        )
         self.place(self.backbone, self.projector, self.predictor)
         self.opt = bare_sgd([self.backbone, self.projector, self.predictor], self.lr, self.momentum, self.wd, device)
 
@@ -702,8 +769,11 @@ class BareMoCoV3(BarePredictorTarget):
         conv = self.backbone.vit.conv_proj
         conv.weight.requires_grad_(False)
         conv.bias.requires_grad_(False)
-        self.networks(bare_mlp(self.dim, self.hidden, self.out_dim, 3, True, last_bn=True),
-                      bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True), total_steps)
+        self.networks(
+            bare_mlp(self.dim, self.hidden, self.out_dim, 3, True, last_bn=True),
+            bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True),
+            total_steps,
+        )
         self.opt = bare_adamw([self.online, self.predictor], self.lr, cfg["optim"]["betas"], self.wd, device)
 
     def pair_loss(self, q, k):
@@ -721,8 +791,9 @@ class BareDINO(Bare):
         super().__init__(cfg, device, precision, fmt)
         m, head, o = cfg["method"], cfg["method"]["head"], cfg["optim"]
         hidden, bott, k = int(head["hidden_dim"]), int(head["bottleneck_dim"]), int(head["out_dim"])
-        self.mlp = nn.Sequential(nn.Linear(self.dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
-                                 nn.Linear(hidden, bott))
+        self.mlp = nn.Sequential(
+            nn.Linear(self.dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, bott)
+        )
         self.prototypes = nn.Linear(bott, k, bias=False)
         self.student = nn.ModuleDict({"backbone": self.backbone, "mlp": self.mlp, "prototypes": self.prototypes})
         self.teacher = frozen_copy(self.student)
@@ -745,8 +816,11 @@ class BareDINO(Bare):
     def loss(self, images, params):
         progress = self.steps / self.total
         self.opt.param_groups[0]["weight_decay"] = half_cosine(progress, *self.wd_range)
-        tt = self.temps[1] if progress >= self.warm else \
-            self.temps[0] + (self.temps[1] - self.temps[0]) * progress / self.warm
+        tt = (
+            self.temps[1]
+            if progress >= self.warm
+            else self.temps[0] + (self.temps[1] - self.temps[0]) * progress / self.warm
+        )
         outs, i = [], 0
         while i < len(images):
             j = i + 1
@@ -826,8 +900,10 @@ def measure_rows(rows: list[str], s: dict, device, precision: str, fmt, workdir:
             cfg = row_config(row, s, data_root)
             images, params = premade_views(cfg, s["batch"], device, fmt)
             res["views"] = len(images)
-            runners = {"bare": bare_runner(row, cfg, device, precision, fmt, total, s),
-                       "project": project_runner(copy.deepcopy(cfg), device, precision, fmt, total)}
+            runners = {
+                "bare": bare_runner(row, cfg, device, precision, fmt, total, s),
+                "project": project_runner(copy.deepcopy(cfg), device, precision, fmt, total),
+            }
             shapes = {k: trainable(r.opt) for k, r in runners.items()}
             res["same_params"] = shapes["bare"] == shapes["project"]
             for run in runners.values():  # warm-up: cudnn autotuning, allocator, lazy state
@@ -844,9 +920,12 @@ def measure_rows(rows: list[str], s: dict, device, precision: str, fmt, workdir:
             res["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             traceback.print_exc()
             free_memory(device)
-        print(f"  {row:8s} bare {res['bare']:9.1f} img/s   project {res['project']:9.1f} img/s   "
-              f"ratio {res['project'] / res['bare']:.3f}   ({time.perf_counter() - t0:.1f} s)"
-              + (f"   FAILED {res['error']}" if res["error"] else ""), flush=True)
+        print(
+            f"  {row:8s} bare {res['bare']:9.1f} img/s   project {res['project']:9.1f} img/s   "
+            f"ratio {res['project'] / res['bare']:.3f}   ({time.perf_counter() - t0:.1f} s)"
+            + (f"   FAILED {res['error']}" if res["error"] else ""),
+            flush=True,
+        )
     return results
 
 
@@ -863,7 +942,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
         return {"unavailable": f"{type(e).__name__}: {e}"}
     out = {}
     batch = min(s["batch"], len(jpegs))
-    batches = [jpegs[i:i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
+    batches = [jpegs[i : i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
     for name, recipe_name in EXECUTOR_RECIPES.items():
         aug = compose_config([f"augment={recipe_name}", "data=imagenet", f"data.image_size={s['size']}"])["augment"]
         recipe = image_recipe(aug)
@@ -903,13 +982,30 @@ def measure_e2e(s: dict, device, workdir: Path) -> dict:
     data = make_imagefolder_shards(workdir / "e2e_data", s["e2e_images"], max(s["batch"], 16), s["classes"])
     name = f"gpu-bench-e2e-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    cmd = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), "data=imagenet", f"data.train={data / 'train'}",
-           f"data.val={data / 'val'}", f"trainer.use_gpu={'true' if device.type == 'cuda' else 'false'}",
-           "trainer.num_workers=1", f"model.backbone={s['backbone']}", "model.cifar_stem=false",
-           f"model.width={s['width']}", f"data.image_size={s['size']}", f"train.batch_size={s['batch']}",
-           f"train.epochs={s['e2e_epochs']}", "method=mocov2", "method.bn_splits=1",
-           f"method.queue_size={s['queue']}", "eval.knn.every=0", "eval.probe.after_pretrain=false",
-           "gallery.at_pretrain=false", f"paths.root={workdir}", f"tracking.uri={uri}", f"run.name={name}"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "jobs" / "pretrain.py"),
+        "data=imagenet",
+        f"data.train={data / 'train'}",
+        f"data.val={data / 'val'}",
+        f"trainer.use_gpu={'true' if device.type == 'cuda' else 'false'}",
+        "trainer.num_workers=1",
+        f"model.backbone={s['backbone']}",
+        "model.cifar_stem=false",
+        f"model.width={s['width']}",
+        f"data.image_size={s['size']}",
+        f"train.batch_size={s['batch']}",
+        f"train.epochs={s['e2e_epochs']}",
+        "method=mocov2",
+        "method.bn_splits=1",
+        f"method.queue_size={s['queue']}",
+        "eval.knn.every=0",
+        "eval.probe.after_pretrain=false",
+        "gallery.at_pretrain=false",
+        f"paths.root={workdir}",
+        f"tracking.uri={uri}",
+        f"run.name={name}",
+    ]
     print("  " + shlex.join(cmd), flush=True)
     t0 = time.perf_counter()
     # in the work folder: with an explicit tracking.uri MLflow puts artifacts under ./mlruns of the working directory
@@ -923,8 +1019,13 @@ def measure_e2e(s: dict, device, workdir: Path) -> dict:
     exp = client.get_experiment_by_name("augssl")
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.runName = '{name}'")
     history = sorted(client.get_metric_history(runs[0].info.run_id, "epoch_images_per_s"), key=lambda m: m.step)
-    return {"per_epoch": [m.value for m in history], "images_s": history[-1].value, "wall_s": wall,
-            "command": cmd, "images": s["e2e_images"]}
+    return {
+        "per_epoch": [m.value for m in history],
+        "images_s": history[-1].value,
+        "wall_s": wall,
+        "command": cmd,
+        "images": s["e2e_images"],
+    }
 
 
 # ============================================================================= report
@@ -937,26 +1038,33 @@ def _verdict(ok: bool | None) -> str:
 
 
 def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | None) -> str:
-    lines = ["# Performance", "",
-             "Written by `benchmarks/gpu.py`; every ratio below comes from the one run described here. "
-             "Rerun the command to refresh it.", "",
-             f"- command: `{meta['command']}`",
-             f"- device: {meta['device']}",
-             f"- torch {meta['torch']}, torchvision {meta['torchvision']}, python {meta['python']}",
-             f"- date: {meta['date']}",
-             f"- step settings: {s['backbone']} width {s['width']}, {s['size']} px, batch {s['batch']}, "
-             f"{meta['precision']} autocast, channels_last {meta['channels_last']}, cudnn.benchmark "
-             f"{meta['cudnn_benchmark']}, torch CPU threads {meta['threads']}; {s['warmup']} warm-up steps, then "
-             f"{s['rounds']} rounds of {s['iters']} timed steps per loop (bare and project in turn, best round "
-             f"kept); MoCo: bn_splits 1, queue {s['queue']}; the ViT rows: "
-             f"{'vit_tiny' if s['quick'] else 'ViT-S/16'}, their papers' recipes (AdamW, DINO's 2 + 6 crops)", "",
-             "## Training step: the project's against a bare tuned loop", "",
-             "images/s = samples per second (each sample is all of the row's views). project/bare: target >= "
-             f"{PROJECT_TARGET}. Cost = the row's step time / its baseline framework's (project loop; the bare "
-             "loop's in brackets).", "",
-             "| row | framework | views | bare img/s | project img/s | project/bare | target | cost vs baseline "
-             "| cost target |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Performance",
+        "",
+        "Written by `benchmarks/gpu.py`; every ratio below comes from the one run described here. "
+        "Rerun the command to refresh it.",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- device: {meta['device']}",
+        f"- torch {meta['torch']}, torchvision {meta['torchvision']}, python {meta['python']}",
+        f"- date: {meta['date']}",
+        f"- step settings: {s['backbone']} width {s['width']}, {s['size']} px, batch {s['batch']}, "
+        f"{meta['precision']} autocast, channels_last {meta['channels_last']}, cudnn.benchmark "
+        f"{meta['cudnn_benchmark']}, torch CPU threads {meta['threads']}; {s['warmup']} warm-up steps, then "
+        f"{s['rounds']} rounds of {s['iters']} timed steps per loop (bare and project in turn, best round "
+        f"kept); MoCo: bn_splits 1, queue {s['queue']}; the ViT rows: "
+        f"{'vit_tiny' if s['quick'] else 'ViT-S/16'}, their papers' recipes (AdamW, DINO's 2 + 6 crops)",
+        "",
+        "## Training step: the project's against a bare tuned loop",
+        "",
+        "images/s = samples per second (each sample is all of the row's views). project/bare: target >= "
+        f"{PROJECT_TARGET}. Cost = the row's step time / its baseline framework's (project loop; the bare "
+        "loop's in brackets).",
+        "",
+        "| row | framework | views | bare img/s | project img/s | project/bare | target | cost vs baseline "
+        "| cost target |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row, r in steps.items():
         ratio = r["project"] / r["bare"] if r["bare"] and not r["error"] else math.nan
         base = BASELINE.get(row)
@@ -974,30 +1082,44 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
         status = f">= {PROJECT_TARGET}x{_verdict(ratio >= PROJECT_TARGET if not math.isnan(ratio) else None)}"
         if r["error"]:
             status = f"failed: {r['error'][:120]}"
-        lines.append(f"| {row} | {framework} | {r['views']} | {_fmt(r['bare'])} | {_fmt(r['project'])} | "
-                     f"{_fmt(ratio, '.3f')} | {status} | {cost} | {cost_t} |")
+        lines.append(
+            f"| {row} | {framework} | {r['views']} | {_fmt(r['bare'])} | {_fmt(r['project'])} | "
+            f"{_fmt(ratio, '.3f')} | {status} | {cost} | {cost_t} |"
+        )
     differ = [row for row, r in steps.items() if r["same_params"] is False]
     unchecked = [row for row, r in steps.items() if r["same_params"] is None]
-    lines += ["", ("Trainable parameters (tensors and elements per optimiser group): identical in both loops of every "
-                   "measured row." if not differ else f"Trainable parameters DIFFER between the loops of: "
-                   f"{', '.join(differ)}.") + (f" Not checked: {', '.join(unchecked)}." if unchecked else "")]
+    lines += [
+        "",
+        (
+            "Trainable parameters (tensors and elements per optimiser group): identical in both loops of every "
+            "measured row."
+            if not differ
+            else f"Trainable parameters DIFFER between the loops of: {', '.join(differ)}."
+        )
+        + (f" Not checked: {', '.join(unchecked)}." if unchecked else ""),
+    ]
     lines += ["", "## View executor (gpu)", ""]
     if executor is None:
         lines.append("Not run (--skip-executor).")
     elif "unavailable" in executor:
         lines.append(f"gpu executor: not available ({executor['unavailable']}).")
     else:
-        lines += [f"{meta['exec_images']} JPEGs of {SRC_W}x{SRC_H} ({meta['jpeg_source']}), batches of "
-                  f"{min(s['batch'], meta['exec_images'])}, {s['size']} px; parameters drawn inside the timed region. "
-                  f"Step consumes = the project step's images/s for that recipe's row; target >= {EXECUTOR_TARGET}x.",
-                  "", "| recipe | views | images/s | views/s | step consumes img/s | executor/step | target |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"{meta['exec_images']} JPEGs of {SRC_W}x{SRC_H} ({meta['jpeg_source']}), batches of "
+            f"{min(s['batch'], meta['exec_images'])}, {s['size']} px; parameters drawn inside the timed region. "
+            f"Step consumes = the project step's images/s for that recipe's row; target >= {EXECUTOR_TARGET}x.",
+            "",
+            "| recipe | views | images/s | views/s | step consumes img/s | executor/step | target |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for name, r in executor.items():
             step = steps.get(name, {}).get("project", math.nan)
             ratio = r["images_s"] / step if step and not math.isnan(step) else math.nan
             ok = None if math.isnan(ratio) else ratio >= EXECUTOR_TARGET
-            lines.append(f"| {name} | {r['views']} | {_fmt(r['images_s'])} | {_fmt(r['views_s'])} | {_fmt(step)} | "
-                         f"{_fmt(ratio, '.2f')} | >= {EXECUTOR_TARGET}x{_verdict(ok)} |")
+            lines.append(
+                f"| {name} | {r['views']} | {_fmt(r['images_s'])} | {_fmt(r['views_s'])} | {_fmt(step)} | "
+                f"{_fmt(ratio, '.2f')} | >= {EXECUTOR_TARGET}x{_verdict(ok)} |"
+            )
     lines += ["", "## End to end: jobs/pretrain.py from JPEG shards", ""]
     if e2e is None:
         lines.append("Not run: add `--e2e`.")
@@ -1006,13 +1128,19 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
     else:
         step = steps.get("mocov2", {}).get("project", math.nan)
         ratio = e2e["images_s"] / step if step and not math.isnan(step) else math.nan
-        lines += [f"`{shlex.join(e2e['command'])}`", "",
-                  f"{e2e['images']} training JPEGs ({SRC_W}x{SRC_H}), epoch_images_per_s per epoch: "
-                  + ", ".join(f"{v:.1f}" for v in e2e["per_epoch"]) + f" (wall {e2e['wall_s']:.0f} s with start-up).",
-                  "", "| path | images/s |", "| --- | --- |",
-                  f"| jobs/pretrain.py, last epoch | {_fmt(e2e['images_s'])} |",
-                  f"| project step on pre-made tensors (mocov2 row) | {_fmt(step)} |",
-                  f"| end to end / step | {_fmt(ratio, '.3f')} |"]
+        lines += [
+            f"`{shlex.join(e2e['command'])}`",
+            "",
+            f"{e2e['images']} training JPEGs ({SRC_W}x{SRC_H}), epoch_images_per_s per epoch: "
+            + ", ".join(f"{v:.1f}" for v in e2e["per_epoch"])
+            + f" (wall {e2e['wall_s']:.0f} s with start-up).",
+            "",
+            "| path | images/s |",
+            "| --- | --- |",
+            f"| jobs/pretrain.py, last epoch | {_fmt(e2e['images_s'])} |",
+            f"| project step on pre-made tensors (mocov2 row) | {_fmt(step)} |",
+            f"| end to end / step | {_fmt(ratio, '.3f')} |",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -1020,16 +1148,25 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default=None, help="cuda | cpu | cuda:N (default: cuda if available, else cpu)")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"),
-                    help="report path (default docs/performance.md)")
+    ap.add_argument(
+        "--out", default=str(ROOT / "docs" / "performance.md"), help="report path (default docs/performance.md)"
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes for a CPU smoke run")
     ap.add_argument("--e2e", action="store_true", help="also run jobs/pretrain.py end to end (section c)")
     ap.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS), help="step rows (default: all)")
     ap.add_argument("--skip-executor", action="store_true", help="leave out section (a)")
     ap.add_argument("--workdir", default=None, help="generated data and the e2e run (default: a temporary folder)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    for k, t in (("backbone", str), ("width", int), ("size", int), ("batch", int), ("warmup", int), ("iters", int),
-                 ("rounds", int), ("queue", int)):
+    for k, t in (
+        ("backbone", str),
+        ("width", int),
+        ("size", int),
+        ("batch", int),
+        ("warmup", int),
+        ("iters", int),
+        ("rounds", int),
+        ("queue", int),
+    ):
         ap.add_argument(f"--{k}", type=t, default=None, help=f"override the {k} of the chosen mode")
     args = ap.parse_args(argv)
     argv_used = list(sys.argv[1:] if argv is None else argv)
@@ -1047,13 +1184,23 @@ def main(argv: list[str] | None = None) -> dict:
     s = settings(args)
     precision = resolve_precision("auto", device)
     fmt = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-    meta = {"command": command, "device": device_name(device), "torch": torch.__version__,
-            "torchvision": torchvision.__version__, "python": platform.python_version(),
-            "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "precision": precision,
-            "channels_last": fmt == torch.channels_last, "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "exec_images": s["exec_images"], "threads": torch.get_num_threads()}
-    print(f"command: {command}\ndevice: {meta['device']}; torch {meta['torch']}; {meta['date']}\nsettings: {s}",
-          flush=True)
+    meta = {
+        "command": command,
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": platform.python_version(),
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "precision": precision,
+        "channels_last": fmt == torch.channels_last,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "exec_images": s["exec_images"],
+        "threads": torch.get_num_threads(),
+    }
+    print(
+        f"command: {command}\ndevice: {meta['device']}; torch {meta['torch']}; {meta['date']}\nsettings: {s}",
+        flush=True,
+    )
     rows = [r for r in ROWS if r in args.rows]
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         workdir = Path(args.workdir or tmp).resolve()

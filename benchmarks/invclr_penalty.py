@@ -8,6 +8,7 @@ term every 25 steps.
   python benchmarks/invclr_penalty.py bf16 100    # the same under bfloat16 autocast
   python benchmarks/invclr_penalty.py lam 100 0.001
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,12 +28,18 @@ from pipeline.train.precision import autocast  # noqa: E402
 
 def main(variant: str, steps: int, lam: float | None = None) -> None:
     torch.set_num_threads(1)
-    overrides = {"base": ["method=simclr", "data=spirograph"], "lam0": ["plugin.invclr.lam=0.0"],
-                 "fp32": [], "bf16": [], "lam": [f"plugin.invclr.lam={lam}"]}
+    overrides = {
+        "base": ["method=simclr", "data=spirograph"],
+        "lam0": ["plugin.invclr.lam=0.0"],
+        "fp32": [],
+        "bf16": [],
+        "lam": [f"plugin.invclr.lam={lam}"],
+    }
     if variant not in overrides:
         raise SystemExit(f"variant must be one of {sorted(overrides)}")
-    cfg = compose_config(overrides[variant] if variant == "base" else
-                         ["+experiment=invclr_spirograph", *overrides[variant]])
+    cfg = compose_config(
+        overrides[variant] if variant == "base" else ["+experiment=invclr_spirograph", *overrides[variant]]
+    )
     torch.manual_seed(0)
     method = build_method(cfg)
     opt = torch.optim.SGD(method.online.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)

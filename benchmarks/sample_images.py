@@ -8,6 +8,7 @@ matters: JPEG decode time and file size depend on it, and flat synthetic images 
 Needs scikit-image (`pip install -e '.[bench]'`); only the photographs shipped inside the package are
 used, so nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,6 +23,7 @@ QUALITY = 90
 
 def _motorcycle(side: int):
     import skimage.data
+
     return lambda: skimage.data.stereo_motorcycle()[side]
 
 
@@ -64,8 +66,9 @@ def _one(photo: Image.Image, rng: np.random.Generator, width: int, height: int, 
     return buf.getvalue()
 
 
-def sample_jpegs(n: int, seed: int = 0, width: int = WIDTH, height: int = HEIGHT,
-                 quality: int = QUALITY) -> list[bytes]:
+def sample_jpegs(
+    n: int, seed: int = 0, width: int = WIDTH, height: int = HEIGHT, quality: int = QUALITY
+) -> list[bytes]:
     """n distinct JPEG files (bytes), cycling through the source photographs."""
     photos = source_photos()
     rng = np.random.default_rng(seed)
@@ -75,5 +78,7 @@ def sample_jpegs(n: int, seed: int = 0, width: int = WIDTH, height: int = HEIGHT
 if __name__ == "__main__":
     jpegs = sample_jpegs(len(source_photos()))
     for (name, photo), data in zip(source_photos(), jpegs):
-        print(f"{name:22s} source {photo.size[0]}x{photo.size[1]}  ->  {WIDTH}x{HEIGHT} JPEG q{QUALITY}: "
-              f"{len(data) / 1024:.0f} KiB")
+        print(
+            f"{name:22s} source {photo.size[0]}x{photo.size[1]}  ->  {WIDTH}x{HEIGHT} JPEG q{QUALITY}: "
+            f"{len(data) / 1024:.0f} KiB"
+        )

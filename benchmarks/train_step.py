@@ -3,6 +3,7 @@ fp32 against bfloat16 autocast, for a few widths. Prints samples/s (each sample 
 
     python benchmarks/train_step.py [--widths 16 32] [--steps 3] [--symmetric]
 """
+
 import argparse
 import sys
 import time
@@ -17,10 +18,20 @@ from pipeline.train.precision import autocast, resolve_precision  # noqa: E402
 
 
 def samples_per_s(width: int, precision: str, steps: int, symmetric: bool, batch: int = 256) -> float:
-    cfg = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": width},
-           "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.99, "queue_size": 4096,
-                      "bn_splits": 4, "symmetric": symmetric,
-                      "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 128, "bn": symmetric}}}
+    cfg = {
+        "seed": 0,
+        "model": {"backbone": "resnet18", "cifar_stem": True, "width": width},
+        "method": {
+            "kind": "moco",
+            "name": "mocov2",
+            "temperature": 0.2,
+            "momentum": 0.99,
+            "queue_size": 4096,
+            "bn_splits": 4,
+            "symmetric": symmetric,
+            "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 128, "bn": symmetric},
+        },
+    }
     method = build_method(cfg)
     opt = torch.optim.SGD(method.online.parameters(), lr=0.03, momentum=0.9)
     views = [torch.randn(batch, 3, 32, 32), torch.randn(batch, 3, 32, 32)]

@@ -15,6 +15,7 @@ Usage:
   python benchmarks/tune_overhead.py                                   # invclr_lambda's CPU size, λ = 1e-3
   python benchmarks/tune_overhead.py --sweep smoke --key method.temperature --value 0.2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,7 @@ def main() -> int:
     space = f"sweep.space={{{args.key}: {{grid: [{args.value}]}}}}"
     cfg, full = compose_sweep([*base, space])
     check_sweep(cfg, full)  # bad --key/--value: one line now, not after a pretraining run
-    resolve(cfg)            # the sweep's data, made once for both
+    resolve(cfg)  # the sweep's data, made once for both
     py = sys.executable
     env_note = f"{platform.node()}, {os.cpu_count()} cores"
     print(f"[tune-overhead] {args.sweep}, {args.key}={args.value}, root {root} ({env_note})", flush=True)

@@ -10,6 +10,7 @@ also runs from a random-init backbone, the comparison the papers draw. Results (
 a PNG of detections on validation images) go into a child run of the pretraining run; rerunning a finished
 transfer prints its results and trains nothing.
 """
+
 import sys
 from pathlib import Path
 

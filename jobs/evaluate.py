@@ -10,6 +10,7 @@ suite's arguments for this size (cpu: the embedded detection set and schedules t
 papers' protocols). A step that finished before prints its results and runs nothing, so rerunning an interrupted
 suite resumes at its first unfinished step. The summary table goes to <paths.runs>/evaluate/.
 """
+
 import sys
 from pathlib import Path
 

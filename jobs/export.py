@@ -9,6 +9,7 @@ MODEL.RESNETS layout, MODEL.PIXEL_MEAN/STD and INPUT.FORMAT the backbone was tra
 ResNet needs the project's registered builders (pipeline.detect.d2_backbone), which the detection job uses.
 The file is logged to a child run of the pretraining run (when it is in this MLflow store).
 """
+
 import sys
 from pathlib import Path
 

@@ -12,6 +12,7 @@ With baseline=true (the default) a random-init backbone is fine-tuned the same w
 child run of the pretraining run; rerunning a finished fine-tuning prints its results, an interrupted one
 resumes from its last epoch.
 """
+
 import sys
 from pathlib import Path
 

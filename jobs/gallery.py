@@ -6,6 +6,7 @@ Examples:
   python jobs/gallery.py augment=dino data=imagenet data.train=/data/imagenet-shards/train
   python jobs/gallery.py augment=mocov2 data=cifar10 augment.joint.crop.beta=2 gallery.out=joint.png
 """
+
 import sys
 from pathlib import Path
 
@@ -31,8 +32,10 @@ def main(argv: list[str]) -> int:
     path = gallery_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
-    print(f"[gallery] {out['n_images']} images x {out['n_views']} views -> {out['path']}"
-          + (f" ({out['skipped']} undecodable images skipped)" if out["skipped"] else ""))
+    print(
+        f"[gallery] {out['n_images']} images x {out['n_views']} views -> {out['path']}"
+        + (f" ({out['skipped']} undecodable images skipped)" if out["skipped"] else "")
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ Features are extracted by Ray Data (one backbone per actor, a GPU each where the
 <paths.runs>/features/, where the next kNN or SGD probe of the same weights and split finds them. Results go
 into a child run of the pretraining run; rerunning a finished kNN prints its results.
 """
+
 import sys
 from pathlib import Path
 

@@ -18,6 +18,7 @@ Example:
 (`eval.probe.checkpoint=<...>` is the same as `run=<...>`: `run` on its own is this job's, `run.<key>` is still the
 config's run section.)
 """
+
 import sys
 from pathlib import Path
 

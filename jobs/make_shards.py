@@ -36,8 +36,10 @@ def check_args(args: dict) -> dict:
     """Validate the composed conf/shards.yaml before any work: source, paths, integers."""
     missing = [key for key in ("source", "output") if args[key] in (None, "???")]
     if missing:
-        raise UsageError(f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} required: "
-                         f"python jobs/make_shards.py source={'|'.join(SOURCES)} output=DIR ... (--help)")
+        raise UsageError(
+            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} required: "
+            f"python jobs/make_shards.py source={'|'.join(SOURCES)} output=DIR ... (--help)"
+        )
     source = args["source"]
     if source not in SOURCES:
         raise UsageError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
@@ -79,8 +81,7 @@ def main(argv: list[str]) -> int:
             return 2
         manifest = json.loads((out / "manifest.json").read_text())
         for split, n in manifest["counts"].items():
-            print(f"{split}: {n['images']} images, {n['objects']} boxes -> {out / split}/annotations.json "
-                  f"and images/")
+            print(f"{split}: {n['images']} images, {n['objects']} boxes -> {out / split}/annotations.json and images/")
         return 0
 
     from pipeline.data import shards  # after argument checks: importing torch takes seconds
@@ -88,19 +89,28 @@ def main(argv: list[str]) -> int:
     try:
         if args["source"] == "spirograph":
             manifests = shards.make_spirograph_splits(
-                args["output"], args["n"], args["n_val"], args["seed"], args["size"], args["maxcount"])
+                args["output"], args["n"], args["n_val"], args["seed"], args["size"], args["maxcount"]
+            )
         elif args["source"] == "cifar":
-            manifests = {args["split"]: shards.make_cifar_split(
-                args["input"], args["output"], args["split"], maxcount=args["maxcount"])}
+            manifests = {
+                args["split"]: shards.make_cifar_split(
+                    args["input"], args["output"], args["split"], maxcount=args["maxcount"]
+                )
+            }
         else:
-            manifests = {args["split"]: shards.make_imagefolder_split(
-                args["input"], args["output"], args["split"], maxcount=args["maxcount"], seed=args["seed"])}
+            manifests = {
+                args["split"]: shards.make_imagefolder_split(
+                    args["input"], args["output"], args["split"], maxcount=args["maxcount"], seed=args["seed"]
+                )
+            }
     except (FileNotFoundError, ValueError) as err:  # bad input layout or split name
         print(f"make_shards: error: {err}", file=sys.stderr)
         return 1
     for split, manifest in manifests.items():
-        print(f"{split}: {manifest['num_samples']} samples in {len(manifest['shards'])} shards "
-              f"(skipped {manifest['skipped']}) -> {os.path.join(args['output'], split)}")
+        print(
+            f"{split}: {manifest['num_samples']} samples in {len(manifest['shards'])} shards "
+            f"(skipped {manifest['skipped']}) -> {os.path.join(args['output'], split)}"
+        )
     return 0
 
 

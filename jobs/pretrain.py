@@ -18,6 +18,7 @@ Examples:
   python jobs/pretrain.py data=imagenet model.backbone=resnet50 model.cifar_stem=false model.width=64 \
       trainer.num_workers=64 trainer.use_gpu=true
 """
+
 import sys
 from pathlib import Path
 

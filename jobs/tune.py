@@ -14,6 +14,7 @@ Examples:
   python jobs/tune.py +sweep=co2_alpha_tau sweep.size=paper trainer.use_gpu=true
   ray job submit --working-dir . -- python jobs/tune.py +sweep=smoke paths.root=$PWD
 """
+
 import sys
 from pathlib import Path
 

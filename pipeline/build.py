@@ -3,6 +3,7 @@ checks that the three fit together (a plug-in its paper defines on the framework
 
 The one module that imports both registries: methods and plug-ins never import each other (a plug-in reads the
 method's StepContext, pipeline.methods.context)."""
+
 from __future__ import annotations
 
 from pipeline.methods import METHODS
@@ -15,12 +16,14 @@ def check_plugins(cfg: dict) -> None:
     """ValueError with one line when a plug-in is unknown, is not defined on the framework, needs context the
     method does not provide, lacks its views or has bad settings."""
     kind = cfg["method"]["kind"]
-    for name in (cfg.get("plugin") or {}):
+    for name in cfg.get("plugin") or {}:
         if name not in PLUGINS:
             raise ValueError(f"unknown plugin {name!r}; known: {sorted(PLUGINS)}")
         if kind not in PLUGINS[name].frameworks:
-            raise ValueError(f"plugin {name} does not plug into method kind {kind!r} "
-                             f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})")
+            raise ValueError(
+                f"plugin {name} does not plug into method kind {kind!r} "
+                f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})"
+            )
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
     if "clsa" in (cfg.get("plugin") or {}):
         from pipeline.augment.view_maker import image_recipe
@@ -28,7 +31,7 @@ def check_plugins(cfg: dict) -> None:
         aug = cfg["augment"]
         if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
             raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
-    for name in (cfg.get("plugin") or {}):
+    for name in cfg.get("plugin") or {}:
         build_plugin(name, cfg)  # constructors check their own settings
 
 
@@ -45,7 +48,7 @@ def build_method(cfg: dict) -> Method:
 
         stage = ModelColourStage(image_recipe(aug))
         method.colour_stage = stage if stage else None
-    for name in (cfg.get("plugin") or {}):
+    for name in cfg.get("plugin") or {}:
         plugin = build_plugin(name, cfg)
         method.plugins.append(plugin)
         plugin.attach(method)
@@ -66,7 +69,9 @@ def plugin_matrix() -> str:
     names = sorted(PLUGINS)
     lines = ["| framework | " + " | ".join(names) + " | jointcrop |", "| --- |" + " :-: |" * (len(names) + 1)]
     for name, kind in kinds.items():
-        cells = ["✓" if kind in PLUGINS[p].frameworks and satisfied(METHODS[kind].provides, PLUGINS[p].needs)
-                 else "" for p in names]
+        cells = [
+            "✓" if kind in PLUGINS[p].frameworks and satisfied(METHODS[kind].provides, PLUGINS[p].needs) else ""
+            for p in names
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " | ✓ |")
     return "\n".join(lines)

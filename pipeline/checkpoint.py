@@ -4,6 +4,7 @@ Epochs: `state["epoch"]`, like the `epoch` metric the loop reports to Ray Train,
 last completed epoch (training resumes at index epoch + 1). MLflow's per-epoch metrics (epoch_loss, knn_*)
 are logged at the optimiser step, not the epoch. Everything printed counts epochs from 1: the state of
 index 0 is "epoch 1/N"."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,9 @@ def method_state(method: nn.Module) -> dict:
 def load_method_state(method: nn.Module, state: dict) -> None:
     wrapped = any(k.startswith("online.module.") for k in method.state_dict())
     if wrapped:
-        state = {(k.replace("online.", "online.module.", 1) if k.startswith("online.") else k): v
-                 for k, v in state.items()}
+        state = {
+            (k.replace("online.", "online.module.", 1) if k.startswith("online.") else k): v for k, v in state.items()
+        }
     method.load_state_dict(state)
 
 
@@ -31,8 +33,10 @@ def save(directory: str | Path, method: nn.Module, optimizer, epoch: int, step: 
     """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt."""
     path = Path(directory) / STATE_FILE
     tmp = path.with_suffix(".tmp")
-    torch.save({"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch,
-                "step": step, "cfg": cfg}, tmp)
+    torch.save(
+        {"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step, "cfg": cfg},
+        tmp,
+    )
     tmp.replace(path)
     return path
 
@@ -61,4 +65,4 @@ def newest_on_disk(run_dir: str | Path) -> dict | None:
 def backbone_state(state: dict) -> dict:
     """The online backbone's weights from a checkpoint state: what linear probes and detection load."""
     prefix = "online.backbone."
-    return {k[len(prefix):]: v for k, v in state["method"].items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state["method"].items() if k.startswith(prefix)}

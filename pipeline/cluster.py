@@ -1,5 +1,6 @@
 """The job's Ray: join a cluster or start a private local one, with Ray's, Train's and MLflow's own chatter
 quiet unless verbose=true. Every job (pretraining, sweeps, downstream) starts Ray here."""
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,10 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     # Quiet unless verbose=true: Ray's start-up lines, its workers' INFO logs (Train's "Reporting training
     # result", Ray Data's execution plans) and Ray Data's progress bars; the job's own lines and bar stay.
-    logs = {"logging_level": logging.ERROR if quiet else logging.INFO,
-            "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO")}
+    logs = {
+        "logging_level": logging.ERROR if quiet else logging.INFO,
+        "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO"),
+    }
     from pipeline.train.resources import cluster_address
 
     address = cluster_address(cfg["trainer"])

@@ -1,4 +1,5 @@
 """Config: Hydra composition of conf/ with `key=value` overrides, validated before any work starts."""
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,9 @@ def _one_line(e: Exception) -> str:
 EXECUTION_KEYS = (("train", "channels_last"), ("train", "compile"), ("data", "on_bad_shard"))
 
 
-def config_hash(cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths",
-                                                          "gallery", "verbose")) -> str:
+def config_hash(
+    cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths", "gallery", "verbose")
+) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
     in `ignore` and the EXECUTION_KEYS do not count."""
     kept = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k not in ignore}

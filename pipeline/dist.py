@@ -1,4 +1,5 @@
 """Collectives that are correct on 1 process and on N (gloo on CPU, nccl on GPU)."""
+
 from __future__ import annotations
 
 import warnings
@@ -49,7 +50,6 @@ def broadcast_(x: torch.Tensor, src: int = 0) -> torch.Tensor:
     return x
 
 
-
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX} if dist.is_available() else {}
 
 
@@ -72,5 +72,5 @@ def average_(tensors: list[torch.Tensor]) -> None:
     flat /= world_size()
     offset = 0
     for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()

@@ -2,6 +2,7 @@
 
 Each is tested against a direct float64 computation of its paper's equation (tests/test_losses.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,11 +24,13 @@ def float32(fn):
     otherwise run in bf16 (about 3 significant digits: at τ = 0.1 a logit of 10 is off by up to 0.06) and some
     losses would come out in bf16. Float32 and float64 inputs pass through as the same tensors, so autograd.grad
     w.r.t. them still works."""
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         device = next((t.device.type for t in (*args, *kwargs.values()) if torch.is_tensor(t)), "cpu")
         with torch.autocast(device_type=device, enabled=False):
             return fn(*_f32(args), **{k: _f32(v) for k, v in kwargs.items()})
+
     return run
 
 
@@ -122,7 +125,11 @@ def co2_consistency(
 
 @float32
 def co2_consistency_inbatch(
-    z1: torch.Tensor, z2: torch.Tensor, temperature: float, *, detach_target: bool = False,
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    temperature: float,
+    *,
+    detach_target: bool = False,
     divergence: str = "symmetric",
 ) -> torch.Tensor:
     """CO2's consistency term on SimCLR (docs/methods/co2.md §5 "SimCLR + CO2 variant"), mean over the 2B anchors.
@@ -153,8 +160,15 @@ def co2_consistency_inbatch(
 
 @float32
 def co2_consistency_anchors(
-    a1: torch.Tensor, a2: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, temperature: float, offset: int = 0, *,
-    detach_target: bool = False, divergence: str = "symmetric",
+    a1: torch.Tensor,
+    a2: torch.Tensor,
+    c1: torch.Tensor,
+    c2: torch.Tensor,
+    temperature: float,
+    offset: int = 0,
+    *,
+    detach_target: bool = False,
+    divergence: str = "symmetric",
 ) -> torch.Tensor:
     """`co2_consistency_inbatch` for a slice of anchors against candidates gathered from every worker (the
     `nt_xent_anchors` layout): a1, a2 [b, D] this rank's views, c1, c2 [N, D] all ranks' views with this rank's rows
@@ -177,7 +191,12 @@ def co2_consistency_anchors(
 
 @float32
 def co2_consistency_bank(
-    q: torch.Tensor, k: torch.Tensor, bank: torch.Tensor, offset: int, temperature: float, *,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    bank: torch.Tensor,
+    offset: int,
+    temperature: float,
+    *,
     divergence: str = "symmetric",
 ) -> torch.Tensor:
     """CO2's consistency term (Eqs. 2-4) with in-batch negatives (MoCo v3, which has no queue), mean over the batch.
@@ -196,7 +215,12 @@ def co2_consistency_bank(
 
 @float32
 def ddm(
-    q_weak: torch.Tensor, q_strong: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, *,
+    q_weak: torch.Tensor,
+    q_strong: torch.Tensor,
+    k: torch.Tensor,
+    queue: torch.Tensor,
+    temperature: float,
+    *,
     batch_keys: bool = False,
 ) -> torch.Tensor:
     """CLSA's distributional divergence minimisation L_D (Wang & Qi 2021, Eq. 6; docs/methods/clsa.md §1.5), batch mean.
@@ -280,8 +304,15 @@ def projection_alpha_grad(
 
 @float32
 def gradient_penalty(
-    z: torch.Tensor, alpha: torch.Tensor, alpha_prime: torch.Tensor, e: torch.Tensor | None = None, *,
-    generator: torch.Generator | None = None, clip: float | None = 1.0, lam: float = 0.1, normalize: bool = True,
+    z: torch.Tensor,
+    alpha: torch.Tensor,
+    alpha_prime: torch.Tensor,
+    e: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    clip: float | None = 1.0,
+    lam: float = 0.1,
+    normalize: bool = True,
     halve: bool = False,
 ) -> torch.Tensor:
     """InvCLR's gradient regulariser, the λ term of Eq. 13 (Foster et al. 2021; docs/methods/invclr.md §1.2):
@@ -347,8 +378,16 @@ def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], for
 
 @float32
 def cocor_target_surrogate(
-    g_bar: torch.Tensor, s_before: torch.Tensor, s_after: torch.Tensor, ce_before: float, ce_after: float,
-    lu_before: float, lu_after: float, *, min_denominator: float = 1e-4, sign: float = -1.0,
+    g_bar: torch.Tensor,
+    s_before: torch.Tensor,
+    s_after: torch.Tensor,
+    ce_before: float,
+    ce_after: float,
+    lu_before: float,
+    lu_after: float,
+    *,
+    min_denominator: float = 1e-4,
+    sign: float = -1.0,
 ) -> torch.Tensor:
     """A scalar whose gradient w.r.t. the target network is CoCor's finite-difference hypergradient (Eq. 20):
         ∇θd CE ≈ sign · Σ_l σ'(k_l) · (CE' − CE)/(L_u' − L_u) · (s'_l − s_l) · ∂ḡ_l/∂θd,   k_l = s'_l − ḡ_l,
@@ -391,8 +430,13 @@ def mocov3_loss(q: torch.Tensor, keys: torch.Tensor, offset: int, temperature: f
 
 
 @float32
-def dino_loss(student: list[torch.Tensor], teacher: list[torch.Tensor], center: torch.Tensor,
-              student_temperature: float, teacher_temperature: float) -> torch.Tensor:
+def dino_loss(
+    student: list[torch.Tensor],
+    teacher: list[torch.Tensor],
+    center: torch.Tensor,
+    student_temperature: float,
+    teacher_temperature: float,
+) -> torch.Tensor:
     """DINO's loss (Caron et al. 2021, Eq. 3 with multi-crop, and Alg. 1), mean over the pairs and the batch.
 
     student: per crop, the student's outputs [B, K] (every global and local crop); teacher: per global crop, the
@@ -436,8 +480,13 @@ def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 @float32
 def supcon_loss(
-    z: torch.Tensor, labels: torch.Tensor, temperature: float, *, candidates: torch.Tensor | None = None,
-    candidate_labels: torch.Tensor | None = None, self_index: torch.Tensor | None = None,
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float,
+    *,
+    candidates: torch.Tensor | None = None,
+    candidate_labels: torch.Tensor | None = None,
+    self_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SupCon's L^sup_out (Khosla et al. 2020, Eq. 2), mean over the anchors.
 

@@ -9,6 +9,7 @@
 
 `progress` is the fraction of training done, in [0, 1].
 """
+
 from __future__ import annotations
 
 import math

@@ -38,11 +38,11 @@ from pipeline.data.formats import ON_BAD_SHARD
 # Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries.
 METHOD_KINDS = ("moco", "mocov3", "simclr", "byol", "simsiam", "supcon", "dino")  # pipeline.methods.METHODS
 BACKBONES = ("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_s16", "vit_b16")  # models.backbones.BACKBONES
-OPTIMIZERS = ("sgd", "lars", "adamw")                                 # pipeline.train.optim.build_optimizer
+OPTIMIZERS = ("sgd", "lars", "adamw")  # pipeline.train.optim.build_optimizer
 # The backbone's total downsampling: an image smaller than this leaves the last stage less than one pixel
 # of its own (the rest is padding).
-STRIDE = {True: 8, False: 32}                                         # by model.cifar_stem
-VIT_PATCH = {"vit_tiny": 4, "vit_s16": 16, "vit_b16": 16}             # pipeline.models.backbones.VITS
+STRIDE = {True: 8, False: 32}  # by model.cifar_stem
+VIT_PATCH = {"vit_tiny": 4, "vit_s16": 16, "vit_b16": 16}  # pipeline.models.backbones.VITS
 
 
 def _stride(model: dict) -> int:
@@ -92,8 +92,11 @@ def Int(ge: int | None = None, *, null: bool = False) -> Any:
 
 def Num(*, ge=None, gt=None, le=None, lt=None, null: bool = False) -> Any:
     # StrictFloat takes ints too (base_lr=1), but not strings or booleans
-    return _field(Annotated[StrictFloat, Field(ge=ge, gt=gt, le=le, lt=lt)],
-                  "a number" + _bounds(ge=ge, gt=gt, le=le, lt=lt), null)
+    return _field(
+        Annotated[StrictFloat, Field(ge=ge, gt=gt, le=le, lt=lt)],
+        "a number" + _bounds(ge=ge, gt=gt, le=le, lt=lt),
+        null,
+    )
 
 
 def Bool(*, null: bool = False) -> Any:
@@ -110,8 +113,9 @@ def Choice(*values: Any, null: bool = False) -> Any:
 
 def Nums(n: int, *, gt=None) -> Any:
     item = Annotated[StrictFloat, Field(gt=gt)]
-    return _field(Annotated[list[item], Field(min_length=n, max_length=n)],
-                  f"a list of {n} numbers" + _bounds(gt=gt), False)
+    return _field(
+        Annotated[list[item], Field(min_length=n, max_length=n)], f"a list of {n} numbers" + _bounds(gt=gt), False
+    )
 
 
 # ----------------------------------------------------------------------------- the config's sections
@@ -123,8 +127,10 @@ class _Section(BaseModel):
 
 class Run(_Section):
     # a folder and lock-file name: no "/"; a number (run.name=7) is fine
-    name: Annotated[Union[Annotated[StrictStr, Field(pattern=r"^[^/\\]+$")], StrictInt, None],
-                    _Allowed("a name without '/' or null")] = None
+    name: Annotated[
+        Union[Annotated[StrictStr, Field(pattern=r"^[^/\\]+$")], StrictInt, None],
+        _Allowed("a name without '/' or null"),
+    ] = None
 
 
 class Paths(_Section):
@@ -234,8 +240,8 @@ class Optim(_Section):
     base_lr: Num(gt=0)
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
-    eta: Num(gt=0, null=True) = None          # LARS' trust coefficient
-    betas: Optional[Nums(2, gt=0)] = None     # AdamW's
+    eta: Num(gt=0, null=True) = None  # LARS' trust coefficient
+    betas: Optional[Nums(2, gt=0)] = None  # AdamW's
     weight_decay_end: Num(ge=0, null=True) = None
     warmup_epochs: Num(ge=0)
 
@@ -253,8 +259,11 @@ class Data(_Section):
     train: Str()
     val: Str()
     task: Choice("classification", "regression")
-    targets: _field(Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)],
-                    "a non-empty list of names", True) = None
+    targets: _field(
+        Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)],
+        "a non-empty list of names",
+        True,
+    ) = None
     image_size: Int(1)
     mean: Nums(3)
     std: Nums(3, gt=0)
@@ -263,11 +272,11 @@ class Data(_Section):
 
 
 class Head(_Section):
-    num_layers: Int(1, null=True)             # null: the method's choice (MoCo v3: by backbone)
+    num_layers: Int(1, null=True)  # null: the method's choice (MoCo v3: by backbone)
     hidden_dim: Int(1, null=True) = None
     out_dim: Int(1) = 128
     bn: Bool()
-    bottleneck_dim: Int(1) = 256              # DINO's head
+    bottleneck_dim: Int(1) = 256  # DINO's head
 
 
 class Predictor(_Section):
@@ -284,11 +293,12 @@ class Method(_Section):
     momentum_cosine: Bool(null=True) = None
     symmetric: Bool(null=True) = None
     queue_size: Int(1, null=True) = None
-    bn_splits: Annotated[Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]],
-                         _Allowed("auto or an integer >= 1")] = "auto"
+    bn_splits: Annotated[
+        Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]], _Allowed("auto or an integer >= 1")
+    ] = "auto"
     head: Optional[Head] = None
     predictor: Optional[Predictor] = None
-    random_patch_projection: Bool() = True    # MoCo v3 on a ViT
+    random_patch_projection: Bool() = True  # MoCo v3 on a ViT
     # DINO
     student_temperature: Num(gt=0, null=True) = None
     teacher_temperature: Num(gt=0, null=True) = None
@@ -400,34 +410,56 @@ def _check_relations(cfg: dict) -> None:
     t, tr, m, data, model = cfg["train"], cfg["trainer"], cfg["method"], cfg["data"], cfg["model"]
     workers = tr["num_workers"]
     if t["batch_size"] % workers:
-        raise bad("train.batch_size", t["batch_size"],
-                  f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}")
+        raise bad(
+            "train.batch_size",
+            t["batch_size"],
+            f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}",
+        )
     local_bs = t["batch_size"] // workers
     if m["kind"] == "moco":
         splits = m.get("bn_splits", "auto")
         splits = (1 if workers > 1 else 4) if splits == "auto" else splits
         if local_bs % splits:
-            raise bad("method.bn_splits", m.get("bn_splits", "auto"),
-                      f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
-                      f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
-                      f"method.bn_splits to a divisor of {local_bs}")
+            raise bad(
+                "method.bn_splits",
+                m.get("bn_splits", "auto"),
+                f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
+                f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
+                f"method.bn_splits to a divisor of {local_bs}",
+            )
     stride = _stride(model)
     if data["image_size"] < stride:
-        raise bad("data.image_size", data["image_size"],
-                  f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
-                  + (f"model.cifar_stem={_show(model['cifar_stem'])}" if model["backbone"] not in VIT_PATCH
-                     else f"{model['backbone']}'s patches"))
+        raise bad(
+            "data.image_size",
+            data["image_size"],
+            f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
+            + (
+                f"model.cifar_stem={_show(model['cifar_stem'])}"
+                if model["backbone"] not in VIT_PATCH
+                else f"{model['backbone']}'s patches"
+            ),
+        )
     aug = cfg["augment"]
     if aug.get("kind", "views") == "views":
         for i, v in enumerate(aug.get("views") or []):
             size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
             if isinstance(size, int) and not isinstance(size, bool) and size < stride:
-                raise bad(f"augment.views.{i}.size", size, f"expected an integer >= {stride}: smaller than "
-                          f"one patch of {model['backbone']}" if model["backbone"] in VIT_PATCH else
-                          f"expected an integer >= {stride}: the backbone downsamples by {stride}")
+                raise bad(
+                    f"augment.views.{i}.size",
+                    size,
+                    f"expected an integer >= {stride}: smaller than one patch of {model['backbone']}"
+                    if model["backbone"] in VIT_PATCH
+                    else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
+                )
     if m["kind"] == "dino":
-        for key in ("student_temperature", "teacher_temperature", "warmup_teacher_temperature",
-                    "warmup_teacher_epochs", "center_momentum", "freeze_last_layer_epochs"):
+        for key in (
+            "student_temperature",
+            "teacher_temperature",
+            "warmup_teacher_temperature",
+            "warmup_teacher_epochs",
+            "center_momentum",
+            "freeze_last_layer_epochs",
+        ):
             if m.get(key) is None:
                 raise bad(f"method.{key}", None, "DINO needs it (conf/method/dino.yaml)")
     if data["task"] == "regression" and not data.get("targets"):
@@ -437,18 +469,27 @@ def _check_relations(cfg: dict) -> None:
         raise bad("eval.knn.k", knn["k"], f"expected at most eval.knn.bank_size={knn['bank_size']}")
     sgd = cfg["eval"]["probe"]["sgd"]
     if sgd["milestones"] != sorted(sgd["milestones"]) or any(not 0 < e < sgd["epochs"] for e in sgd["milestones"]):
-        raise bad("eval.probe.sgd.milestones", sgd["milestones"],
-                  f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd['epochs']} - 1")
+        raise bad(
+            "eval.probe.sgd.milestones",
+            sgd["milestones"],
+            f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd['epochs']} - 1",
+        )
     if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
     if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
-        raise ConfigError("train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
-                          "backward): drop train.compile or set plugin.invclr.lam=0")
+        raise ConfigError(
+            "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
+            "backward): drop train.compile or set plugin.invclr.lam=0"
+        )
     if aug.get("kind", "views") == "spirograph":
         for part, spec in (aug.get("joint") or {}).items():
             if isinstance(spec, dict) and spec.get("beta") is not None:
-                raise bad(f"augment.joint.{part}.beta", spec["beta"], "null with augment=spirograph: the joint "
-                          "samplers draw an image recipe's crops, blur and colour (e.g. augment=mocov2)")
+                raise bad(
+                    f"augment.joint.{part}.beta",
+                    spec["beta"],
+                    "null with augment=spirograph: the joint "
+                    "samplers draw an image recipe's crops, blur and colour (e.g. augment=mocov2)",
+                )
         for key, lo in (("size", stride), ("n_views", 2)):
             v = aug.get(key)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
@@ -515,7 +556,7 @@ def tracking_store(cfg: dict) -> tuple[str, Path | None]:
         path = Path(runs) / "mlflow.db" if _is_local(runs) else None
         return f"tracking.uri=null (the store {path})", path
     if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):].split("?")[0]
+        path = uri[len("sqlite:///") :].split("?")[0]
         return where, Path(path) if path and path != ":memory:" else None
     return where, None
 
@@ -534,8 +575,10 @@ def _check_tracking(cfg: dict) -> None:
         return
     problem = sqlite_problem(path)
     if problem:
-        raise ConfigError(f"{where}: not a healthy SQLite database ({problem}); move the file aside (a new "
-                          f"store is made) or set tracking.uri")
+        raise ConfigError(
+            f"{where}: not a healthy SQLite database ({problem}); move the file aside (a new "
+            f"store is made) or set tracking.uri"
+        )
 
 
 def sqlite_problem(path: Path) -> str | None:
@@ -599,5 +642,8 @@ def _check_data(cfg: dict) -> None:
         if managed:
             _check_folder(f"data.{split}", path)
         elif not p.is_dir():
-            raise bad(f"data.{split}", path, "shard folder not found; make it with jobs/make_shards.py or "
-                      f"point data.{split} at one")
+            raise bad(
+                f"data.{split}",
+                path,
+                f"shard folder not found; make it with jobs/make_shards.py or point data.{split} at one",
+            )

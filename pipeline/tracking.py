@@ -1,5 +1,6 @@
 """MLflow helpers: one run per job, found again by its run key so a resumed job continues its run; a job that
 fails or is interrupted after its run opened ends it FAILED or KILLED with the error recorded."""
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ def setup(cfg: dict) -> str:
 
 def find_run(exp_id: str, run_key: str):
     """The newest run tagged with `run_key`, or None."""
-    found = MlflowClient().search_runs([exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1,
-                                       order_by=["attributes.start_time DESC"])
+    found = MlflowClient().search_runs(
+        [exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1, order_by=["attributes.start_time DESC"]
+    )
     return found[0] if found else None
 
 
@@ -62,8 +64,12 @@ def start_child(parent_run_id: str, run_key: str, run_name: str, job: str, tags:
     """A child run of `parent_run_id` (in its experiment, tagged mlflow.parentRunId) found again by `run_key`,
     else a new one; returns its run id. The parent itself is not reopened: its status stays as it is."""
     exp_id = MlflowClient().get_run(parent_run_id).info.experiment_id
-    return _open(exp_id, find_run(exp_id, run_key),
-                 {"run_key": run_key, "job": job, "mlflow.parentRunId": parent_run_id, **(tags or {})}, run_name)
+    return _open(
+        exp_id,
+        find_run(exp_id, run_key),
+        {"run_key": run_key, "job": job, "mlflow.parentRunId": parent_run_id, **(tags or {})},
+        run_name,
+    )
 
 
 def _open(exp_id: str, found, tags: dict[str, str], run_name: str) -> str:
@@ -86,8 +92,7 @@ def error_line(exc: BaseException) -> str:
         return "KeyboardInterrupt (Ctrl-C)"
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code}) (stopped, e.g. SIGTERM or ray job stop)"
-    lines = [ln.strip() for ln in "".join(traceback.format_exception_only(type(exc), exc)).splitlines()
-             if ln.strip()]
+    lines = [ln.strip() for ln in "".join(traceback.format_exception_only(type(exc), exc)).splitlines() if ln.strip()]
     named = [ln for ln in lines if _NAMED_ERROR.match(ln)]
     return (named[-1] if named else lines[0] if lines else type(exc).__name__)[:1000]
 
@@ -140,6 +145,6 @@ class StepLogger:
 
     def flush(self) -> None:
         for i in range(0, len(self.pending), 900):  # MLflow caps a batch at 1000 metrics
-            self.client.log_batch(self.run_id, metrics=self.pending[i:i + 900])
+            self.client.log_batch(self.run_id, metrics=self.pending[i : i + 900])
         self.pending = []
         self.last = time.monotonic()

@@ -1,4 +1,5 @@
 """Shared fixtures."""
+
 from dataclasses import dataclass
 
 import pytest
@@ -6,8 +7,8 @@ import pytest
 
 @dataclass
 class S3:
-    client: object   # boto3 S3 client on the local server
-    options: str     # URI query that points pyarrow at it: s3://bucket/key<options>
+    client: object  # boto3 S3 client on the local server
+    options: str  # URI query that points pyarrow at it: s3://bucket/key<options>
 
 
 @pytest.fixture
@@ -22,8 +23,10 @@ def s3(monkeypatch):
     server.start()
     host, port = server.get_host_and_port()
     try:
-        yield S3(boto3.client("s3", endpoint_url=f"http://{host}:{port}"),
-                 f"?endpoint_override={host}:{port}&scheme=http&region=us-east-1")
+        yield S3(
+            boto3.client("s3", endpoint_url=f"http://{host}:{port}"),
+            f"?endpoint_override={host}:{port}&scheme=http&region=us-east-1",
+        )
     finally:
         server.stop()
 

@@ -1,4 +1,5 @@
 """Shared test helpers: photo-like images, encoding, and spawning gloo process groups."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +13,10 @@ from PIL import Image
 
 # installed, not imported here: importing detectron2 costs every test module that uses these helpers a second
 HAVE_D2 = importlib.util.find_spec("detectron2") is not None
-needs_d2 = pytest.mark.skipif(not HAVE_D2, reason="detectron2 is not installed (make venv installs it from "
-                                                   "../shared/wheels when that folder exists)")
+needs_d2 = pytest.mark.skipif(
+    not HAVE_D2,
+    reason="detectron2 is not installed (make venv installs it from ../shared/wheels when that folder exists)",
+)
 
 
 def job_env() -> dict[str, str]:
@@ -40,7 +43,7 @@ def natural(h: int, w: int, seed: int, waves: int = 3, rects: int = 4) -> np.nda
     img = (img - img.min()) / (img.max() - img.min()) * 255
     for _ in range(rects):
         y0, x0 = r.integers(0, max(1, h - 20)), r.integers(0, max(1, w - 20))
-        img[y0:y0 + r.integers(5, 50), x0:x0 + r.integers(5, 50)] = r.integers(0, 256, 3)
+        img[y0 : y0 + r.integers(5, 50), x0 : x0 + r.integers(5, 50)] = r.integers(0, 256, 3)
     return img.astype(np.uint8)
 
 
@@ -108,8 +111,11 @@ def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0, cfg: dict
                 m.running_var.uniform_(0.5, 2.0)
                 m.weight.normal_()
                 m.bias.normal_()
-    cfg = cfg or {"model": {"backbone": backbone, "cifar_stem": cifar, "width": width},
-                  "data": {"image_size": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
-                  "augment": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}, "run": {"name": "fake-run"}}
+    cfg = cfg or {
+        "model": {"backbone": backbone, "cifar_stem": cifar, "width": width},
+        "data": {"image_size": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
+        "augment": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]},
+        "run": {"name": "fake-run"},
+    }
     state = {"method": {f"online.backbone.{k}": v for k, v in net.state_dict().items()}, "cfg": cfg}
     return Source(state, cfg, None, "fake")

@@ -1,4 +1,5 @@
 """Bad input fails with one clear line, before Ray starts (and without leaving anything behind)."""
+
 import os
 import sqlite3
 import subprocess
@@ -17,8 +18,9 @@ SMALL = ["data.generate.n_train=300", "data.generate.n_val=100"]
 
 def _run(args, cwd, job="pretrain.py"):
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / job), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / job), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _garbage(path: Path) -> Path:
@@ -53,31 +55,34 @@ def _truncated_shard(tmp):
     return ["data=cifar10", f"data.train={tmp / 'shards' / 'train'}", f"data.val={tmp / 'shards' / 'val'}"]
 
 
-@pytest.mark.parametrize("args,needles,setup", [
-    (["method=nosuch"], ["method/nosuch"], None),
-    (["train.epochs"], ["malformed override"], None),
-    (["train.epochs=[1"], ["error:"], None),
-    (["data=cifar10"], ["data.train=", "cifar10/train"], None),      # shards not made: the missing path is named
-    (["data.train=/nonexistent/shards"], ["data.train=/nonexistent/shards"], None),
-    (["trainer.num_workers=3"], ["train.batch_size=256", "does not split evenly"], None),
-    (["augment=mocov2", "augment.p_blur=1.5"], ["p_blur must be in [0, 1]"], None),
-    # issue #12: each once failed late (after Ray started and an MLflow run was made) or with a traceback
-    (["train.batch_size=0"], ["train.batch_size=0", "integer >= 1"], None),
-    (["model.backbone=resnet999"], ["model.backbone=resnet999", "resnet18, resnet34, resnet50"], None),
-    (["train.epochs=abc"], ["train.epochs=abc", "integer >= 1"], None),
-    (["train.epochs=-1"], ["train.epochs=-1", "integer >= 1"], None),
-    (["optim.base_lr=-1"], ["optim.base_lr=-1", "number > 0"], None),
-    (["train.precision=fp16"], ["train.precision=fp16", "auto, bf16, fp32"], None),
-    (["trainer.num_workers=0"], ["trainer.num_workers=0", "integer >= 1"], None),
-    (["eval.knn.k=0"], ["eval.knn.k=0", "integer >= 1"], None),
-    (["model.width=0"], ["model.width=0", "integer >= 1"], None),
-    (["optim.name=adam"], ["optim.name=adam", "sgd, lars"], None),
-    (["data.image_size=7"], ["data.image_size=7", ">= 8"], None),
-    ([], ["paths.root=", "afile", "is an existing file"], _root_is_a_file),
-    ([], ["tracking.uri", "mlflow.db", "not a healthy SQLite database"], _corrupt_default_store),
-    ([], ["tracking.uri=sqlite:///", "store.db", "not a healthy SQLite database"], _corrupt_store_uri),
-    ([], ["data.train=", "shard-000001.tar", "data.on_bad_shard=skip"], _truncated_shard),
-])
+@pytest.mark.parametrize(
+    "args,needles,setup",
+    [
+        (["method=nosuch"], ["method/nosuch"], None),
+        (["train.epochs"], ["malformed override"], None),
+        (["train.epochs=[1"], ["error:"], None),
+        (["data=cifar10"], ["data.train=", "cifar10/train"], None),  # shards not made: the missing path is named
+        (["data.train=/nonexistent/shards"], ["data.train=/nonexistent/shards"], None),
+        (["trainer.num_workers=3"], ["train.batch_size=256", "does not split evenly"], None),
+        (["augment=mocov2", "augment.p_blur=1.5"], ["p_blur must be in [0, 1]"], None),
+        # issue #12: each once failed late (after Ray started and an MLflow run was made) or with a traceback
+        (["train.batch_size=0"], ["train.batch_size=0", "integer >= 1"], None),
+        (["model.backbone=resnet999"], ["model.backbone=resnet999", "resnet18, resnet34, resnet50"], None),
+        (["train.epochs=abc"], ["train.epochs=abc", "integer >= 1"], None),
+        (["train.epochs=-1"], ["train.epochs=-1", "integer >= 1"], None),
+        (["optim.base_lr=-1"], ["optim.base_lr=-1", "number > 0"], None),
+        (["train.precision=fp16"], ["train.precision=fp16", "auto, bf16, fp32"], None),
+        (["trainer.num_workers=0"], ["trainer.num_workers=0", "integer >= 1"], None),
+        (["eval.knn.k=0"], ["eval.knn.k=0", "integer >= 1"], None),
+        (["model.width=0"], ["model.width=0", "integer >= 1"], None),
+        (["optim.name=adam"], ["optim.name=adam", "sgd, lars"], None),
+        (["data.image_size=7"], ["data.image_size=7", ">= 8"], None),
+        ([], ["paths.root=", "afile", "is an existing file"], _root_is_a_file),
+        ([], ["tracking.uri", "mlflow.db", "not a healthy SQLite database"], _corrupt_default_store),
+        ([], ["tracking.uri=sqlite:///", "store.db", "not a healthy SQLite database"], _corrupt_store_uri),
+        ([], ["data.train=", "shard-000001.tar", "data.on_bad_shard=skip"], _truncated_shard),
+    ],
+)
 def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup):
     extra = setup(tmp_path) if setup else []
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.db")}
@@ -97,21 +102,24 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
     assert seconds < 5, f"{seconds:.1f} s"
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("train.epochs=1.5", "train.epochs=1.5: expected an integer >= 1"),
-    ("train.epochs=true", "train.epochs=true: expected an integer >= 1"),
-    ("run.name=a/b", "run.name=a/b: expected a name without '/'"),
-    ("data.std=[0.5,0,0.5]", "data.std=[0.5, 0, 0.5]: expected a list of 3 numbers > 0"),
-    ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
-    ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
-    ("optim.momentum=1", "optim.momentum=1: expected a number in [0, 1)"),
-    ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker=0: expected a number > 0"),
-    ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
-    ("data.generate.n_train=many", "data.generate.n_train=many: expected an integer >= 1"),
-    ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
-    ("augment.joint.crop.beta=0", "augment.joint.crop.beta=0: null with augment=spirograph"),
-    ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("train.epochs=1.5", "train.epochs=1.5: expected an integer >= 1"),
+        ("train.epochs=true", "train.epochs=true: expected an integer >= 1"),
+        ("run.name=a/b", "run.name=a/b: expected a name without '/'"),
+        ("data.std=[0.5,0,0.5]", "data.std=[0.5, 0, 0.5]: expected a list of 3 numbers > 0"),
+        ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
+        ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
+        ("optim.momentum=1", "optim.momentum=1: expected a number in [0, 1)"),
+        ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker=0: expected a number > 0"),
+        ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
+        ("data.generate.n_train=many", "data.generate.n_train=many: expected an integer >= 1"),
+        ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
+        ("augment.joint.crop.beta=0", "augment.joint.crop.beta=0: null with augment=spirograph"),
+        ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
+    ],
+)
 def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle):
     from pipeline.schema import validate
 
@@ -129,8 +137,9 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
         # the ViT recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a 16-px patch
         data = ["data=imagenet"] if path.stem.endswith("_vit") else []
-        cfg = compose_config([f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}",
-                              *data])
+        cfg = compose_config(
+            [f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}", *data]
+        )
         _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
         _check_relations(cfg)
         check_augment(cfg["augment"])
@@ -169,8 +178,9 @@ def test_empty_dataset_is_refused(tmp_path):
 
     for split in ("train", "val"):
         write_split(iter([]), tmp_path / split, maxcount=10, class_names=["a"], source="test", progress=False)
-    cfg = compose_config([f"paths.root={tmp_path}", "data=cifar10", f"data.train={tmp_path}/train",
-                          f"data.val={tmp_path}/val"])
+    cfg = compose_config(
+        [f"paths.root={tmp_path}", "data=cifar10", f"data.train={tmp_path}/train", f"data.val={tmp_path}/val"]
+    )
     with pytest.raises(ConfigError, match="zero samples|empty|no samples"):
         resolve(cfg)
 
@@ -187,21 +197,32 @@ def test_help_lists_groups(tmp_path):
 
 def test_gallery_job_validates_the_whole_config(tmp_path):
     r = _run([f"paths.root={tmp_path}", *SMALL, "model.backbone=resnet999"], tmp_path, job="gallery.py")
-    assert r.returncode == 2 and r.stderr.strip() == ("error: model.backbone=resnet999: expected one of resnet18, "
-                                                      "resnet34, resnet50, vit_tiny, vit_s16, vit_b16")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: model.backbone=resnet999: expected one of resnet18, resnet34, resnet50, vit_tiny, vit_s16, vit_b16"
+    )
     assert not (tmp_path / "data").exists()
 
 
 def test_resolve_derives_runtime(tmp_path):
-    cfg = compose_config([f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100",
-                          "train.batch_size=128"])
+    cfg = compose_config(
+        [f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100", "train.batch_size=128"]
+    )
     out = resolve(cfg)
     assert out["trainer"]["num_workers"] == 2  # the embedded default: two workers, one thread each
     assert out["runtime"]["steps_per_epoch"] == (600 // 2) // 64
-    assert out["method"]["bn_splits"] == 1     # shuffle-BN across the two workers
-    one = resolve(compose_config([f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100",
-                                  "train.batch_size=128", "trainer.num_workers=1"]))
-    assert one["method"]["bn_splits"] == 4     # one worker: split-BN groups
+    assert out["method"]["bn_splits"] == 1  # shuffle-BN across the two workers
+    one = resolve(
+        compose_config(
+            [
+                f"paths.root={tmp_path}",
+                "data.generate.n_train=600",
+                "data.generate.n_val=100",
+                "train.batch_size=128",
+                "trainer.num_workers=1",
+            ]
+        )
+    )
+    assert one["method"]["bn_splits"] == 4  # one worker: split-BN groups
     assert out["runtime"]["lr"] == pytest.approx(out["optim"]["base_lr"] * 128 / 256)
     # the managed folder of these data.generate settings: data/spirograph-<hash of data.generate>/
     train = Path(out["data"]["train"])
@@ -213,9 +234,18 @@ def test_changed_generate_settings_never_reuse_old_data(tmp_path):
     """Issue #12 (5): data.generate.n_train changed after the data exists trained on the old data, while the
     run's params recorded the new value. Now other settings get their own folder; a folder given by hand that
     holds other data is refused in one line naming the key."""
+
     def cfg(n_train, *extra):
-        return compose_config([f"paths.root={tmp_path}", f"data.generate.n_train={n_train}", "data.generate.n_val=40",
-                               "data.generate.maxcount=100", "train.batch_size=64", *extra])
+        return compose_config(
+            [
+                f"paths.root={tmp_path}",
+                f"data.generate.n_train={n_train}",
+                "data.generate.n_val=40",
+                "data.generate.maxcount=100",
+                "train.batch_size=64",
+                *extra,
+            ]
+        )
 
     first = resolve(cfg(300))
     assert first["runtime"]["num_train_samples"] == 300
@@ -242,7 +272,10 @@ def test_a_crop_smaller_than_one_vit_patch_is_refused_naming_the_view(tmp_path):
     from pipeline.schema import validate
 
     cfg = compose_config([f"paths.root={tmp_path}", "+experiment=dino_vit"])  # 14-px local crops of 32-px data
-    with pytest.raises(ConfigError, match=r"^augment.views.1.size=14: expected an integer >= 16: smaller than one "
-                                          r"patch of vit_s16$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^augment.views.1.size=14: expected an integer >= 16: smaller than one "
+        r"patch of vit_s16$",
+    ):
         validate(cfg)
     validate(compose_config([f"paths.root={tmp_path}", "+experiment=dino_vit", "model.backbone=vit_tiny"]))

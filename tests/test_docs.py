@@ -1,5 +1,6 @@
 """The documentation as a reader meets it: a short README whose links resolve, and no pointer to a folder that is
 not in the repository."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -28,8 +29,14 @@ def test_markdown_links_resolve():
 
 
 def test_no_file_points_at_the_specs_folder_outside_the_repository():
-    offenders = [str(p.relative_to(ROOT)) for p in _tracked() if p.suffix in (".py", ".md", ".yaml", ".txt", ".sh")
-                 and p.exists() and "specs/" in p.read_text(errors="ignore") and p.name != "test_docs.py"]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _tracked()
+        if p.suffix in (".py", ".md", ".yaml", ".txt", ".sh")
+        and p.exists()
+        and "specs/" in p.read_text(errors="ignore")
+        and p.name != "test_docs.py"
+    ]
     assert offenders == []
 
 

@@ -1,4 +1,5 @@
 """End-to-end runs of jobs/pretrain.py on a real local Ray cluster, MLflow store and DALI pipeline."""
+
 import os
 import subprocess
 import sys
@@ -11,15 +12,29 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 SPIRO = ["data.generate.n_train=512", "data.generate.n_val=128", "data.generate.maxcount=128"]
-SMALL = ["model.width=8", "train.batch_size=64", "train.shuffle_buffer=128",
-         "eval.knn.bank_size=256", "eval.knn.val_size=128", "eval.probe.steps=20",
-         "eval.probe.train_size=256", "eval.probe.val_size=128", "tracking.log_every=2"]
+SMALL = [
+    "model.width=8",
+    "train.batch_size=64",
+    "train.shuffle_buffer=128",
+    "eval.knn.bank_size=256",
+    "eval.knn.val_size=128",
+    "eval.probe.steps=20",
+    "eval.probe.train_size=256",
+    "eval.probe.val_size=128",
+    "tracking.log_every=2",
+]
 
 
 def pretrain(root: Path, *overrides: str, check: bool = True) -> subprocess.CompletedProcess:
     data = [] if any(o.startswith("data=") for o in overrides) else SPIRO
-    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={root}", *data, *SMALL,
-                        *overrides], cwd=root, capture_output=True, text=True, timeout=900, env=job_env())
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={root}", *data, *SMALL, *overrides],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=job_env(),
+    )
     if check and r.returncode != 0:
         raise AssertionError(f"pretrain failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r
@@ -39,8 +54,14 @@ def mlflow_runs(root: Path):
 
 
 def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
-    r = pretrain(tmp_path, "trainer.num_workers=2", "augment=mocov2", "augment.executor=dali", "train.epochs=2",
-                 "method.queue_size=256")
+    r = pretrain(
+        tmp_path,
+        "trainer.num_workers=2",
+        "augment=mocov2",
+        "augment.executor=dali",
+        "train.epochs=2",
+        "method.queue_size=256",
+    )
     assert "Linear probe on spirograph" in r.stdout
     # the console: quiet by default, 1-based epochs, one summary line per epoch, a closing list of what was made
     console = r.stdout + r.stderr
@@ -82,14 +103,23 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     # the same command again: the finished run's results in seconds, nothing trained or logged again
     def logged():
         rid = run.info.run_id
-        return ({k: len(client.get_metric_history(rid, k)) for k in client.get_run(rid).data.metrics},
-                sorted(a.path for a in client.list_artifacts(rid)),
-                [a.path for a in client.list_artifacts(rid, "probe")],
-                len(client.search_logged_models(experiment_ids=[run.info.experiment_id])))
+        return (
+            {k: len(client.get_metric_history(rid, k)) for k in client.get_run(rid).data.metrics},
+            sorted(a.path for a in client.list_artifacts(rid)),
+            [a.path for a in client.list_artifacts(rid, "probe")],
+            len(client.search_logged_models(experiment_ids=[run.info.experiment_id])),
+        )
+
     before = logged()
     t0 = time.monotonic()
-    again = pretrain(tmp_path, "trainer.num_workers=2", "augment=mocov2", "augment.executor=dali", "train.epochs=2",
-                     "method.queue_size=256")
+    again = pretrain(
+        tmp_path,
+        "trainer.num_workers=2",
+        "augment=mocov2",
+        "augment.executor=dali",
+        "train.epochs=2",
+        "method.queue_size=256",
+    )
     took = time.monotonic() - t0
     assert took < 10, f"{took:.1f} s"
     assert f"finished before (MLflow run {run.info.run_id}" in again.stdout and "r2_m" in again.stdout
@@ -100,8 +130,13 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
 
 def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     marker = tmp_path / "failed-once"
-    args = ["train.epochs=3", "eval.knn.every=0", "eval.probe.after_pretrain=false",
-            "debug.fail_at_epoch=1", f"debug.fail_marker={marker}"]
+    args = [
+        "train.epochs=3",
+        "eval.knn.every=0",
+        "eval.probe.after_pretrain=false",
+        "debug.fail_at_epoch=1",
+        f"debug.fail_marker={marker}",
+    ]
     first = pretrain(tmp_path, *args, check=False)
     assert first.returncode != 0 and marker.exists()
     client, runs = mlflow_runs(tmp_path)
@@ -130,11 +165,21 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
 
     import torch
 
-    args = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}", *SPIRO, *SMALL,
-            "trainer.num_workers=1", "run.name=ctrl-c", "eval.knn.every=0", "eval.probe.after_pretrain=false",
-            "train.epochs=30"]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=job_env())
+    args = [
+        sys.executable,
+        str(ROOT / "jobs" / "pretrain.py"),
+        f"paths.root={tmp_path}",
+        *SPIRO,
+        *SMALL,
+        "trainer.num_workers=1",
+        "run.name=ctrl-c",
+        "eval.knn.every=0",
+        "eval.probe.after_pretrain=false",
+        "train.epochs=30",
+    ]
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env()
+    )
     storage = tmp_path / "runs" / "ray"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and len(list(storage.glob("*/checkpoint_*/state.pt"))) < 2:
@@ -155,8 +200,14 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     assert runs[0].info.status == "KILLED"
     assert runs[0].data.tags["error"].startswith(("KeyboardInterrupt", "SystemExit"))
     # the same run (run.name) with a shorter budget: it resumes after the last reported epoch
-    again = subprocess.run([*args[:-1], f"train.epochs={last + 2}"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=900, env=job_env())
+    again = subprocess.run(
+        [*args[:-1], f"train.epochs={last + 2}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=job_env(),
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     # it resumes from the newest complete state.pt on disk, even one Ray had not registered when interrupted
     assert f"resumed from the checkpoint of epoch {last + 1}/" in again.stdout + again.stderr, again.stdout[-2000:]
@@ -164,8 +215,16 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
 
 def test_worker_failure_restarts_from_checkpoint(tmp_path):
     marker = tmp_path / "failed-once"
-    r = pretrain(tmp_path, "train.epochs=2", "eval.knn.every=0", "eval.probe.after_pretrain=false",
-                 "trainer.max_failures=1", "debug.fail_at_epoch=1", f"debug.fail_marker={marker}", "method=simclr")
+    r = pretrain(
+        tmp_path,
+        "train.epochs=2",
+        "eval.knn.every=0",
+        "eval.probe.after_pretrain=false",
+        "trainer.max_failures=1",
+        "debug.fail_at_epoch=1",
+        f"debug.fail_marker={marker}",
+        "method=simclr",
+    )
     assert marker.exists() and "resumed from the checkpoint of epoch 1/2 " in r.stdout + r.stderr
 
 
@@ -189,18 +248,40 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
 
     src = _imagefolder(tmp_path / "src" / "train", 48, 0)
     _imagefolder(tmp_path / "src" / "val", 16, 1)
-    mk = subprocess.run([sys.executable, str(ROOT / "jobs" / "make_shards.py"), "source=imagefolder",
-                         f"input={tmp_path / 'src'}", f"output={tmp_path / 'shards'}", "split=val", "maxcount=20"],
-                        capture_output=True, text=True, timeout=300, env=job_env())
+    mk = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "make_shards.py"),
+            "source=imagefolder",
+            f"input={tmp_path / 'src'}",
+            f"output={tmp_path / 'shards'}",
+            "split=val",
+            "maxcount=20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=job_env(),
+    )
     assert mk.returncode == 0, mk.stderr
     # a training split with one undecodable JPEG among the good ones (the writer itself would skip it)
     samples = list(iter_imagefolder(src))
     samples.insert(7, {"__key__": "corrupt", "jpg": b"\xff\xd8\xff\xe0 not really a jpeg", "cls": 0})
-    write_split(iter(samples), tmp_path / "shards" / "train", maxcount=40, class_names=["blue", "green", "red"],
-                source="test", progress=False)
+    write_split(
+        iter(samples),
+        tmp_path / "shards" / "train",
+        maxcount=40,
+        class_names=["blue", "green", "red"],
+        source="test",
+        progress=False,
+    )
 
-    data = ["data=cifar10", f"data.train={tmp_path / 'shards' / 'train'}", f"data.val={tmp_path / 'shards' / 'val'}",
-            "data.name=toy"]
+    data = [
+        "data=cifar10",
+        f"data.train={tmp_path / 'shards' / 'train'}",
+        f"data.val={tmp_path / 'shards' / 'val'}",
+        "data.name=toy",
+    ]
     # 145 samples in 5 batches of 29: the corrupt one cannot fall into a dropped remainder
     r = pretrain(tmp_path, *data, "method=simclr", "train.epochs=1", "train.batch_size=29", "eval.knn.k=5")
     client, runs = mlflow_runs(tmp_path)
@@ -212,10 +293,20 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
 
     # probe by run id with no data= on the command line: the run's data, model and image size, into a child run
     (tmp_path / "tmp").mkdir()
-    probe = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
-                            f"run={run.info.run_id}", "eval.probe.steps=30"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                           env={**job_env(), "TMPDIR": str(tmp_path / "tmp")})
+    probe = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "linear_probe.py"),
+            f"paths.root={tmp_path}",
+            f"run={run.info.run_id}",
+            "eval.probe.steps=30",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**job_env(), "TMPDIR": str(tmp_path / "tmp")},
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert "top1" in probe.stdout
     client, runs = mlflow_runs(tmp_path)
@@ -232,25 +323,47 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert not list(tmp_path.glob("state.pt")) and not list((tmp_path / "tmp").rglob("state.pt"))
     assert (tmp_path / "runs" / "probe" / f"{child.info.run_name}.png").exists()
     assert not (tmp_path / "runs" / "probe.png").exists()
-    top1 = {ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in probe.stdout.splitlines()
-            if ln.startswith("top1")}["top1"]
+    top1 = {
+        ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in probe.stdout.splitlines() if ln.startswith("top1")
+    }["top1"]
     assert top1[0] > 0.9  # colour classes are linearly separable even for a barely trained backbone
 
-    bad = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
-                          "run=no-such-run"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env=job_env())
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}", "run=no-such-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=job_env(),
+    )
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
     # a bad value on top of the run's config: the schema's one line, and no probe run made
-    bad = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={tmp_path}",
-                          f"eval.probe.checkpoint={run.info.run_id}", "eval.probe.steps=-3"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, env=job_env())
+    bad = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "linear_probe.py"),
+            f"paths.root={tmp_path}",
+            f"eval.probe.checkpoint={run.info.run_id}",
+            "eval.probe.steps=-3",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=job_env(),
+    )
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: eval.probe.steps"), bad.stderr[-2000:]
     assert len(bad.stderr.strip().splitlines()) == 1
     assert len(mlflow_runs(tmp_path)[1]) == len(runs)
     # export by run id: the run's backbone as detectron2's .pkl, logged to a child run of it
-    exp = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), f"paths.root={tmp_path}",
-                          f"run={run.info.run_id}"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=job_env())
+    exp = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "export.py"), f"paths.root={tmp_path}", f"run={run.info.run_id}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=job_env(),
+    )
     assert exp.returncode == 0, exp.stderr[-3000:]
     pkl = tmp_path / "runs" / "export" / f"{run.info.run_name}.pkl"
     assert pkl.exists() and str(pkl) in exp.stdout
@@ -263,10 +376,18 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     # and CoCor's outer loss is cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each).
     # Views by the batched gpu executor, on the worker's device (the CPU here), corrupt JPEG included.
     (tmp_path / "supcon").mkdir()
-    r = pretrain(tmp_path / "supcon", *data, "+experiment=cocor_supcon", "train.epochs=1", "train.batch_size=29",
-                 "augment.executor=gpu",
-                 "eval.knn.every=0", "eval.probe.after_pretrain=false", "plugin.cocor.target_freeze_epochs=0",
-                 "plugin.cocor.target_warmup_epochs=0")
+    r = pretrain(
+        tmp_path / "supcon",
+        *data,
+        "+experiment=cocor_supcon",
+        "train.epochs=1",
+        "train.batch_size=29",
+        "augment.executor=gpu",
+        "eval.knn.every=0",
+        "eval.probe.after_pretrain=false",
+        "plugin.cocor.target_freeze_epochs=0",
+        "plugin.cocor.target_warmup_epochs=0",
+    )
     assert "[cocor] labelled subset: 3 samples" in r.stdout + r.stderr
     assert "views by GpuExecutor on cpu" in r.stdout + r.stderr
     client, runs = mlflow_runs(tmp_path / "supcon")
@@ -274,13 +395,19 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert outer and all(0 < m.value < 10 for m in outer)  # cross-entropy over 3 classes
 
 
-
 def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
     for sub in ("invclr", "clsa"):
         (tmp_path / sub).mkdir()
     # InvCLR: double backward (create_graph) through DDP on two workers, Spirograph nuisance re-rendered with grad
-    r = pretrain(tmp_path / "invclr", "+experiment=invclr_spirograph", "trainer.num_workers=2", "train.epochs=1",
-                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "plugin.invclr.n_samples=8")
+    r = pretrain(
+        tmp_path / "invclr",
+        "+experiment=invclr_spirograph",
+        "trainer.num_workers=2",
+        "train.epochs=1",
+        "eval.probe.after_pretrain=false",
+        "eval.knn.every=0",
+        "plugin.invclr.n_samples=8",
+    )
     client, runs = mlflow_runs(tmp_path / "invclr")
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.params["plugin.invclr.lam"] == "0.01"
@@ -288,8 +415,15 @@ def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
     assert pen and all(m.value > 0 and m.value == m.value for m in pen)
     assert "[train] 2 worker(s)" in r.stdout + r.stderr
     # CLSA: the strong view (pool ops, Equalize as a DALI python_function) made by DALI inside the worker
-    r = pretrain(tmp_path / "clsa", "+experiment=clsa_mocov2", "augment.executor=dali", "train.epochs=1",
-                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "method.queue_size=256")
+    r = pretrain(
+        tmp_path / "clsa",
+        "+experiment=clsa_mocov2",
+        "augment.executor=dali",
+        "train.epochs=1",
+        "eval.probe.after_pretrain=false",
+        "eval.knn.every=0",
+        "method.queue_size=256",
+    )
     client, runs = mlflow_runs(tmp_path / "clsa")
     ddm = client.get_metric_history(runs[0].info.run_id, "clsa_ddm")
     assert ddm and all(m.value > 0 for m in ddm)
@@ -301,15 +435,26 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
     its per-length curves in MLflow; then SimSiam + CoCor with fixed targets on one worker."""
     for sub in ("moco", "simsiam"):
         (tmp_path / sub).mkdir()
-    r = pretrain(tmp_path / "moco", "+experiment=cocor_mocov2", "trainer.num_workers=2", "train.epochs=1",
-                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "method.queue_size=256",
-                 "plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0", "tracking.log_every=2")
+    r = pretrain(
+        tmp_path / "moco",
+        "+experiment=cocor_mocov2",
+        "trainer.num_workers=2",
+        "train.epochs=1",
+        "eval.probe.after_pretrain=false",
+        "eval.knn.every=0",
+        "method.queue_size=256",
+        "plugin.cocor.target_freeze_epochs=0",
+        "plugin.cocor.target_warmup_epochs=0",
+        "tracking.log_every=2",
+    )
     client, runs = mlflow_runs(tmp_path / "moco")
     run = runs[0]
     assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
     assert "[cocor] labelled subset: 8 samples" in r.stdout + r.stderr  # 1 % of 512, floored at 8 for regression
-    hist = {k: client.get_metric_history(run.info.run_id, k)
-            for k in ("cocor_target_l1", "cocor_target_l3", "cocor_sim_l2", "cocor_outer_loss", "cocor_target_lr")}
+    hist = {
+        k: client.get_metric_history(run.info.run_id, k)
+        for k in ("cocor_target_l1", "cocor_target_l3", "cocor_sim_l2", "cocor_outer_loss", "cocor_target_lr")
+    }
     assert all(hist.values()), {k: len(v) for k, v in hist.items()}
     # the learned targets start at Table 9's and stay ordered by length (the network is monotone)
     assert abs(hist["cocor_target_l1"][0].value - 0.80) < 0.05
@@ -317,9 +462,16 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
     assert max(m.value for m in hist["cocor_target_lr"]) > 0
     curves = [a.path for a in client.list_artifacts(run.info.run_id, "curves")]
     assert curves == [f"curves/{run.info.run_name}.png"]
-    r = pretrain(tmp_path / "simsiam", "+experiment=cocor_simsiam", "trainer.num_workers=1", "train.epochs=1",
-                 "eval.probe.after_pretrain=false", "eval.knn.every=0", "plugin.cocor.target=fixed",
-                 "tracking.log_every=2")
+    r = pretrain(
+        tmp_path / "simsiam",
+        "+experiment=cocor_simsiam",
+        "trainer.num_workers=1",
+        "train.epochs=1",
+        "eval.probe.after_pretrain=false",
+        "eval.knn.every=0",
+        "plugin.cocor.target=fixed",
+        "tracking.log_every=2",
+    )
     client, runs = mlflow_runs(tmp_path / "simsiam")
     targets = client.get_metric_history(runs[0].info.run_id, "cocor_target_l2")
     assert targets and all(abs(m.value - 0.70) < 1e-6 for m in targets)  # SimSiam's Table 9 constant
@@ -330,8 +482,16 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
     through Ray Train; the probe rebuilds the ViT from the run's config."""
     for sub in ("dino", "mocov3"):
         (tmp_path / sub).mkdir()
-    r = pretrain(tmp_path / "dino", "+experiment=dino_vit", "model.backbone=vit_tiny", "trainer.num_workers=2",
-                 "train.epochs=1", "optim.warmup_epochs=0", "method.head.out_dim=256", "eval.knn.every=0")
+    r = pretrain(
+        tmp_path / "dino",
+        "+experiment=dino_vit",
+        "model.backbone=vit_tiny",
+        "trainer.num_workers=2",
+        "train.epochs=1",
+        "optim.warmup_epochs=0",
+        "method.head.out_dim=256",
+        "eval.knn.every=0",
+    )
     client, runs = mlflow_runs(tmp_path / "dino")
     run = runs[0]
     assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
@@ -339,9 +499,16 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
     temps = client.get_metric_history(run.info.run_id, "teacher_temperature")
     assert temps and all(0.04 <= m.value <= 0.07 for m in temps)
     assert "probe_pretrained_r2" in run.data.metrics  # the probe loaded the ViT backbone from the checkpoint
-    pretrain(tmp_path / "mocov3", "+experiment=mocov3_vit", "model.backbone=vit_tiny", "train.epochs=1",
-             "augment.joint.crop.beta=0", "optim.warmup_epochs=0", "eval.probe.after_pretrain=false",
-             "eval.knn.every=0")
+    pretrain(
+        tmp_path / "mocov3",
+        "+experiment=mocov3_vit",
+        "model.backbone=vit_tiny",
+        "train.epochs=1",
+        "augment.joint.crop.beta=0",
+        "optim.warmup_epochs=0",
+        "eval.probe.after_pretrain=false",
+        "eval.knn.every=0",
+    )
     client, runs = mlflow_runs(tmp_path / "mocov3")
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.params["augment.joint.crop.beta"] == "0"

@@ -1,6 +1,7 @@
 """`jobs/pretrain.py trainer.use_gpu=true trainer.num_workers=1` end to end on one GPU (pytest -m gpu): Spirograph at
 the default model, and JPEG shards of 500x375 photos-like images with ResNet-50 at 224 px, each logging to MLflow.
 Skipped with the reason where CUDA is absent; the same commands run on the CPU in test_e2e.py."""
+
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,11 @@ from test_e2e import mlflow_runs, pretrain
 
 from helpers import natural
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)"),
+]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,8 +39,9 @@ def _jpeg_folder(root: Path, n_per_class: int, seed: int) -> None:
     for c, name in enumerate(["a", "b", "c"]):
         (root / name).mkdir(parents=True)
         for i in range(n_per_class):
-            Image.fromarray(natural(375, 500, seed=seed * 1000 + c * 100 + i)).save(root / name / f"{i}.jpg",
-                                                                                   quality=90)
+            Image.fromarray(natural(375, 500, seed=seed * 1000 + c * 100 + i)).save(
+                root / name / f"{i}.jpg", quality=90
+            )
 
 
 @pytest.mark.parametrize("executor", ["gpu", "auto"])
@@ -48,14 +53,37 @@ def test_resnet50_on_jpeg_shards_on_one_gpu(tmp_path, executor):
 
     for split, n in (("train", 96), ("val", 24)):
         _jpeg_folder(tmp_path / "src" / split, n, seed=len(split))
-        mk = subprocess.run([sys.executable, str(ROOT / "jobs" / "make_shards.py"), "source=imagefolder",
-                             f"input={tmp_path / 'src'}", f"output={tmp_path / 'shards'}", f"split={split}",
-                             "maxcount=64"], capture_output=True, text=True, timeout=600, env=job_env())
+        mk = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "jobs" / "make_shards.py"),
+                "source=imagefolder",
+                f"input={tmp_path / 'src'}",
+                f"output={tmp_path / 'shards'}",
+                f"split={split}",
+                "maxcount=64",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=job_env(),
+        )
         assert mk.returncode == 0, mk.stderr[-3000:]
-    r = pretrain(tmp_path, "data=imagenet", f"data.train={tmp_path / 'shards' / 'train'}",
-                 f"data.val={tmp_path / 'shards' / 'val'}", "model.backbone=resnet50", "model.cifar_stem=false",
-                 "model.width=64", "train.batch_size=64", "train.epochs=1", f"augment.executor={executor}",
-                 "trainer.use_gpu=true", "trainer.num_workers=1", "eval.knn.k=5")
+    r = pretrain(
+        tmp_path,
+        "data=imagenet",
+        f"data.train={tmp_path / 'shards' / 'train'}",
+        f"data.val={tmp_path / 'shards' / 'val'}",
+        "model.backbone=resnet50",
+        "model.cifar_stem=false",
+        "model.width=64",
+        "train.batch_size=64",
+        "train.epochs=1",
+        f"augment.executor={executor}",
+        "trainer.use_gpu=true",
+        "trainer.num_workers=1",
+        "eval.knn.k=5",
+    )
     client, run = _finished_on_gpu(tmp_path, r.stdout + r.stderr)
     assert run.data.metrics["epoch_images_per_s"] > 0
     assert "probe_pretrained_top1" in run.data.metrics

@@ -1,5 +1,6 @@
 """`make cluster`, then `.venv/bin/ray job submit --working-dir . -- python jobs/pretrain.py ...` from a shell whose
 PATH has no .venv on it, exactly as the README shows; `make cluster-stop` stops that head and no other Ray."""
+
 import os
 import re
 import shutil
@@ -16,14 +17,18 @@ pytestmark = pytest.mark.slow
 def _clean_env(home: Path) -> dict:
     """The user's shell: no .venv on PATH, no Ray address or MLflow store exported, its own HOME (auth token)."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if ".venv" not in p)
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "MLFLOW_TRACKING_URI",
-                                                             "VIRTUAL_ENV", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "MLFLOW_TRACKING_URI", "VIRTUAL_ENV", "PYTHONPATH")
+    }
     return {**env, "PATH": path, "HOME": str(home)}
 
 
 def _make(target, cwd, env, **settings):
-    return subprocess.run(["make", "-s", target], cwd=cwd, env={**env, **settings}, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        ["make", "-s", target], cwd=cwd, env={**env, **settings}, capture_output=True, text=True, timeout=300
+    )
 
 
 def _submit(args, cwd, env, timeout):
@@ -31,8 +36,14 @@ def _submit(args, cwd, env, timeout):
     "No available agent" for a few seconds after the head starts; over two minutes on a loaded 2-core machine)."""
     deadline = time.monotonic() + 360
     while True:
-        r = subprocess.run([".venv/bin/ray", "job", "submit", "--working-dir", ".", "--", *args], cwd=cwd, env=env,
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [".venv/bin/ray", "job", "submit", "--working-dir", ".", "--", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if "No available agent" not in r.stderr or time.monotonic() > deadline:
             return r
         time.sleep(3)
@@ -48,16 +59,31 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
     # a copy of the project, so the upload is what a user's checkout would send; its .venv is the real one
     work = tmp_path / "project"
     top_level = {".venv", "data", "runs", ".git", ".pytest_cache"}
-    shutil.copytree(ROOT, work, ignore=lambda d, names: [n for n in names if (Path(d) == ROOT and n in top_level)
-                                                         or n == "__pycache__" or n.endswith(".egg-info")])
+    shutil.copytree(
+        ROOT,
+        work,
+        ignore=lambda d, names: [
+            n for n in names if (Path(d) == ROOT and n in top_level) or n == "__pycache__" or n.endswith(".egg-info")
+        ],
+    )
     (work / ".venv").symlink_to(ROOT / ".venv")
     (work / "data").mkdir()
     (work / "data" / "big.bin").write_bytes(b"\0" * (2 << 20))  # must be kept out by .rayignore
 
-    ours = {"RAY_PORT": "6392", "RAY_DASHBOARD_PORT": "8367", "RAY_CLIENT_PORT": "9312", "RAY_AGENT_PORT": "52412",
-            "RAY_TEMP_DIR": str(short / "r1")}
-    other = {"RAY_PORT": "6393", "RAY_DASHBOARD_PORT": "8368", "RAY_CLIENT_PORT": "9313", "RAY_AGENT_PORT": "52413",
-             "RAY_TEMP_DIR": str(short / "r2")}
+    ours = {
+        "RAY_PORT": "6392",
+        "RAY_DASHBOARD_PORT": "8367",
+        "RAY_CLIENT_PORT": "9312",
+        "RAY_AGENT_PORT": "52412",
+        "RAY_TEMP_DIR": str(short / "r1"),
+    }
+    other = {
+        "RAY_PORT": "6393",
+        "RAY_DASHBOARD_PORT": "8368",
+        "RAY_CLIENT_PORT": "9313",
+        "RAY_AGENT_PORT": "52413",
+        "RAY_TEMP_DIR": str(short / "r2"),
+    }
     started = _make("cluster", work, env, **other)  # another Ray on the machine, which must survive
     assert started.returncode == 0, started.stderr
     try:
@@ -68,27 +94,67 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         assert "make cluster-stop" in r.stdout
         shell = {**env, **exports}
 
-        r = _submit(["python", "jobs/pretrain.py", f"paths.root={tmp_path / 'store'}", "data.generate.n_train=256",
-                     "data.generate.n_val=64", "model.width=8", "train.batch_size=64", "train.epochs=1",
-                     "eval.knn.bank_size=128", "eval.knn.val_size=64", "eval.probe.steps=10"], work, shell, 900)
+        r = _submit(
+            [
+                "python",
+                "jobs/pretrain.py",
+                f"paths.root={tmp_path / 'store'}",
+                "data.generate.n_train=256",
+                "data.generate.n_val=64",
+                "model.width=8",
+                "train.batch_size=64",
+                "train.epochs=1",
+                "eval.knn.bank_size=128",
+                "eval.knn.val_size=64",
+                "eval.probe.steps=10",
+            ],
+            work,
+            shell,
+            900,
+        )
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
         # a sweep submitted the same way: its trials' Train runs on the joined head, tracked in the same store
-        r = _submit(["python", "jobs/tune.py", "+sweep=smoke", f"paths.root={tmp_path / 'store'}",
-                     "sweep.max_concurrent_trials=1", "sweep.scheduler=fifo", "data.generate.n_train=256",
-                     "data.generate.n_val=64", "model.width=8", "train.batch_size=64", "eval.knn.bank_size=128",
-                     "eval.knn.val_size=64", "eval.probe.steps=10"], work, shell, 900)
+        r = _submit(
+            [
+                "python",
+                "jobs/tune.py",
+                "+sweep=smoke",
+                f"paths.root={tmp_path / 'store'}",
+                "sweep.max_concurrent_trials=1",
+                "sweep.scheduler=fifo",
+                "data.generate.n_train=256",
+                "data.generate.n_val=64",
+                "model.width=8",
+                "train.batch_size=64",
+                "eval.knn.bank_size=128",
+                "eval.knn.val_size=64",
+                "eval.probe.steps=10",
+            ],
+            work,
+            shell,
+            900,
+        )
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower() and "Done: sweep sweep-smoke-" in out and out.count("done: probe_") == 2
         assert len(list((tmp_path / "store" / "runs" / "sweep").glob("sweep-smoke-*.png"))) == 1
         # the job ran in .venv, and .rayignore kept data/ out of the uploaded working directory
-        probe = _submit(["python", "-c", "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), "
-                         "os.path.exists('jobs'), sys.prefix)"], work, shell, 300)
-        assert re.search(r"UPLOADED False True \S*/\.venv$", probe.stdout, flags=re.M), \
+        probe = _submit(
+            [
+                "python",
+                "-c",
+                "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), os.path.exists('jobs'), sys.prefix)",
+            ],
+            work,
+            shell,
+            300,
+        )
+        assert re.search(r"UPLOADED False True \S*/\.venv$", probe.stdout, flags=re.M), (
             probe.stdout[-2000:] + probe.stderr[-2000:]
+        )
 
         stop = _make("cluster-stop", work, env, **ours)
         assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr

@@ -1,5 +1,6 @@
 """Imports go one way: from the jobs' layers (tune, train, eval, detect) down to the pieces (build, then methods
 and plug-ins, then models, augment, data), never up; plug-ins see the methods only through their StepContext."""
+
 import ast
 from pathlib import Path
 

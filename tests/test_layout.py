@@ -1,5 +1,6 @@
 """The tests mirror the package: a test of pipeline/<package>/ lives in tests/<package>/ (benchmarks/ and jobs/ too);
 what spans packages (the CLI, end-to-end runs, docs, lint, layering) stays at the top."""
+
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent

@@ -1,12 +1,22 @@
-"""The lint pre-commit runs (.pre-commit-config.yaml), run by make test too, so CI holds the code to it."""
+"""What pre-commit runs (.pre-commit-config.yaml), run by make test too, so CI holds the code to it."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CODE = ["pipeline", "jobs", "benchmarks", "tests"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_ruff_finds_nothing():
-    r = subprocess.run([sys.executable, "-m", "ruff", "check", "pipeline", "jobs", "benchmarks", "tests"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = _run("ruff", "check", *CODE)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_the_code_is_ruff_formatted():
+    r = _run("ruff", "format", "--check", *CODE)
+    assert r.returncode == 0, "run `ruff format .`:\n" + r.stdout[-4000:] + r.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Losses against direct float64 computations of their equations, looping over the batch."""
+
 import math
 
 import pytest
@@ -68,8 +69,9 @@ def test_nt_xent_sharded_anchors_average_to_full_loss():
     g = torch.Generator().manual_seed(1)
     z1 = torch.randn(8, 5, generator=g, dtype=torch.float64)
     z2 = torch.randn(8, 5, generator=g, dtype=torch.float64)
-    parts = [nt_xent_anchors(z1[r * 4:(r + 1) * 4], z2[r * 4:(r + 1) * 4], z1, z2, 0.3, offset=r * 4)
-             for r in range(2)]
+    parts = [
+        nt_xent_anchors(z1[r * 4 : (r + 1) * 4], z2[r * 4 : (r + 1) * 4], z1, z2, 0.3, offset=r * 4) for r in range(2)
+    ]
     assert (sum(parts) / 2).item() == pytest.approx(nt_xent(z1, z2, 0.3).item(), rel=1e-10)
 
 

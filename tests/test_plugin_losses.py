@@ -1,5 +1,6 @@
 """Plug-in regularisers (CO2, CLSA's DDM, InvCLR's gradient penalty and conditional variance) against direct float64
 computations of their equations, looping over the batch (and the queue / the α′ draws)."""
+
 import math
 
 import numpy as np
@@ -45,6 +46,7 @@ def _sym_kl(p, q):
 # ---------------------------------------------------------------------------------------------------------------
 # CO2 (Eqs. 2-4)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _co2_direct(q, k, queue, t):
     total = 0.0
@@ -106,6 +108,7 @@ def test_co2_gradient_matches_derived_logit_gradient():
 
 # --- SimCLR form --------------------------------------------------------------------------------------------------
 
+
 def _co2_inbatch_direct(z1, z2, t):
     z = F.normalize(torch.cat([z1, z2]), dim=1)
     n = z.shape[0]
@@ -125,7 +128,8 @@ def test_co2_inbatch_matches_equation(t):
     z1, z2 = _randn(5, 7, seed=0), _randn(5, 7, seed=1)
     assert co2_consistency_inbatch(z1, z2, t).item() == pytest.approx(_co2_inbatch_direct(z1, z2, t), rel=1e-10)
     assert co2_consistency_inbatch(z1, z2, t, detach_target=True).item() == pytest.approx(
-        _co2_inbatch_direct(z1, z2, t), rel=1e-10)
+        _co2_inbatch_direct(z1, z2, t), rel=1e-10
+    )
 
 
 def test_co2_inbatch_is_zero_for_identical_views():
@@ -147,6 +151,7 @@ def test_co2_inbatch_detached_target_halves_the_gradient():
 # ---------------------------------------------------------------------------------------------------------------
 # CLSA DDM (Eqs. 3, 5, 6)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _ddm_direct(qw, qs, k, queue, t, batch_keys=False):
     total = 0.0
@@ -221,7 +226,7 @@ def _grad_F_by_hand(W, x_i, a_i, e_i):
     nz = z.norm()
     zh = z / nz
     dz = (e_i - zh * (zh @ e_i)) / nz
-    return W[:, DX:].t() @ (dz * (1 - z ** 2))
+    return W[:, DX:].t() @ (dz * (1 - z**2))
 
 
 def _penalty_direct(grads, alpha, alpha_prime, lam, clip, halve=False):
@@ -340,12 +345,13 @@ def test_batched_alpha_gradient_equals_per_sample_gradients():
     alpha.requires_grad_()
     batched = projection_alpha_grad(_render(W, x, alpha), alpha, e)
     for i in range(5):
-        a_i = alpha[i:i + 1].detach().clone().requires_grad_()
-        F_i = scalar_projection(_render(W, x[i:i + 1], a_i), e[i:i + 1]).sum()
+        a_i = alpha[i : i + 1].detach().clone().requires_grad_()
+        F_i = scalar_projection(_render(W, x[i : i + 1], a_i), e[i : i + 1]).sum()
         (g_i,) = torch.autograd.grad(F_i, a_i)
         torch.testing.assert_close(batched[i], g_i[0], rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(batched[i], _grad_F_by_hand(W, x[i], alpha[i].detach(), e[i]),
-                                   rtol=1e-10, atol=1e-13)
+        torch.testing.assert_close(
+            batched[i], _grad_F_by_hand(W, x[i], alpha[i].detach(), e[i]), rtol=1e-10, atol=1e-13
+        )
 
 
 def test_batched_alpha_gradient_is_not_per_sample_under_batch_coupling():
@@ -365,8 +371,7 @@ def test_batched_alpha_gradient_is_not_per_sample_under_batch_coupling():
     # without the coupling the diagonal block is the whole story
     jac_ind = torch.autograd.functional.jacobian(lambda a: F.normalize(_render(W, x, a), dim=1), alpha.detach())
     true_ind = torch.stack([e[i] @ jac_ind[i, :, i, :] for i in range(4)])
-    torch.testing.assert_close(projection_alpha_grad(_render(W, x, alpha), alpha, e), true_ind,
-                               rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(projection_alpha_grad(_render(W, x, alpha), alpha, e), true_ind, rtol=1e-12, atol=1e-14)
 
 
 def test_scalar_projection_matches_eq5():
@@ -416,7 +421,9 @@ def test_co2_anchor_slices_match_the_inbatch_loss():
     full = co2_consistency_inbatch(z1, z2, 0.5)
     assert torch.allclose(co2_consistency_anchors(z1, z2, z1, z2, 0.5), full, rtol=1e-12)
     # two "ranks" of 4 anchors each, scored against all 8 candidates: their mean is the global loss
-    halves = [co2_consistency_anchors(z1[r * 4:(r + 1) * 4], z2[r * 4:(r + 1) * 4], z1, z2, 0.5, offset=4 * r)
-              for r in range(2)]
+    halves = [
+        co2_consistency_anchors(z1[r * 4 : (r + 1) * 4], z2[r * 4 : (r + 1) * 4], z1, z2, 0.5, offset=4 * r)
+        for r in range(2)
+    ]
     assert torch.allclose(sum(halves) / 2, full, rtol=1e-12)
     assert not torch.allclose(halves[0], halves[1])

@@ -8,6 +8,7 @@ them to it); "yiq" is InvCLR's linear hue rotation (its Eqs. 44-47).
 x: [B, 3, H, W]; factors: [B] tensors. A factor of 1 (brightness, contrast, saturation) or 0 (hue)
 is the identity.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,20 +74,25 @@ def hue_yiq(x: Tensor, turns: Tensor, clip: bool = True) -> Tensor:
     theta = 2 * math.pi * turns.to(x.dtype)
     cos, sin = torch.cos(theta), torch.sin(theta)
     one, zero = torch.ones_like(cos), torch.zeros_like(cos)
-    rot = torch.stack([torch.stack([one, zero, zero], -1), torch.stack([zero, cos, -sin], -1),
-                       torch.stack([zero, sin, cos], -1)], -2)                      # [B, 3, 3]
-    m = x.new_tensor(YIQ_TO_RGB) @ rot @ x.new_tensor(YIQ)                          # [B, 3, 3]
+    rot = torch.stack(
+        [torch.stack([one, zero, zero], -1), torch.stack([zero, cos, -sin], -1), torch.stack([zero, sin, cos], -1)], -2
+    )  # [B, 3, 3]
+    m = x.new_tensor(YIQ_TO_RGB) @ rot @ x.new_tensor(YIQ)  # [B, 3, 3]
     out = torch.einsum("bij,bjhw->bihw", m, x)
     return out.clamp(0, 1) if clip else out
 
 
-def jitter(x: Tensor, b: Tensor, c: Tensor, s: Tensor, h: Tensor, order: Tensor | None = None,
-           hue_mode: str = "hsv") -> Tensor:
+def jitter(
+    x: Tensor, b: Tensor, c: Tensor, s: Tensor, h: Tensor, order: Tensor | None = None, hue_mode: str = "hsv"
+) -> Tensor:
     """Brightness, contrast, saturation, hue in this order, or per sample in `order` ([B, 4] permutations
     of 0..3 indexing JITTER_OPS). Samples whose factors are the identity come out unchanged (exactly)."""
-    ops = {0: lambda y, idx: brightness(y, b[idx]), 1: lambda y, idx: contrast(y, c[idx]),
-           2: lambda y, idx: saturation(y, s[idx]),
-           3: lambda y, idx: (hue_hsv(y, h[idx]) if hue_mode == "hsv" else hue_yiq(y, h[idx]))}
+    ops = {
+        0: lambda y, idx: brightness(y, b[idx]),
+        1: lambda y, idx: contrast(y, c[idx]),
+        2: lambda y, idx: saturation(y, s[idx]),
+        3: lambda y, idx: hue_hsv(y, h[idx]) if hue_mode == "hsv" else hue_yiq(y, h[idx]),
+    }
     if order is None:
         idx = torch.arange(x.shape[0], device=x.device)
         for k in range(4):
@@ -131,8 +137,15 @@ def _colour_distort(x: Tensor, params: dict[str, Tensor], hue_mode: str) -> Tens
         idx = torch.nonzero(on).flatten()
         f = {k: params[k].to(x.device)[idx] for k in JITTER_OPS}
         order = params.get("jitter_order")
-        j = jitter(x[idx], f["brightness"], f["contrast"], f["saturation"], f["hue"],
-                   None if order is None else order.to(x.device)[idx], hue_mode)
+        j = jitter(
+            x[idx],
+            f["brightness"],
+            f["contrast"],
+            f["saturation"],
+            f["hue"],
+            None if order is None else order.to(x.device)[idx],
+            hue_mode,
+        )
         x = x.index_copy(0, idx, j.to(x.dtype))
     gray = params["gray"].to(torch.bool).to(x.device)
     if bool(gray.any()):
@@ -163,8 +176,9 @@ class ModelColourStage:
     def __bool__(self) -> bool:
         return bool(self.views)
 
-    def __call__(self, images: list[Tensor], params: list[dict], grad_views: Sequence[int] = ()
-                 ) -> tuple[list[Tensor], dict[int, Tensor]]:
+    def __call__(
+        self, images: list[Tensor], params: list[dict], grad_views: Sequence[int] = ()
+    ) -> tuple[list[Tensor], dict[int, Tensor]]:
         images, alphas = list(images), {}
         for v, hue_mode in self.views:
             x, p = images[v], params[v]

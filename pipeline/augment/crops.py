@@ -1,5 +1,6 @@
 """The crop box law every sampler shares (torchvision RandomResizedCrop's): its own module, so params.py (the
 per-view samplers) and joint.py (the joint ones) both import it and neither imports the other at load time."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ from typing import Sequence
 import numpy as np
 
 
-def sample_crop(h: int, w: int, scale: Sequence[float], ratio: Sequence[float],
-                rng: np.random.Generator) -> tuple[int, int, int, int]:
+def sample_crop(
+    h: int, w: int, scale: Sequence[float], ratio: Sequence[float], rng: np.random.Generator
+) -> tuple[int, int, int, int]:
     """(y, x, ch, cw) of a crop box, following torchvision RandomResizedCrop's law.
 
     Up to 10 tries: area fraction uniform in `scale`, aspect ratio (w/h) log-uniform in `ratio`;

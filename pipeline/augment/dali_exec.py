@@ -17,6 +17,7 @@ built from the recipe: one branch per view, holding only the ops its spec can us
 A last batch smaller than batch_size is fed as is (external_source accepts any batch size up
 to the maximum); inputs larger than batch_size are processed in chunks.
 """
+
 from __future__ import annotations
 
 import io
@@ -147,8 +148,13 @@ def _input(name: str, dtype, ndim: int):
 
 # Per-view external sources: name -> (dtype, ndim per sample). Filled by _view_feed.
 _GEOMETRY_INPUTS = {"start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0)}
-_JITTER_INPUTS = {"jitter_on": (types.BOOL, 0), "brightness": (types.FLOAT, 0), "contrast": (types.FLOAT, 0),
-                  "saturation": (types.FLOAT, 0), "hue": (types.FLOAT, 0)}
+_JITTER_INPUTS = {
+    "jitter_on": (types.BOOL, 0),
+    "brightness": (types.FLOAT, 0),
+    "contrast": (types.FLOAT, 0),
+    "saturation": (types.FLOAT, 0),
+    "hue": (types.FLOAT, 0),
+}
 _BLUR_INPUTS = {"blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0)}
 
 
@@ -178,10 +184,22 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
         p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _view_inputs(spec).items()}
         # Fused decode + crop. With axes=[0, 1], start = (y, x) and shape = (h, w) in absolute
         # pixels (the default axes=[1, 0] would mean x, y); tests check it on a coordinate image.
-        img = fn.decoders.image_slice(encoded, start=p["start"], shape=p["shape"], axes=[0, 1],
-                                      device="mixed" if gpu else "cpu", output_type=types.RGB)
-        img = fn.resize(img, resize_x=spec.size, resize_y=spec.size, antialias=True,
-                        interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
+        img = fn.decoders.image_slice(
+            encoded,
+            start=p["start"],
+            shape=p["shape"],
+            axes=[0, 1],
+            device="mixed" if gpu else "cpu",
+            output_type=types.RGB,
+        )
+        img = fn.resize(
+            img,
+            resize_x=spec.size,
+            resize_y=spec.size,
+            antialias=True,
+            interp_type=types.INTERP_LINEAR,
+            dtype=types.FLOAT,
+        )
         mirror = p["flip"]
         if spec.strong_ops:  # the strong ops are not flip-equivariant (shear, translate): flip first
             img = fn.flip(img, horizontal=p["flip"])
@@ -205,6 +223,7 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
                 img = _solarize(img, 255.0 * spec.solarize_threshold)
         if spec.strong_ops:
             from .strong_dali import apply_strong_dali, strong_inputs
+
             op, on, mag = strong_inputs(prefix=f"v{v}_")
             img = apply_strong_dali(img, op, on, mag, spec.strong_ops)
         outputs.append(_normalize(img, recipe, spec, mirror=mirror))
@@ -217,8 +236,7 @@ def _eval_pipeline(recipe: Recipe, size: int, gpu: bool):
     rh, rw = _input("resize_h", types.FLOAT, 0), _input("resize_w", types.FLOAT, 0)
     start = _input("start", types.INT32, 1)
     img = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
-    img = fn.resize(img, resize_x=rw, resize_y=rh, antialias=True,
-                    interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
+    img = fn.resize(img, resize_x=rw, resize_y=rh, antialias=True, interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
     img = fn.slice(img, start=start, shape=[size, size], axes=[0, 1])
     return _normalize(img, recipe)
 
@@ -230,7 +248,8 @@ def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.
     # Blur args only reach samples in the blur branch; keep the others valid anyway.
     sigma = np.where(blur_on, params["sigma"][idx], 1.0).astype(np.float32)
     feed = {
-        "start": np.ascontiguousarray(crop[:, :2]), "shape": np.ascontiguousarray(crop[:, 2:]),
+        "start": np.ascontiguousarray(crop[:, :2]),
+        "shape": np.ascontiguousarray(crop[:, 2:]),
         "flip": params["flip"][idx].astype(np.int32),
         "jitter_on": params["jitter_on"][idx] > 0,
         "brightness": params["brightness"][idx].astype(np.float32),
@@ -238,7 +257,8 @@ def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.
         "saturation": params["saturation"][idx].astype(np.float32),
         "hue": params["hue"][idx].astype(np.float32),
         "gray": params["gray"][idx] > 0,
-        "blur_on": blur_on, "sigma": sigma,
+        "blur_on": blur_on,
+        "sigma": sigma,
         "window": np.array([blur_window(s) if on else 1 for s, on in zip(sigma, blur_on)], np.int32),
     }
     if spec.jitter_order == "random":
@@ -250,6 +270,7 @@ def _view_feed(params: Params, idx: np.ndarray, spec: ViewSpec) -> dict[str, np.
     feed = {k: v for k, v in feed.items() if k in used}
     if spec.strong_ops:
         from .strong_dali import strong_feed
+
         feed.update(strong_feed(params, idx))
     return feed
 
@@ -266,6 +287,7 @@ def _pil_decodes(encoded: bytes) -> bool:
 def _cuda_usable() -> bool:
     try:
         from nvidia.dali.backend import GetCUDADeviceCount
+
         return torch.cuda.is_available() and GetCUDADeviceCount() > 0
     except Exception:
         return False
@@ -280,8 +302,7 @@ class DaliExecutor:
     Undecodable samples are dropped and counted in `skipped`.
     """
 
-    def __init__(self, recipe: Recipe, batch_size: int, device: str = "auto",
-                 num_threads: int = 1, seed: int = 0):
+    def __init__(self, recipe: Recipe, batch_size: int, device: str = "auto", num_threads: int = 1, seed: int = 0):
         if device not in ("auto", "cpu", "gpu"):
             raise ValueError(f"device must be auto|cpu|gpu, got {device!r}")
         self.recipe, self.batch_size = recipe, int(batch_size)
@@ -307,21 +328,29 @@ class DaliExecutor:
 
     def _build(self, graph: Callable, *args) -> Pipeline:
         device_id = torch.cuda.current_device() if self.gpu else None  # None = DALI CPU-only mode
-        pipe = graph(*args, batch_size=self.batch_size, num_threads=self.num_threads,
-                     device_id=device_id, seed=self.seed, prefetch_queue_depth=1)
+        pipe = graph(
+            *args,
+            batch_size=self.batch_size,
+            num_threads=self.num_threads,
+            device_id=device_id,
+            seed=self.seed,
+            prefetch_queue_depth=1,
+        )
         pipe.build()
         return pipe
 
     # -- running with corrupt-sample recovery
-    def _run(self, pipe: Pipeline, feed: Callable[[np.ndarray], dict], encoded: Sequence[bytes],
-             idx: np.ndarray) -> list[torch.Tensor]:
+    def _run(
+        self, pipe: Pipeline, feed: Callable[[np.ndarray], dict], encoded: Sequence[bytes], idx: np.ndarray
+    ) -> list[torch.Tensor]:
         pipe.feed_input("encoded", [np.frombuffer(encoded[i], dtype=np.uint8) for i in idx])
         for name, arr in feed(idx).items():
             pipe.feed_input(name, arr)
         return [self._to_torch(out) for out in pipe.run()]
 
-    def _run_robust(self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes],
-                    idx: np.ndarray) -> tuple[list[torch.Tensor], np.ndarray]:
+    def _run_robust(
+        self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes], idx: np.ndarray
+    ) -> tuple[list[torch.Tensor], np.ndarray]:
         """Run a batch; if DALI rejects it, drop what PIL cannot decode and retry; if that still
         fails, isolate the bad samples by running one at a time."""
         try:
@@ -352,15 +381,17 @@ class DaliExecutor:
         if not self.gpu:
             return torch.from_numpy(np.array(dense))  # copy: DALI reuses its buffers
         from nvidia.dali.plugin.pytorch import feed_ndarray
+
         out = torch.empty(dense.shape(), dtype=torch.float32, device=torch.device("cuda", torch.cuda.current_device()))
         feed_ndarray(dense, out, cuda_stream=torch.cuda.current_stream(out.device))
         return out
 
-    def _run_all(self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes],
-                 candidates: np.ndarray, sizes: Sequence[int]) -> tuple[list[torch.Tensor], np.ndarray]:
+    def _run_all(
+        self, pipe: Pipeline, feed: Callable, encoded: Sequence[bytes], candidates: np.ndarray, sizes: Sequence[int]
+    ) -> tuple[list[torch.Tensor], np.ndarray]:
         chunks, kept = [], []
         for lo in range(0, len(candidates), self.batch_size):
-            outs, ok = self._run_robust(pipe, feed, encoded, candidates[lo:lo + self.batch_size])
+            outs, ok = self._run_robust(pipe, feed, encoded, candidates[lo : lo + self.batch_size])
             if len(ok):
                 chunks.append(outs)
                 kept.append(ok)
@@ -375,8 +406,7 @@ class DaliExecutor:
         n_bad = n_in - len(kept)
         if n_bad:
             self.skipped += n_bad
-            log.warning("DALI executor: dropped %d undecodable sample(s) of %d (total %d)",
-                        n_bad, n_in, self.skipped)
+            log.warning("DALI executor: dropped %d undecodable sample(s) of %d (total %d)", n_bad, n_in, self.skipped)
 
     # -- public API
     def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
@@ -384,8 +414,11 @@ class DaliExecutor:
             raise ValueError(f"expected {self.recipe.n_views} params dicts, got {len(params)}")
 
         def feed(idx: np.ndarray) -> dict[str, np.ndarray]:
-            return {f"v{v}_{k}": arr for v, (p, spec) in enumerate(zip(params, self.recipe.views))
-                    for k, arr in _view_feed(p, idx, spec).items()}
+            return {
+                f"v{v}_{k}": arr
+                for v, (p, spec) in enumerate(zip(params, self.recipe.views))
+                for k, arr in _view_feed(p, idx, spec).items()
+            }
 
         candidates = np.flatnonzero(valid_samples(encoded, params))
         return self._run_all(self._pipe, feed, encoded, candidates, self.recipe.sizes)
@@ -400,8 +433,11 @@ class DaliExecutor:
 
         def feed(idx: np.ndarray) -> dict[str, np.ndarray]:
             g = np.array([geometry[i] for i in idx], dtype=np.int32).reshape(-1, 4)
-            return {"resize_h": g[:, 0].astype(np.float32), "resize_w": g[:, 1].astype(np.float32),
-                    "start": np.ascontiguousarray(g[:, 2:])}
+            return {
+                "resize_h": g[:, 0].astype(np.float32),
+                "resize_w": g[:, 1].astype(np.float32),
+                "start": np.ascontiguousarray(g[:, 2:]),
+            }
 
         candidates = np.array(sorted(geometry), dtype=np.int64)
         (images,), kept = self._run_all(self._eval_pipes[size], feed, encoded, candidates, [size])

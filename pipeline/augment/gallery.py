@@ -5,6 +5,7 @@ name and a few lines of its parameters (crop box, flip, jitter factors, blur sig
 ops with magnitudes, Spirograph nuisance values). Views whose colour stage belongs to the method
 (InvCLR) are shown after that stage, as the encoder sees them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -74,19 +75,23 @@ def describe(p: Mapping[str, np.ndarray], i: int, pool: Sequence[str] | None = N
     if "strong_op" in v:
         from pipeline.augment.strong import OPS
 
-        ops = [f"{OPS[int(o)]}{_magnitude(OPS[int(o)], float(m))}" for o, on, m in
-               zip(v["strong_op"], v["strong_on"], v["strong_mag"]) if on]
+        ops = [
+            f"{OPS[int(o)]}{_magnitude(OPS[int(o)], float(m))}"
+            for o, on, m in zip(v["strong_op"], v["strong_on"], v["strong_mag"])
+            if on
+        ]
         lines.extend(ops)  # one op a line: full names stay within the column
         if not ops:
             lines.append("strong: none applied")
     spiro = [k for k in ("h", "f_g", "f_b", "b_r", "b_g", "b_b") if k in v]  # Spirograph nuisance alpha
     for k in range(0, len(spiro), 3):
-        lines.append(" ".join(f"{n}={float(v[n]):.2f}" for n in spiro[k:k + 3]))
+        lines.append(" ".join(f"{n}={float(v[n]):.2f}" for n in spiro[k : k + 3]))
     return "\n".join(lines)
 
 
-def gallery_figure(originals: Sequence[torch.Tensor], views: Views, aug: Mapping[str, Any],
-                   view_names: Sequence[str], title: str = ""):
+def gallery_figure(
+    originals: Sequence[torch.Tensor], views: Views, aug: Mapping[str, Any], view_names: Sequence[str], title: str = ""
+):
     """A matplotlib figure: row = source image (originals[i] float [3, h, w] in [0, 1]), columns = views."""
     import matplotlib
 
@@ -96,8 +101,10 @@ def gallery_figure(originals: Sequence[torch.Tensor], views: Views, aug: Mapping
     shown = display_images(views, aug)
     params = [{k: t.cpu().numpy() for k, t in p.items()} for p in views.params]
     rows, cols = len(views.kept), 1 + len(shown)
-    titles = [[f"{view_names[c]} {img.shape[-1]}px\n{describe(p, r)}" for c, (img, p) in enumerate(zip(shown, params))]
-              for r in range(rows)]
+    titles = [
+        [f"{view_names[c]} {img.shape[-1]}px\n{describe(p, r)}" for c, (img, p) in enumerate(zip(shown, params))]
+        for r in range(rows)
+    ]
     # Sized for its text: 9 pt titles (legible at the PNG's own size), each row as tall as its longest title.
     lines = max((t.count("\n") + 1 for row in titles for t in row), default=1)
     fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, (2.4 + 0.22 * lines) * rows), squeeze=False)
@@ -162,8 +169,9 @@ def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: in
     else:
         names = [f"view{v}" for v in range(len(views.images))]
     executor = getattr(maker, "executor", None)
-    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch", "GpuExecutor": "gpu"}.get(type(executor).__name__,
-                                                                                       "torch renderer")
+    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch", "GpuExecutor": "gpu"}.get(
+        type(executor).__name__, "torch renderer"
+    )
     title = f"augment={aug.get('name', '?')} data={cfg['data']['name']}  executor={ran_on}"
     fig = gallery_figure(originals, views, aug, names, title=title)
     fig.savefig(path, dpi=110)

@@ -15,6 +15,7 @@ On the CPU the result equals TorchExecutor's to float rounding (same decoder, sa
 strong ops differ from the per-sample ones in summation order only). On CUDA, nvjpeg's IDCT / chroma upsampling
 and CUDA's resize kernels differ from libjpeg's and the CPU's by a fraction of a level.
 """
+
 from __future__ import annotations
 
 import logging
@@ -71,8 +72,9 @@ def _decode_jpeg_one(data: Tensor, encoded: bytes, device: torch.device) -> Tens
     return _decode_host(encoded, device)
 
 
-def decode_batch(encoded: Sequence[bytes], candidates: Sequence[int] | np.ndarray,
-                 device: torch.device | str) -> tuple[list[Tensor], np.ndarray]:
+def decode_batch(
+    encoded: Sequence[bytes], candidates: Sequence[int] | np.ndarray, device: torch.device | str
+) -> tuple[list[Tensor], np.ndarray]:
     """Decode encoded[i] for i in candidates to uint8 [3, H, W] RGB on `device`; (images, kept indices), in
     candidate order. The JPEGs go in one batched decode_jpeg call; see the module docstring."""
     device = torch.device(device)
@@ -113,16 +115,17 @@ def gaussian_blur_batch(x: Tensor, sigma: Tensor | np.ndarray, on: Tensor | np.n
     half = k // 2
     dev = x.device
     # torchvision's tap positions: linspace(-lim, lim, k) with lim = (k - 1) / (2 sqrt 2), i.e. d / sqrt(2)
-    pos = torch.linspace(-(k - 1) / (2.0 * math.sqrt(2.0)), (k - 1) / (2.0 * math.sqrt(2.0)), k,
-                         dtype=x.dtype, device=dev)
-    s = torch.as_tensor(sig[rows], device=dev).to(x.dtype).unsqueeze(1)                      # [n, 1]
-    own = torch.as_tensor([(w - 1) // 2 for w in windows], device=dev).unsqueeze(1)         # [n, 1]
-    offset = torch.arange(-half, half + 1, device=dev).abs().unsqueeze(0)                   # [1, k]
+    pos = torch.linspace(
+        -(k - 1) / (2.0 * math.sqrt(2.0)), (k - 1) / (2.0 * math.sqrt(2.0)), k, dtype=x.dtype, device=dev
+    )
+    s = torch.as_tensor(sig[rows], device=dev).to(x.dtype).unsqueeze(1)  # [n, 1]
+    own = torch.as_tensor([(w - 1) // 2 for w in windows], device=dev).unsqueeze(1)  # [n, 1]
+    offset = torch.arange(-half, half + 1, device=dev).abs().unsqueeze(0)  # [1, k]
     logits = pos.unsqueeze(0).div(s).pow(2).neg().masked_fill(offset > own, float("-inf"))
-    k1 = torch.softmax(logits, dim=1)                                                       # [n, k]
-    k2 = k1.unsqueeze(2) * k1.unsqueeze(1)                                                  # [n, k, k]
+    k1 = torch.softmax(logits, dim=1)  # [n, k]
+    k2 = k1.unsqueeze(2) * k1.unsqueeze(1)  # [n, k, k]
     n, c, h, w = len(rows), x.shape[1], x.shape[2], x.shape[3]
-    weight = k2.repeat_interleave(c, dim=0).unsqueeze(1)                                     # [n*c, 1, k, k]
+    weight = k2.repeat_interleave(c, dim=0).unsqueeze(1)  # [n*c, 1, k, k]
     idx = torch.as_tensor(rows, device=dev)
     sub = tnf.pad(x.index_select(0, idx), [half, half, half, half], mode="reflect")
     out = tnf.conv2d(sub.reshape(1, n * c, h + 2 * half, w + 2 * half), weight, groups=n * c)
@@ -130,8 +133,9 @@ def gaussian_blur_batch(x: Tensor, sigma: Tensor | np.ndarray, on: Tensor | np.n
 
 
 # ----------------------------------------------------------------------------- views
-def apply_view(images: Sequence[Tensor], p: Params, spec: ViewSpec, recipe: Recipe, device: torch.device,
-               normalize: bool = True) -> Tensor:
+def apply_view(
+    images: Sequence[Tensor], p: Params, spec: ViewSpec, recipe: Recipe, device: torch.device, normalize: bool = True
+) -> Tensor:
     """One view for decoded uint8 images on `device` whose params rows are `p` (numpy, aligned)."""
     if not images:
         return _empty(spec.size, device)
@@ -162,8 +166,10 @@ class GpuExecutor(TorchExecutor):
         candidates = np.flatnonzero(valid_samples(encoded, params))
         images, kept = decode_batch(encoded, candidates, self.device)
         self._drop_report(len(encoded), kept)
-        views = [apply_view(images, select(p, kept), spec, self.recipe, self.device)
-                 for p, spec in zip(params, self.recipe.views)]
+        views = [
+            apply_view(images, select(p, kept), spec, self.recipe, self.device)
+            for p, spec in zip(params, self.recipe.views)
+        ]
         return views, kept
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[Tensor, np.ndarray]:

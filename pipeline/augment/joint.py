@@ -26,6 +26,7 @@ Choices where the spec is open (section numbers of docs/methods/jointcrop.md):
 All randomness is numpy (params.py convention); the torch entry point seeds a numpy Generator from the
 torch Generator, so both follow the one implementation below.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,8 @@ import torch
 
 from .crops import sample_crop
 
-CROP_TRIES = 10            # section 1.2 / 6.3: official code, per view, area kept fixed
-MIN_COLOR_FACTOR = 1e-3    # lower bound of a joint colour factor when 1 - strength <= 0 (see joint_color_factors)
+CROP_TRIES = 10  # section 1.2 / 6.3: official code, per view, area kept fixed
+MIN_COLOR_FACTOR = 1e-3  # lower bound of a joint colour factor when 1 - strength <= 0 (see joint_color_factors)
 
 
 def _truncnorm(n: int, sigma: float, bound: float, rng: np.random.Generator) -> np.ndarray:
@@ -48,7 +49,7 @@ def _truncnorm(n: int, sigma: float, bound: float, rng: np.random.Generator) -> 
     # Expected acceptance, only used to size the batches (the law does not depend on it).
     acc = math.erf(c / math.sqrt(2.0))
     if c <= 1.0:  # uniform proposal: acceptance = mean of exp(-x^2/2sigma^2) over [-b, b]
-        acc = acc * math.sqrt(math.pi / 2.0) / c if c > 0 else 1.0   # c = 0: sigma overflowed to inf
+        acc = acc * math.sqrt(math.pi / 2.0) / c if c > 0 else 1.0  # c = 0: sigma overflowed to inf
     while filled < n:
         m = int((n - filled) / acc * 1.1) + 16
         if c <= 1.0:
@@ -58,7 +59,7 @@ def _truncnorm(n: int, sigma: float, bound: float, rng: np.random.Generator) -> 
             x = rng.normal(0.0, sigma, m)
             x = x[np.abs(x) <= bound]
         take = min(len(x), n - filled)
-        out[filled:filled + take] = x[:take]
+        out[filled : filled + take] = x[:take]
         filled += take
     return out
 
@@ -82,10 +83,13 @@ class JointSampler:
 
     def __init__(self, low: float, high: float, beta: float | None) -> None:
         low, high = float(low), float(high)
-        if not (math.isfinite(low) and math.isfinite(high) and 0.0 < low <= high) or \
-                (beta is not None and not math.isfinite(float(beta))):
-            raise ValueError(f"JointSampler needs finite 0 < low <= high and a finite beta (or None), "
-                             f"got low={low}, high={high}, beta={beta}")
+        if not (math.isfinite(low) and math.isfinite(high) and 0.0 < low <= high) or (
+            beta is not None and not math.isfinite(float(beta))
+        ):
+            raise ValueError(
+                f"JointSampler needs finite 0 < low <= high and a finite beta (or None), "
+                f"got low={low}, high={high}, beta={beta}"
+            )
         self.low, self.high = low, high
         self.beta = None if beta is None else float(beta)
         self.s_b = math.log(high / low)
@@ -100,8 +104,8 @@ class JointSampler:
             return rng.uniform(lo, hi, n), rng.uniform(lo, hi, n)
         r = sample_log_ratio(self.beta, self.s_b, n, rng)
         inv = np.exp(-r)
-        a = lo * np.maximum(1.0, inv)   # x1 >= low and x2 = x1 e^r >= low
-        b = hi * np.minimum(1.0, inv)   # x1 <= high and x2 <= high
+        a = lo * np.maximum(1.0, inv)  # x1 >= low and x2 = x1 e^r >= low
+        b = hi * np.minimum(1.0, inv)  # x1 <= high and x2 <= high
         # Uniform in the linear domain (Alg. 1 step 4, official code); clips only absorb rounding.
         x1 = np.clip(a + (b - a) * rng.random(n), lo, hi)
         x2 = np.clip(x1 * np.exp(r), lo, hi)
@@ -110,13 +114,14 @@ class JointSampler:
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Same law as sample_np, drawn from a torch Generator (one int64 draw seeds a numpy Generator).
         float64 tensors [n], so the bounds hold exactly."""
-        seed = int(torch.randint(0, 2 ** 63 - 1, (1,), generator=generator, dtype=torch.int64))
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, dtype=torch.int64))
         x1, x2 = self.sample_np(n, np.random.default_rng(seed))
         return torch.from_numpy(x1), torch.from_numpy(x2)
 
 
-def _boxes_for_areas(hs: np.ndarray, ws: np.ndarray, frac: np.ndarray, ratio: Sequence[float],
-                     fallback: str, rng: np.random.Generator) -> np.ndarray:
+def _boxes_for_areas(
+    hs: np.ndarray, ws: np.ndarray, frac: np.ndarray, ratio: Sequence[float], fallback: str, rng: np.random.Generator
+) -> np.ndarray:
     """(y, x, h, w) int32 [n, 4]: one crop per image with area fraction `frac`, kept fixed across tries.
     See sample_joint_crops for the retry and fallback rules."""
     n = len(frac)
@@ -125,7 +130,7 @@ def _boxes_for_areas(hs: np.ndarray, ws: np.ndarray, frac: np.ndarray, ratio: Se
     area = frac * hs * ws
     log_r0, log_r1 = math.log(ratio[0]), math.log(ratio[1])
     aspect = np.exp(rng.uniform(log_r0, log_r1, (n, CROP_TRIES)))
-    cw = np.rint(np.sqrt(area[:, None] * aspect)).astype(np.int64)   # rint = Python round (half to even)
+    cw = np.rint(np.sqrt(area[:, None] * aspect)).astype(np.int64)  # rint = Python round (half to even)
     ch = np.rint(np.sqrt(area[:, None] / aspect)).astype(np.int64)
     fits = (cw > 0) & (cw <= ws[:, None]) & (ch > 0) & (ch <= hs[:, None])
     ok = fits.any(axis=1)
@@ -144,7 +149,7 @@ def _boxes_for_areas(hs: np.ndarray, ws: np.ndarray, frac: np.ndarray, ratio: Se
         u = rng.random(n)
         log_ar = np.where(lo <= hi, lo + (hi - lo) * u, np.where(log_r1 < f_lo, f_lo, f_hi))
         ar = np.exp(log_ar)
-        fw = np.clip(np.rint(np.sqrt(area * ar)), 1, ws).astype(np.int64)   # clip: rounding, tiny images
+        fw = np.clip(np.rint(np.sqrt(area * ar)), 1, ws).astype(np.int64)  # clip: rounding, tiny images
         fh = np.clip(np.rint(np.sqrt(area / ar)), 1, hs).astype(np.int64)
         ch, cw = np.where(ok, ch, fh), np.where(ok, cw, fw)
     y = rng.integers(0, hs - ch + 1)  # whole-image fallback: H - h = 0, so y = x = 0
@@ -152,9 +157,14 @@ def _boxes_for_areas(hs: np.ndarray, ws: np.ndarray, frac: np.ndarray, ratio: Se
     return np.stack([y, x, ch, cw], axis=1).astype(np.int32)
 
 
-def sample_joint_crops(sizes: Sequence[tuple[int, int]], scale: Sequence[float], ratio: Sequence[float],
-                       beta: float | None, rng: np.random.Generator, fallback: str = "image"
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def sample_joint_crops(
+    sizes: Sequence[tuple[int, int]],
+    scale: Sequence[float],
+    ratio: Sequence[float],
+    beta: float | None,
+    rng: np.random.Generator,
+    fallback: str = "image",
+) -> tuple[np.ndarray, np.ndarray]:
     """JointCrop boxes for views 1 and 2: two int32 [n, 4] arrays of (y, x, h, w) in source pixels,
     for images of the given (height, width) sizes.
 
@@ -188,16 +198,26 @@ def sample_joint_crops(sizes: Sequence[tuple[int, int]], scale: Sequence[float],
     ws = np.array([s[1] for s in sizes], dtype=np.int64).reshape(-1)
     n = len(hs)
     if beta is None:
-        v1, v2 = (np.array([sample_crop(int(h), int(w), scale, ratio, rng) for h, w in zip(hs, ws)],
-                           dtype=np.int32).reshape(n, 4) for _ in range(2))
+        v1, v2 = (
+            np.array([sample_crop(int(h), int(w), scale, ratio, rng) for h, w in zip(hs, ws)], dtype=np.int32).reshape(
+                n, 4
+            )
+            for _ in range(2)
+        )
         return v1, v2
     s1, s2 = JointSampler(scale[0], scale[1], beta).sample_np(n, rng)
-    return (_boxes_for_areas(hs, ws, s1, ratio, fallback, rng),
-            _boxes_for_areas(hs, ws, s2, ratio, fallback, rng))
+    return (_boxes_for_areas(hs, ws, s1, ratio, fallback, rng), _boxes_for_areas(hs, ws, s2, ratio, fallback, rng))
 
 
-def joint_factor_pair(low: float, high: float, beta: float | None, on1: np.ndarray, on2: np.ndarray,
-                      rng: np.random.Generator, off: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def joint_factor_pair(
+    low: float,
+    high: float,
+    beta: float | None,
+    on1: np.ndarray,
+    on2: np.ndarray,
+    rng: np.random.Generator,
+    off: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Values of views 1 and 2 for a gated per-view op: float32 [n] each, n = len(on1).
 
     The pair comes from JointSampler(low, high, beta) for every sample. A view whose gate is off gets `off`
@@ -212,16 +232,22 @@ def joint_factor_pair(low: float, high: float, beta: float | None, on1: np.ndarr
     return (np.where(on1 > 0, x1, off).astype(np.float32), np.where(on2 > 0, x2, off).astype(np.float32))
 
 
-def joint_blur_sigmas(sigma: Sequence[float], beta: float | None, on1: np.ndarray, on2: np.ndarray,
-                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def joint_blur_sigmas(
+    sigma: Sequence[float], beta: float | None, on1: np.ndarray, on2: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """JointBlur (section 1.3): sigma_1, sigma_2 on [sigma[0], sigma[1]] (default 0.1, 2.0), with
     log(sigma_2/sigma_1) ~ JC(beta). A view whose blur gate is off gets sigma 0 (params.py: 0 = off)."""
     return joint_factor_pair(sigma[0], sigma[1], beta, on1, on2, rng, off=0.0)
 
 
-def joint_color_factors(strength: float, beta: float | None, on1: np.ndarray, on2: np.ndarray,
-                        rng: np.random.Generator, min_factor: float = MIN_COLOR_FACTOR
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def joint_color_factors(
+    strength: float,
+    beta: float | None,
+    on1: np.ndarray,
+    on2: np.ndarray,
+    rng: np.random.Generator,
+    min_factor: float = MIN_COLOR_FACTOR,
+) -> tuple[np.ndarray, np.ndarray]:
     """JointColor (section 1.4): a brightness or contrast factor for each view on
     [max(0, 1 - strength), 1 + strength], with log(f2/f1) ~ JC(beta). A view whose jitter gate is off gets
     1 (identity).

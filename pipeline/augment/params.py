@@ -8,6 +8,7 @@ Photometric ops are applied in the order brightness, contrast, saturation, hue (
 permutation `jitter_order` when the view asks for torchvision's random order), then grayscale, blur,
 solarize, and the strong-pool ops.
 """
+
 from __future__ import annotations
 
 import io
@@ -57,8 +58,7 @@ def _factor(strength: float, on: np.ndarray, rng: np.random.Generator) -> np.nda
     return np.where(on > 0, f, 1.0).astype(np.float32)
 
 
-def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec,
-                       rng: np.random.Generator) -> Params:
+def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec, rng: np.random.Generator) -> Params:
     """Parameters of ONE view for a batch of images of the given (h, w) sizes.
 
     Keys (B = len(sizes)): crop int32 [B,4] = (y, x, h, w) in source pixels; flip, jitter_on,
@@ -69,8 +69,7 @@ def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec,
     (strong_op, strong_on, strong_mag, counts).
     """
     n = len(sizes)
-    crop = np.array([sample_crop(h, w, spec.scale, spec.ratio, rng) for h, w in sizes],
-                    dtype=np.int32).reshape(n, 4)
+    crop = np.array([sample_crop(h, w, spec.scale, spec.ratio, rng) for h, w in sizes], dtype=np.int32).reshape(n, 4)
     b, c, s, h = spec.jitter
     jitter_on = _coin(spec.p_jitter, n, rng)
     hue = np.where(jitter_on > 0, rng.uniform(-h, h, n), 0.0).astype(np.float32)
@@ -94,6 +93,7 @@ def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec,
         p["solarize_on"] = _coin(spec.p_solarize, n, rng)
     if spec.strong_ops:
         from .strong import sample_strong
+
         p.update(sample_strong(n, spec.strong_ops, spec.strong_pool, spec.strong_p, spec.strong_law, rng))
     return p
 
@@ -110,8 +110,9 @@ def sample_views(encoded: Sequence[bytes], recipe: Recipe, rng: np.random.Genera
     return views
 
 
-def apply_joint(views: list[Params], sizes: Sequence[tuple[int, int]], recipe: Recipe,
-                rng: np.random.Generator) -> None:
+def apply_joint(
+    views: list[Params], sizes: Sequence[tuple[int, int]], recipe: Recipe, rng: np.random.Generator
+) -> None:
     """Redraw the first two views' joint parameters in place. The apply/skip gates stay the independent
     per-view draws (docs/methods/jointcrop.md §6): a joint sigma or factor only takes effect where its view's
     gate is on."""
@@ -121,8 +122,9 @@ def apply_joint(views: list[Params], sizes: Sequence[tuple[int, int]], recipe: R
     n = len(sizes)
     if j.crop_beta is not None:
         _check_same(s1, s2, ("scale", "ratio"), "JointCrop")
-        a["crop"], b["crop"] = (c.astype(np.int32) for c in
-                                sample_joint_crops(sizes, s1.scale, s1.ratio, j.crop_beta, rng))
+        a["crop"], b["crop"] = (
+            c.astype(np.int32) for c in sample_joint_crops(sizes, s1.scale, s1.ratio, j.crop_beta, rng)
+        )
     if j.blur_beta is not None:
         _check_same(s1, s2, ("blur_sigma",), "JointBlur")
         x1, x2 = JointSampler(s1.blur_sigma[0], s1.blur_sigma[1], j.blur_beta).sample_np(n, rng)
@@ -141,8 +143,9 @@ def apply_joint(views: list[Params], sizes: Sequence[tuple[int, int]], recipe: R
 def _check_same(s1: ViewSpec, s2: ViewSpec, names: Sequence[str], what: str) -> None:
     for name in names:
         if getattr(s1, name) != getattr(s2, name):
-            raise ValueError(f"{what} needs the first two views to share {name}: "
-                             f"{getattr(s1, name)} vs {getattr(s2, name)}")
+            raise ValueError(
+                f"{what} needs the first two views to share {name}: {getattr(s1, name)} vs {getattr(s2, name)}"
+            )
 
 
 def select(params: Params, idx: np.ndarray) -> Params:

@@ -8,6 +8,7 @@ right), their zlib stream (inflates without error to at least the bytes the imag
 bytes (0..4). A PNG failing it is not given to torchvision (torch_exec.decode_rgb tries PIL, which raises
 on such data, and the sample is dropped).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -42,22 +43,22 @@ def png_rows_readable(encoded: bytes) -> bool:
     data = memoryview(encoded)
     pos, ihdr, idat, in_idat = 8, None, [], False
     while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        ctype = bytes(data[pos + 4:pos + 8])
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        ctype = bytes(data[pos + 4 : pos + 8])
         end = pos + 12 + length
         if ctype == b"IDAT":
             if end > len(data):
                 return False
-            if zlib.crc32(data[pos + 4:end - 4]) != int.from_bytes(data[end - 4:end], "big"):
+            if zlib.crc32(data[pos + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
                 return False
-            idat.append(bytes(data[pos + 8:end - 4]))
+            idat.append(bytes(data[pos + 8 : end - 4]))
             in_idat = True
         elif in_idat:
             break  # the image data ends at the first chunk after the IDAT run
         elif ctype == b"IHDR":
             if length != 13 or end > len(data):
                 return False
-            ihdr = bytes(data[pos + 8:pos + 21])
+            ihdr = bytes(data[pos + 8 : pos + 21])
         pos = end
     if ihdr is None or not idat:
         return False
@@ -75,7 +76,7 @@ def png_rows_readable(encoded: bytes) -> bool:
         return False
     start = 0
     for h, row in layout:
-        if max(raw[start:start + h * row:row]) > 4:  # each row's filter byte: None, Sub, Up, Average, Paeth
+        if max(raw[start : start + h * row : row]) > 4:  # each row's filter byte: None, Sub, Up, Average, Paeth
             return False
         start += h * row
     return True

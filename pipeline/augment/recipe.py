@@ -14,6 +14,7 @@ or grouped, with per-view overrides inside a group:
       - {name: global, count: 2, size: 224, per_view: [{p_blur: 1.0}, {p_blur: 0.1, p_solarize: 0.2}]}
       - {name: local, count: 6, size: 96, scale: [0.05, 0.4]}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -22,7 +23,7 @@ from typing import Any, Mapping
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 JITTER_ORDERS = ("fixed", "random")
-HUE_MODES = ("hsv", "yiq")       # torchvision's exact HSV rotation | InvCLR's linear YIQ rotation
+HUE_MODES = ("hsv", "yiq")  # torchvision's exact HSV rotation | InvCLR's linear YIQ rotation
 COLOR_STAGES = ("executor", "model")
 STRONG_POOLS = ("clsa", "fixmatch")
 STRONG_LAWS = ("paper", "code", "fixed")
@@ -44,24 +45,24 @@ class ViewSpec:
 
     name: str = "view"
     size: int = 224
-    scale: tuple[float, float] = (0.2, 1.0)          # crop area, fraction of the image
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)      # crop aspect ratio w/h
+    scale: tuple[float, float] = (0.2, 1.0)  # crop area, fraction of the image
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)  # crop aspect ratio w/h
     p_flip: float = 0.5
     jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)  # brightness, contrast, saturation, hue
     p_jitter: float = 0.8
-    jitter_order: str = "fixed"                      # fixed | random (torchvision's ColorJitter permutes)
-    hue_mode: str = "hsv"                            # hsv | yiq (InvCLR's linear approximation)
+    jitter_order: str = "fixed"  # fixed | random (torchvision's ColorJitter permutes)
+    hue_mode: str = "hsv"  # hsv | yiq (InvCLR's linear approximation)
     p_gray: float = 0.2
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     p_blur: float = 0.5
     p_solarize: float = 0.0
-    solarize_threshold: float = 0.5                  # fraction of full scale; pixels >= it are inverted
-    strong_ops: int = 0                              # 0: no strong augmentation
-    strong_pool: str = "clsa"                        # clsa (paper: with Invert) | fixmatch (with Identity)
-    strong_p: float = 0.5                            # per-op apply probability (CLSA 0.5, CoCor 1)
-    strong_law: str = "paper"                        # magnitude law: paper | code | fixed (strong.py)
-    color_stage: str = "executor"                    # executor | model: leave jitter+gray to the method
-                                                     # (InvCLR differentiates the image w.r.t. them)
+    solarize_threshold: float = 0.5  # fraction of full scale; pixels >= it are inverted
+    strong_ops: int = 0  # 0: no strong augmentation
+    strong_pool: str = "clsa"  # clsa (paper: with Invert) | fixmatch (with Identity)
+    strong_p: float = 0.5  # per-op apply probability (CLSA 0.5, CoCor 1)
+    strong_law: str = "paper"  # magnitude law: paper | code | fixed (strong.py)
+    color_stage: str = "executor"  # executor | model: leave jitter+gray to the method
+    # (InvCLR differentiates the image w.r.t. them)
 
     def __post_init__(self) -> None:
         # Configs arrive as lists (YAML / Hydra ListConfig); store tuples so specs compare and hash.
@@ -76,17 +77,25 @@ class ViewSpec:
         _check(len(self.ratio) == 2 and 0 < self.ratio[0] <= self.ratio[1], f"bad ratio {self.ratio}")
         _check(len(self.jitter) == 4 and min(self.jitter) >= 0, f"bad jitter {self.jitter}")
         _check(self.jitter[3] <= 0.5, f"hue jitter must be <= 0.5 turn, got {self.jitter[3]}")
-        _check(len(self.blur_sigma) == 2 and 0 < self.blur_sigma[0] <= self.blur_sigma[1],
-               f"bad blur_sigma {self.blur_sigma}")
+        _check(
+            len(self.blur_sigma) == 2 and 0 < self.blur_sigma[0] <= self.blur_sigma[1],
+            f"bad blur_sigma {self.blur_sigma}",
+        )
         for name in ("p_flip", "p_jitter", "p_gray", "p_blur", "p_solarize", "strong_p", "solarize_threshold"):
             _check(0.0 <= getattr(self, name) <= 1.0, f"view {self.name}: {name} must be in [0, 1]")
         _check(self.strong_ops >= 0, "strong_ops must be >= 0")
-        for name, allowed in (("jitter_order", JITTER_ORDERS), ("hue_mode", HUE_MODES),
-                              ("color_stage", COLOR_STAGES), ("strong_pool", STRONG_POOLS),
-                              ("strong_law", STRONG_LAWS)):
+        for name, allowed in (
+            ("jitter_order", JITTER_ORDERS),
+            ("hue_mode", HUE_MODES),
+            ("color_stage", COLOR_STAGES),
+            ("strong_pool", STRONG_POOLS),
+            ("strong_law", STRONG_LAWS),
+        ):
             _check(getattr(self, name) in allowed, f"view {self.name}: {name} must be one of {allowed}")
-        _check(self.hue_mode == "hsv" or self.color_stage == "model",
-               "hue_mode=yiq exists only in the differentiable colour stage (color_stage=model)")
+        _check(
+            self.hue_mode == "hsv" or self.color_stage == "model",
+            "hue_mode=yiq exists only in the differentiable colour stage (color_stage=model)",
+        )
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,7 @@ class JointSpec:
     crop_beta: float | None = None
     blur_beta: float | None = None
     color_beta: float | None = None
-    color_factor: str = "brightness"   # brightness | contrast
+    color_factor: str = "brightness"  # brightness | contrast
 
     def __post_init__(self) -> None:
         _check(self.color_factor in ("brightness", "contrast"), "joint color factor must be brightness or contrast")
@@ -160,8 +169,12 @@ def _joint(d: Mapping[str, Any] | None) -> JointSpec:
         b = (d.get(key) or {}).get("beta")
         return None if b is None else float(b)
 
-    return JointSpec(crop_beta=beta("crop"), blur_beta=beta("blur"), color_beta=beta("color"),
-                     color_factor=(d.get("color") or {}).get("factor", "brightness"))
+    return JointSpec(
+        crop_beta=beta("crop"),
+        blur_beta=beta("blur"),
+        color_beta=beta("color"),
+        color_factor=(d.get("color") or {}).get("factor", "brightness"),
+    )
 
 
 # keys of conf/augment/*.yaml that choose how views are computed, not their law
@@ -177,8 +190,11 @@ def recipe_from_dict(d: Mapping[str, Any]) -> Recipe:
     """Build a recipe from a plain config mapping (flat or grouped form, see the module docstring);
     unknown keys are an error (catches typos)."""
     d = dict(d)
-    top = {"mean": d.pop("mean", IMAGENET_MEAN), "std": d.pop("std", IMAGENET_STD),
-           "joint": _joint(d.pop("joint", None))}
+    top = {
+        "mean": d.pop("mean", IMAGENET_MEAN),
+        "std": d.pop("std", IMAGENET_STD),
+        "joint": _joint(d.pop("joint", None)),
+    }
     if "views" not in d:  # flat form
         n_views = int(d.pop("n_views", 2))
         spec = ViewSpec(**_view_kwargs(d, "augment"))
@@ -190,10 +206,13 @@ def recipe_from_dict(d: Mapping[str, Any]) -> Recipe:
         g = dict(g)
         count, per_view = int(g.pop("count", 1)), list(g.pop("per_view", None) or [])
         _check(count > 0, f"augment.views[{i}].count must be positive")
-        _check(not per_view or len(per_view) == count,
-               f"augment.views[{i}].per_view has {len(per_view)} entries for count {count}")
+        _check(
+            not per_view or len(per_view) == count,
+            f"augment.views[{i}].per_view has {len(per_view)} entries for count {count}",
+        )
         spec = ViewSpec(**{**base, **_view_kwargs(g, f"augment.views[{i}]")})
         for j in range(count):
-            specs.append(replace(spec, **_view_kwargs(per_view[j], f"augment.views[{i}].per_view[{j}]"))
-                         if per_view else spec)
+            specs.append(
+                replace(spec, **_view_kwargs(per_view[j], f"augment.views[{i}].per_view[{j}]")) if per_view else spec
+            )
     return Recipe(views=tuple(specs), **top)

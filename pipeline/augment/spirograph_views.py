@@ -4,6 +4,7 @@ nuisance parameters alpha = (h, f_g, f_b, b_r, b_g, b_b) for every view (docs/me
 The sampler is `sample_nuisance`, the apply is the differentiable torch renderer; alpha travels with
 each view as its parameters, which is what InvCLR's gradient penalty differentiates.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ def factors(json_rows: Sequence[bytes | str]) -> dict[str, torch.Tensor]:
     return {t: torch.tensor([r[t] for r in rows], dtype=torch.float32) for t in TARGETS}
 
 
-def render_views(x: dict[str, torch.Tensor], recipe: SpirographRecipe,
-                 generator: torch.Generator) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+def render_views(
+    x: dict[str, torch.Tensor], recipe: SpirographRecipe, generator: torch.Generator
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
     """n_views renders of the same factors, each with its own nuisance draw: (images, params) per view."""
     n = next(iter(x.values())).shape[0]
     images, params = [], []
@@ -42,4 +44,3 @@ def render_views(x: dict[str, torch.Tensor], recipe: SpirographRecipe,
 
 def generator_from(rng: np.random.Generator) -> torch.Generator:
     return torch.Generator().manual_seed(int(rng.integers(2**62)))
-

@@ -65,6 +65,7 @@ Magnitude laws
            random sign as above.
   On/off ops (Identity, AutoContrast, Invert, Equalize) get magnitude 0 under every law.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,9 +76,21 @@ import torch
 import torch.nn.functional as tnf
 
 OPS: tuple[str, ...] = (
-    "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate",
-    "AutoContrast", "Invert", "Equalize", "Solarize", "Posterize",
-    "Contrast", "Color", "Brightness", "Sharpness",
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "AutoContrast",
+    "Invert",
+    "Equalize",
+    "Solarize",
+    "Posterize",
+    "Contrast",
+    "Color",
+    "Brightness",
+    "Sharpness",
 )
 OP_ID: dict[str, int] = {name: i for i, name in enumerate(OPS)}
 AFFINE_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")  # ids 1..5, contiguous
@@ -86,10 +99,38 @@ ENHANCE_OPS = ("Contrast", "Color", "Brightness", "Sharpness")
 NO_MAG_OPS = ("Identity", "AutoContrast", "Invert", "Equalize")
 
 POOLS: dict[str, tuple[str, ...]] = {
-    "clsa": ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "AutoContrast", "Invert",
-             "Equalize", "Solarize", "Posterize", "Contrast", "Color", "Brightness", "Sharpness"),
-    "fixmatch": ("AutoContrast", "Brightness", "Color", "Contrast", "Rotate", "Equalize", "Identity",
-                 "Posterize", "Sharpness", "ShearX", "ShearY", "Solarize", "TranslateX", "TranslateY"),
+    "clsa": (
+        "ShearX",
+        "ShearY",
+        "TranslateX",
+        "TranslateY",
+        "Rotate",
+        "AutoContrast",
+        "Invert",
+        "Equalize",
+        "Solarize",
+        "Posterize",
+        "Contrast",
+        "Color",
+        "Brightness",
+        "Sharpness",
+    ),
+    "fixmatch": (
+        "AutoContrast",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Rotate",
+        "Equalize",
+        "Identity",
+        "Posterize",
+        "Sharpness",
+        "ShearX",
+        "ShearY",
+        "Solarize",
+        "TranslateX",
+        "TranslateY",
+    ),
 }
 LAWS = ("paper", "code", "fixed")
 
@@ -99,7 +140,8 @@ GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # PIL's "L" conversion
 # Table 1 ranges for the "paper" law (continuous ops; Posterize is handled apart).
 PAPER_RANGES: dict[str, tuple[float, float]] = {
     **{n: (-0.3, 0.3) for n in ("ShearX", "ShearY", "TranslateX", "TranslateY")},
-    "Rotate": (-30.0, 30.0), "Solarize": (0.0, 256.0),
+    "Rotate": (-30.0, 30.0),
+    "Solarize": (0.0, 256.0),
     **{n: (0.05, 0.95) for n in ENHANCE_OPS},
 }
 POSTERIZE_BITS = (4, 8)  # inclusive
@@ -133,8 +175,9 @@ def resolve_pool(pool: str | Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def sample_strong(n: int, n_ops: int, pool: str | Sequence[str], p_apply: float, law: str,
-                  rng: np.random.Generator) -> dict[str, np.ndarray]:
+def sample_strong(
+    n: int, n_ops: int, pool: str | Sequence[str], p_apply: float, law: str, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     """Strong-aug parameters for n samples, n_ops slots each.
 
     Ops are drawn uniformly with replacement from `pool` (a POOLS key or a list of OPS names);
@@ -153,9 +196,9 @@ def sample_strong(n: int, n_ops: int, pool: str | Sequence[str], p_apply: float,
     shape = (int(n), int(n_ops))
     pos = rng.integers(0, len(names), size=shape)
     on = rng.random(shape) < p_apply
-    u = rng.random(shape)                                 # "paper": uniform position in the range
-    level = rng.integers(1, 10, size=shape)               # "code": v in {1..9}
-    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)   # "code" / "fixed": sign of signed ops
+    u = rng.random(shape)  # "paper": uniform position in the range
+    level = rng.integers(1, 10, size=shape)  # "code": v in {1..9}
+    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)  # "code" / "fixed": sign of signed ops
     ids = np.asarray([OP_ID[n_] for n_ in names])[pos]
 
     mag = np.zeros(shape, dtype=np.float64)
@@ -180,8 +223,12 @@ def sample_strong(n: int, n_ops: int, pool: str | Sequence[str], p_apply: float,
     counts = np.zeros((shape[0], len(names)), dtype=np.float32)
     rows = np.repeat(np.arange(shape[0]), shape[1])
     np.add.at(counts, (rows, pos.ravel()), on.ravel().astype(np.float32))
-    return {"strong_op": ids.astype(np.int32), "strong_on": on.astype(np.uint8),
-            "strong_mag": mag.astype(np.float32), "counts": counts}
+    return {
+        "strong_op": ids.astype(np.int32),
+        "strong_on": on.astype(np.uint8),
+        "strong_mag": mag.astype(np.float32),
+        "counts": counts,
+    }
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -334,8 +381,12 @@ def torch_op(name: str, img: torch.Tensor, mag: float = 0.0) -> torch.Tensor:
     raise ValueError(f"unknown op {name!r}")
 
 
-def apply_strong_torch(img: torch.Tensor, ops: Sequence[int] | np.ndarray, on: Sequence[int] | np.ndarray,
-                       mags: Sequence[float] | np.ndarray) -> torch.Tensor:
+def apply_strong_torch(
+    img: torch.Tensor,
+    ops: Sequence[int] | np.ndarray,
+    on: Sequence[int] | np.ndarray,
+    mags: Sequence[float] | np.ndarray,
+) -> torch.Tensor:
     """One sample: float [3, H, W] in [0, 1] -> same, applying the gated slots in order.
     `ops`, `on`, `mags` are this sample's rows of strong_op, strong_on, strong_mag."""
     for op, active, mag in zip(np.asarray(ops).tolist(), np.asarray(on).tolist(), np.asarray(mags).tolist()):

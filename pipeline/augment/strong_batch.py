@@ -6,6 +6,7 @@ device x lives. `apply_strong_batch` applies the recorded slots of strong_op / s
 slot, for each op present among the samples whose slot is on, the batched op on that subset, scattered back.
 The grouping is computed on the host from the numpy parameters, so a CUDA batch does not synchronise on it.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -42,7 +43,7 @@ def equalize(x: Tensor) -> Tensor:
     offsets = torch.arange(planes, device=x.device).unsqueeze(1) * 256
     hist = torch.bincount((flat + offsets).flatten(), minlength=planes * 256).view(planes, 256)
     levels = torch.arange(256, device=x.device)
-    top = torch.where(hist > 0, levels, -1).amax(1, keepdim=True)       # the largest level present
+    top = torch.where(hist > 0, levels, -1).amax(1, keepdim=True)  # the largest level present
     step = (hist.sum(1, keepdim=True) - hist.gather(1, top)) // 255
     before = torch.cumsum(hist, 1) - hist
     lut = torch.where(step > 0, ((step // 2 + before) // step.clamp(min=1)).clamp(max=255), levels)
@@ -98,8 +99,9 @@ def batch_op(name: str, x: Tensor, mags: Tensor | np.ndarray | Sequence[float]) 
     raise ValueError(f"unknown op {name!r}")
 
 
-def apply_strong_batch(x: Tensor, ops: Tensor | np.ndarray, on: Tensor | np.ndarray,
-                       mags: Tensor | np.ndarray) -> Tensor:
+def apply_strong_batch(
+    x: Tensor, ops: Tensor | np.ndarray, on: Tensor | np.ndarray, mags: Tensor | np.ndarray
+) -> Tensor:
     """strong.apply_strong_torch for every sample of x [N, 3, H, W]; ops / on / mags: [N, n_slots] (the
     strong_op / strong_on / strong_mag rows of these samples, numpy preferred: no device sync)."""
     ops, on = host_array(ops).astype(np.int64), host_array(on).astype(bool)

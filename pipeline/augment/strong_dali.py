@@ -39,6 +39,7 @@ CPU backend only (that is what runs and is tested here). A GPU version would nee
 the GPU for the arithmetic (`mag.gpu()`, as dali_exec does) and equalize="native", since a
 python_function cannot bring GPU data back to the CPU; a GPU image is rejected for now.
 """
+
 from __future__ import annotations
 
 import math
@@ -120,8 +121,7 @@ def _affine(img, op, mag):
     t0 = cx - (a00 * cx + a01 * cy) + tx
     t1 = cy - (a10 * cx + a11 * cy) + ty
     mtx = fn.reshape(fn.stack(a00, a01, t0, a10, a11, t1), shape=[2, 3])
-    return fn.warp_affine(img, matrix=mtx, fill_value=float(FILL), interp_type=types.INTERP_LINEAR,
-                          inverse_map=True)
+    return fn.warp_affine(img, matrix=mtx, fill_value=float(FILL), interp_type=types.INTERP_LINEAR, inverse_map=True)
 
 
 def _autocontrast(img):
@@ -144,9 +144,17 @@ def _posterize(img, bits):
 
 def _sharpness(img, factor):
     centre = img[1:-1, 1:-1]
-    smooth = (img[:-2, :-2] + img[:-2, 1:-1] + img[:-2, 2:]
-              + img[1:-1, :-2] + centre * 5.0 + img[1:-1, 2:]
-              + img[2:, :-2] + img[2:, 1:-1] + img[2:, 2:]) * (1.0 / 13.0)
+    smooth = (
+        img[:-2, :-2]
+        + img[:-2, 1:-1]
+        + img[:-2, 2:]
+        + img[1:-1, :-2]
+        + centre * 5.0
+        + img[1:-1, 2:]
+        + img[2:, :-2]
+        + img[2:, 1:-1]
+        + img[2:, 2:]
+    ) * (1.0 / 13.0)
     inner = _blend(smooth, centre, factor)
     rows = fn.cat(img[1:-1, 0:1], inner, img[1:-1, -1:], axis=1)
     return fn.cat(img[0:1], rows, img[-1:], axis=0)

@@ -7,6 +7,7 @@ their factors; equal to torchvision's adjust_* ops).
 Views whose spec says color_stage=model come out un-normalised in [0, 1] without jitter and grayscale:
 the method applies colour.colour_distort itself (InvCLR differentiates through it).
 """
+
 from __future__ import annotations
 
 import io
@@ -29,8 +30,9 @@ from .recipe import IMAGENET_MEAN, IMAGENET_STD, Recipe, ViewSpec
 log = logging.getLogger(__name__)
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec (not a dependency here); the
 # warning would fire on every decode.
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
-                        category=DeprecationWarning)
+warnings.filterwarnings(
+    "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
+)
 
 
 def decode_rgb(encoded: bytes) -> torch.Tensor:
@@ -65,7 +67,7 @@ def _normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> 
 def crop_resize(img: torch.Tensor, crop: Sequence[int], size: int) -> torch.Tensor:
     """uint8 [3,H,W] -> float [3,size,size] in [0, 1]: the (y, x, h, w) box, bilinear with antialias."""
     y, x, h, w = (int(v) for v in crop)
-    out = img[:, y:y + h, x:x + w].float() / 255.0
+    out = img[:, y : y + h, x : x + w].float() / 255.0
     return F.resize(out, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=True)
 
 
@@ -84,15 +86,22 @@ def blur_per_sample(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor
 def strong_per_sample(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
     """The strong-pool slots, one sample at a time (strong.apply_strong_torch)."""
     from .strong import apply_strong_torch
-    return torch.stack([apply_strong_torch(x[i], p["strong_op"][i], p["strong_on"][i], p["strong_mag"][i])
-                        for i in range(x.shape[0])])
+
+    return torch.stack(
+        [apply_strong_torch(x[i], p["strong_op"][i], p["strong_on"][i], p["strong_mag"][i]) for i in range(x.shape[0])]
+    )
 
 
 Stage = Callable[[torch.Tensor, dict], torch.Tensor]
 
 
-def photometric(x: torch.Tensor, p: dict[str, torch.Tensor], spec: ViewSpec,
-                blur: Stage = blur_per_sample, strong: Stage = strong_per_sample) -> torch.Tensor:
+def photometric(
+    x: torch.Tensor,
+    p: dict[str, torch.Tensor],
+    spec: ViewSpec,
+    blur: Stage = blur_per_sample,
+    strong: Stage = strong_per_sample,
+) -> torch.Tensor:
     """Everything after crop+resize on a batch [B,3,S,S] in [0, 1], un-normalised: flip, colour (unless the
     view leaves it to the method), blur, solarize, strong ops. `p` holds this batch's rows as tensors on x's
     device. `blur` and `strong` apply those two stages (the gpu executor passes batched ones)."""
@@ -112,8 +121,9 @@ def finish(x: torch.Tensor, spec: ViewSpec, recipe: Recipe, normalize: bool = Tr
     return _normalize(x, recipe.mean, recipe.std) if normalize and spec.color_stage == "executor" else x
 
 
-def apply_views(images: Sequence[torch.Tensor], p: Params, spec: ViewSpec, recipe: Recipe,
-                normalize: bool = True) -> torch.Tensor:
+def apply_views(
+    images: Sequence[torch.Tensor], p: Params, spec: ViewSpec, recipe: Recipe, normalize: bool = True
+) -> torch.Tensor:
     """One view for a batch of decoded uint8 images whose params rows are `p` (numpy, aligned with images)."""
     if not images:
         return _empty(spec.size)
@@ -151,15 +161,13 @@ class TorchExecutor:
         n_bad = n_in - len(kept)
         if n_bad:
             self.skipped += n_bad
-            log.warning("%s: dropped %d undecodable sample(s) of %d (total %d)",
-                        self.label, n_bad, n_in, self.skipped)
+            log.warning("%s: dropped %d undecodable sample(s) of %d (total %d)", self.label, n_bad, n_in, self.skipped)
 
     def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
         candidates = np.flatnonzero(valid_samples(encoded, params))
         images, kept = _decode_kept(encoded, candidates)
         self._drop_report(len(encoded), kept)
-        views = [apply_views(images, select(p, kept), spec, self.recipe)
-                 for p, spec in zip(params, self.recipe.views)]
+        views = [apply_views(images, select(p, kept), spec, self.recipe) for p, spec in zip(params, self.recipe.views)]
         return views, kept
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]:
@@ -169,9 +177,12 @@ class TorchExecutor:
         return out, kept
 
 
-def eval_transform(encoded: Sequence[bytes], size: int,
-                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                   ) -> tuple[torch.Tensor, np.ndarray]:
+def eval_transform(
+    encoded: Sequence[bytes],
+    size: int,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+) -> tuple[torch.Tensor, np.ndarray]:
     """Eval view for kNN / linear probe features: float32 [B', 3, size, size] plus the indices
     of the samples that decoded (B' of them)."""
     images, kept = _decode_kept(encoded, eval_candidates(encoded))
@@ -183,13 +194,18 @@ def eval_candidates(encoded: Sequence[bytes]) -> np.ndarray:
     return np.array([i for i, e in enumerate(encoded) if try_image_size(e)], dtype=np.int64)
 
 
-def eval_images(images: Sequence[torch.Tensor], size: int, mean: Sequence[float] = IMAGENET_MEAN,
-                std: Sequence[float] = IMAGENET_STD, device: torch.device | str = "cpu") -> torch.Tensor:
+def eval_images(
+    images: Sequence[torch.Tensor],
+    size: int,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """Decoded uint8 [3, H, W] images (on any device) -> the normalised eval view [B, 3, size, size]; `device`
     only places the empty result of an empty batch."""
     rows = []
     for img in images:
         rh, rw, top, left = eval_geometry(img.shape[1], img.shape[2], size)
         x = F.resize(img.float() / 255.0, [rh, rw], interpolation=InterpolationMode.BILINEAR, antialias=True)
-        rows.append(_normalize(x[:, top:top + size, left:left + size], mean, std))
+        rows.append(_normalize(x[:, top : top + size, left : left + size], mean, std))
     return torch.stack(rows) if rows else _empty(size, device)

@@ -4,6 +4,7 @@
 the old name `two_view` is gone) or
 `spirograph` (re-rendering the sample's factors with fresh nuisance parameters).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -28,11 +29,24 @@ def eval_settings(aug: Mapping[str, Any]) -> tuple[int, list[float], list[float]
 
 
 class ImageViewMaker:
-    def __init__(self, aug: Mapping[str, Any], batch_size: int, num_threads: int, seed: int,
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        aug: Mapping[str, Any],
+        batch_size: int,
+        num_threads: int,
+        seed: int,
+        device: torch.device | str | None = None,
+    ):
         self.recipe = image_recipe(aug)
-        self.executor = make_executor(aug["executor"], self.recipe, batch_size, device=aug["device"],
-                                      num_threads=num_threads, seed=seed, torch_device=device)
+        self.executor = make_executor(
+            aug["executor"],
+            self.recipe,
+            batch_size,
+            device=aug["device"],
+            num_threads=num_threads,
+            seed=seed,
+            torch_device=device,
+        )
 
     @property
     def skipped(self) -> int:
@@ -48,8 +62,9 @@ class ImageViewMaker:
 
 def class_labels(column) -> np.ndarray:
     """A shard's `cls` column as int64: raw bytes (b"3") when Ray reads with decoder=None, ints otherwise."""
-    return np.array([int(v.decode() if isinstance(v, (bytes, bytearray, np.bytes_)) else v) for v in column],
-                    dtype=np.int64)
+    return np.array(
+        [int(v.decode() if isinstance(v, (bytes, bytearray, np.bytes_)) else v) for v in column], dtype=np.int64
+    )
 
 
 class SpirographViewMaker:
@@ -65,8 +80,13 @@ class SpirographViewMaker:
         return Views(images=images, params=[{**x, **p} for p in params], kept=np.arange(images[0].shape[0]))
 
 
-def build_view_maker(aug: Mapping[str, Any], batch_size: int, num_threads: int = 1, seed: int = 0,
-                     device: torch.device | str | None = None):
+def build_view_maker(
+    aug: Mapping[str, Any],
+    batch_size: int,
+    num_threads: int = 1,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+):
     """`device`: the training worker's torch device; the gpu executor (and executor=auto's choice of it) makes
     the views there. None: CUDA when available, else the CPU."""
     kind = aug.get("kind", "views")

@@ -1,4 +1,5 @@
 """The view stage: encoded bytes -> Views (images per view + the parameters that made them)."""
+
 from __future__ import annotations
 
 import logging
@@ -47,6 +48,7 @@ def cuda_usable_by_dali() -> bool:
     if not (dali_available() and torch.cuda.is_available()):
         return False
     from .dali_exec import _cuda_usable
+
     return _cuda_usable()
 
 
@@ -65,8 +67,10 @@ def _gpu_device(device: str, torch_device: torch.device | str | None) -> torch.d
     else:
         where = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "gpu" and where.type != "cuda":
-        raise ValueError(f"augment.device=gpu but the gpu executor would run on {where}: CUDA is not available "
-                         "or the worker's device is not a GPU")
+        raise ValueError(
+            f"augment.device=gpu but the gpu executor would run on {where}: CUDA is not available "
+            "or the worker's device is not a GPU"
+        )
     return where
 
 
@@ -75,16 +79,26 @@ def auto_kind(recipe: Recipe, device: str = "auto", torch_device: torch.device |
     present, and the worker's device, when given, is CUDA): DALI's mixed GPU pipeline when DALI can use CUDA
     and the recipe has no strong-pool views (those run on DALI's CPU backend only), else the batched gpu
     executor. Otherwise DALI on the CPU when importable, else the torch reference executor."""
-    on_gpu = (device != "cpu" and torch.cuda.is_available()
-              and (torch_device is None or torch.device(torch_device).type == "cuda"))
+    on_gpu = (
+        device != "cpu"
+        and torch.cuda.is_available()
+        and (torch_device is None or torch.device(torch_device).type == "cuda")
+    )
     if on_gpu:
         strong = any(v.strong_ops for v in recipe.views)
         return "dali" if not strong and cuda_usable_by_dali() else "gpu"
     return "dali" if dali_available() else "torch"
 
 
-def make_executor(kind: str, recipe: Recipe, batch_size: int, device: str = "auto",
-                  num_threads: int = 1, seed: int = 0, torch_device: torch.device | str | None = None) -> Executor:
+def make_executor(
+    kind: str,
+    recipe: Recipe,
+    batch_size: int,
+    device: str = "auto",
+    num_threads: int = 1,
+    seed: int = 0,
+    torch_device: torch.device | str | None = None,
+) -> Executor:
     """kind: "dali" | "torch" | "gpu" | "auto" (see auto_kind). `device` is augment.device (auto | cpu | gpu:
     DALI's backend); `torch_device` is where the gpu executor runs and puts its views (None: CUDA when
     available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says)."""
@@ -95,13 +109,16 @@ def make_executor(kind: str, recipe: Recipe, batch_size: int, device: str = "aut
         log.info("view executor: %s (auto)", kind)
     if kind == "torch":
         from .torch_exec import TorchExecutor
+
         return TorchExecutor(recipe)
     if kind == "gpu":
         from .gpu_exec import GpuExecutor
+
         executor = GpuExecutor(recipe, _gpu_device(device, torch_device))
         log.info("view executor: gpu (batched torch) on %s", executor.device)
         return executor
     from .dali_exec import DaliExecutor
+
     executor = DaliExecutor(recipe, batch_size, device=device, num_threads=num_threads, seed=seed)
     log.info("view executor: DALI on %s", executor.device)
     return executor
@@ -111,8 +128,7 @@ def params_to_tensors(params: Params, device: torch.device | str = "cpu") -> dic
     return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in params.items()}
 
 
-def make_views(encoded: Sequence[bytes], recipe: Recipe, executor: Executor,
-               rng: np.random.Generator) -> Views:
+def make_views(encoded: Sequence[bytes], recipe: Recipe, executor: Executor, rng: np.random.Generator) -> Views:
     """Sample every view's parameters, apply them, and keep params only for samples that made it."""
     params = sample_views(encoded, recipe, rng)
     images, kept = executor(encoded, params)

@@ -1,5 +1,6 @@
 """Shard formats shared by the writer, the readers and the config schema (no heavy imports): image member
 extensions, and what to do with a bad shard."""
+
 from __future__ import annotations
 
 # Member extensions that hold an image, in the order a reader looks for one among a sample's members. The

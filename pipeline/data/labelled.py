@@ -6,6 +6,7 @@ and class-balanced: each class keeps round(fraction · its count) samples (at le
 (Spirograph's factors) keeps a seeded uniform draw. Two passes over the shards: labels first, then the images
 of the chosen samples only, so memory holds just the subset.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -32,8 +33,9 @@ def choose(labels: np.ndarray | None, n: int, fraction: float, seed: int, min_co
     return np.sort(np.concatenate(picked))
 
 
-def labelled_subset(root: str, task: str, targets: list[str] | None, fraction: float, seed: int,
-                    min_count: int = 8) -> Split:
+def labelled_subset(
+    root: str, task: str, targets: list[str] | None, fraction: float, seed: int, min_count: int = 8
+) -> Split:
     return select(root, task, targets, fraction, seed, min_count)[0]
 
 
@@ -44,8 +46,15 @@ def sample_name(key: str) -> str:
     return rest if head.isdigit() and rest else key
 
 
-def select(root: str, task: str, targets: list[str] | None, fraction: float, seed: int, min_count: int = 1,
-           names: list[str] | None = None) -> tuple[Split, list[str]]:
+def select(
+    root: str,
+    task: str,
+    targets: list[str] | None,
+    fraction: float,
+    seed: int,
+    min_count: int = 1,
+    names: list[str] | None = None,
+) -> tuple[Split, list[str]]:
     """The subset and its samples' keys: a seeded draw of `fraction` (choose), or, with `names`, exactly the
     samples named there (file names as in ImageNet's 1percent.txt, extension optional, or shard keys).
     ValueError with one line for a name no sample has."""
@@ -65,13 +74,16 @@ def select(root: str, task: str, targets: list[str] | None, fraction: float, see
         wanted = [n if n in index else n.rsplit(".", 1)[0] for n in wanted]
         missing = [n for n in wanted if n not in index]
         if missing:
-            raise ValueError(f"{len(missing)} of the {len(wanted)} listed samples are not in {root} "
-                             f"(first: {missing[0]!r})")
+            raise ValueError(
+                f"{len(missing)} of the {len(wanted)} listed samples are not in {root} (first: {missing[0]!r})"
+            )
         exact = set(keys)
         ambiguous = [n for n in wanted if n in twice and n not in exact]
         if ambiguous:
-            raise ValueError(f"{ambiguous[0]!r} names more than one sample of {root}: list the shard keys "
-                             f"(as finetune/subset.txt does)")
+            raise ValueError(
+                f"{ambiguous[0]!r} names more than one sample of {root}: list the shard keys "
+                f"(as finetune/subset.txt does)"
+            )
         keep = {index[n] for n in wanted}
     encoded, chosen, chosen_keys = [], [], []
     for i, s in enumerate(iter_samples(uris)):

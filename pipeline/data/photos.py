@@ -11,6 +11,7 @@ uniformly between `SCALES` of the photograph's shorter side, placed uniformly, m
 no validation pixel was seen in training. Near-flat crops (std < 8/255, e.g. the black border of `retina`) are
 drawn again. Sample i of a split depends only on (seed, split, i), so an interrupted write resumes anywhere.
 """
+
 from __future__ import annotations
 
 import io
@@ -20,15 +21,29 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-VERSION = 1                      # bump when the sampling changes: manifests of older data are then refused
-SCALES = (0.1, 0.4)              # crop side, as a fraction of the photograph's shorter side
+VERSION = 1  # bump when the sampling changes: manifests of older data are then refused
+SCALES = (0.1, 0.4)  # crop side, as a fraction of the photograph's shorter side
 REGIONS = {"train": (0.0, 0.70), "val": (0.75, 1.0)}  # horizontal extent of each split's crops
-MIN_STD = 8.0                    # near-flat crops are drawn again (grey levels, 0-255)
-VAL_SEED_OFFSET = 10 ** 6
+MIN_STD = 8.0  # near-flat crops are drawn again (grey levels, 0-255)
+VAL_SEED_OFFSET = 10**6
 
 # class name -> skimage.data loader; colour photographs, then grey textures and scenes (as RGB)
-_LOADERS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "retina",
-            "motorcycle", "brick", "grass", "gravel", "camera", "coins", "moon")
+_LOADERS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "motorcycle",
+    "brick",
+    "grass",
+    "gravel",
+    "camera",
+    "coins",
+    "moon",
+)
 CLASS_NAMES = list(_LOADERS)
 
 
@@ -59,7 +74,7 @@ def crop(photo: np.ndarray, split: str, size: int, rng: np.random.Generator) -> 
         side = max(8, min(side, x1 - x0, h))
         x = int(rng.integers(x0, x1 - side + 1))
         y = int(rng.integers(0, h - side + 1))
-        patch = photo[y:y + side, x:x + side]
+        patch = photo[y : y + side, x : x + side]
         if patch.std() >= MIN_STD:
             break
     img = Image.fromarray(patch).resize((size, size), Image.Resampling.BICUBIC, reducing_gap=2.0)
@@ -83,8 +98,16 @@ def iter_photos(n: int, seed: int, split: str, size: int = 32, *, start: int = 0
         yield {"__key__": f"{i:08d}", "png": _png(crop(photos[label], split, size, rng)), "cls": label}
 
 
-def make_photo_splits(out_root, n_train: int = 5000, n_val: int = 1000, seed: int = 0, size: int = 32,
-                      maxcount: int = 1000, *, progress: bool = True) -> dict[str, dict]:
+def make_photo_splits(
+    out_root,
+    n_train: int = 5000,
+    n_val: int = 1000,
+    seed: int = 0,
+    size: int = 32,
+    maxcount: int = 1000,
+    *,
+    progress: bool = True,
+) -> dict[str, dict]:
     """Write out_root/train and out_root/val as shards with manifests (class names, and the `generate` settings
     that made each split, which pipeline.train.prepare checks against data.generate); returns the manifests."""
     from pathlib import Path
@@ -96,7 +119,12 @@ def make_photo_splits(out_root, n_train: int = 5000, n_val: int = 1000, seed: in
         made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}
         manifests[split] = write_split(
             lambda start, n=n, s=split_seed, sp=split: iter_photos(n, s, sp, size, start=start),
-            Path(out_root) / split, maxcount=maxcount, class_names=CLASS_NAMES,
+            Path(out_root) / split,
+            maxcount=maxcount,
+            class_names=CLASS_NAMES,
             source={"kind": "photos", "version": VERSION, "split": split, "n": n, "seed": split_seed, "size": size},
-            total=n, progress=progress, extra={"generate": made})
+            total=n,
+            progress=progress,
+            extra={"generate": made},
+        )
     return manifests

@@ -1,4 +1,5 @@
 """Reading shards: Ray Data for the training stream, a plain tar reader for the small eval splits."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,9 @@ def good_shards(root: str, on_bad_shard: str = DEFAULT_ON_BAD_SHARD) -> list[str
     return good
 
 
-def train_dataset(root: str, shuffle_files: bool = True, seed: int | None = None,
-                  on_bad_shard: str = DEFAULT_ON_BAD_SHARD):
+def train_dataset(
+    root: str, shuffle_files: bool = True, seed: int | None = None, on_bad_shard: str = DEFAULT_ON_BAD_SHARD
+):
     """Encoded samples as a Ray Dataset: `decoder=None` keeps bytes untouched for the augmentation stage.
     Shards that fail `check_shards` are never handed to Ray (see `good_shards`)."""
     import ray.data
@@ -84,9 +86,13 @@ class _ShortShard(tarfile.TarError):
     cut at a block boundary, for the end of the archive)."""
 
 
-def iter_samples(uris: list[str], on_bad_shard: str = DEFAULT_ON_BAD_SHARD,
-                 bad: list[tuple[str, str]] | None = None, sizes: list[int | None] | None = None,
-                 counts: list[int] | None = None) -> Iterator[dict]:
+def iter_samples(
+    uris: list[str],
+    on_bad_shard: str = DEFAULT_ON_BAD_SHARD,
+    bad: list[tuple[str, str]] | None = None,
+    sizes: list[int | None] | None = None,
+    counts: list[int] | None = None,
+) -> Iterator[dict]:
     """Samples of WebDataset tars in order: {"__key__": str, ext: bytes, ...} (members adjacent).
 
     A bad shard raises BadShardError naming it (`on_bad_shard="fail"`), or is skipped with a warning naming
@@ -154,8 +160,14 @@ def targets_of(sample: dict, task: str, targets: list[str] | None) -> np.ndarray
     return np.array([params[t] for t in targets], dtype=np.float32)
 
 
-def load_split(root: str, task: str, targets: list[str] | None = None, limit: int | None = None,
-               stride: bool = True, on_bad_shard: str = DEFAULT_ON_BAD_SHARD) -> Split:
+def load_split(
+    root: str,
+    task: str,
+    targets: list[str] | None = None,
+    limit: int | None = None,
+    stride: bool = True,
+    on_bad_shard: str = DEFAULT_ON_BAD_SHARD,
+) -> Split:
     """Read up to `limit` samples. With `stride`, take every k-th sample so a limited split still spans
     every shard (and so every class of an ordered ImageFolder). Bad shards: see `iter_samples`."""
     manifest, uris = read_manifest(root)
@@ -179,4 +191,3 @@ def make_split(encoded: list[bytes], ys: list, task: str, targets: list[str] | N
     names = list(targets or []) if task == "regression" else list(manifest.get("class_names") or [])
     y = np.asarray(ys, dtype=np.int64 if task == "classification" else np.float32)
     return Split(encoded, y, names)
-

@@ -249,8 +249,11 @@ def write_split(
     identity = {"source": source, "maxcount": maxcount}
 
     manifest = _load_json(out / MANIFEST)
-    if isinstance(manifest, dict) and manifest.get("complete") is True and \
-            {"source": manifest.get("source"), "maxcount": manifest.get("maxcount")} == identity:
+    if (
+        isinstance(manifest, dict)
+        and manifest.get("complete") is True
+        and {"source": manifest.get("source"), "maxcount": manifest.get("maxcount")} == identity
+    ):
         return manifest
 
     done, exts = ([], set())
@@ -425,8 +428,13 @@ def iter_spirograph(
 
 
 def make_imagefolder_split(
-    input_root: str | os.PathLike, out_root: str | os.PathLike, split: str = "train",
-    *, maxcount: int = 1000, progress: bool = True, seed: int | None = 0,
+    input_root: str | os.PathLike,
+    out_root: str | os.PathLike,
+    split: str = "train",
+    *,
+    maxcount: int = 1000,
+    progress: bool = True,
+    seed: int | None = 0,
 ) -> dict:
     """Shard `input_root/<split>` (or `input_root` itself if it has no such folder) into out_root/<split>.
 
@@ -454,8 +462,12 @@ def make_imagefolder_split(
 
 
 def make_cifar_split(
-    input_root: str | os.PathLike, out_root: str | os.PathLike, split: str = "train",
-    *, maxcount: int = 1000, progress: bool = True,
+    input_root: str | os.PathLike,
+    out_root: str | os.PathLike,
+    split: str = "train",
+    *,
+    maxcount: int = 1000,
+    progress: bool = True,
 ) -> dict:
     """Shard a CIFAR-10/100 python folder's train or test (alias val) split into out_root/<split>."""
     files, class_names, _ = cifar_split_files(input_root, split)
@@ -470,8 +482,14 @@ def make_cifar_split(
 
 
 def make_spirograph_splits(
-    out_root: str | os.PathLike, n_train: int = 5000, n_val: int = 1000, seed: int = 0,
-    size: int = 32, maxcount: int = 1000, *, progress: bool = True,
+    out_root: str | os.PathLike,
+    n_train: int = 5000,
+    n_val: int = 1000,
+    seed: int = 0,
+    size: int = 32,
+    maxcount: int = 1000,
+    *,
+    progress: bool = True,
 ) -> dict[str, dict]:
     """Write out_root/train (n_train, seed) and out_root/val (n_val, seed + 10**6); returns manifests.
 
@@ -485,8 +503,7 @@ def make_spirograph_splits(
             Path(out_root) / split,
             maxcount=maxcount,
             class_names=None,
-            source={"kind": "spirograph", "n": n, "seed": split_seed, "size": size,
-                    "chunk": SPIROGRAPH_CHUNK},
+            source={"kind": "spirograph", "n": n, "seed": split_seed, "size": size, "chunk": SPIROGRAPH_CHUNK},
             total=n,
             progress=progress,
             extra={"generate": made},
@@ -515,8 +532,12 @@ def spirograph_generate(manifest: dict, split: str) -> dict | None:
     if isinstance(manifest.get("generate"), dict):
         return manifest["generate"]
     offset = SPIROGRAPH_VAL_SEED_OFFSET if split == "val" else 0
-    return {f"n_{split}": src.get("n"), "seed": src.get("seed", 0) - offset, "size": src.get("size"),
-            "maxcount": manifest.get("maxcount")}
+    return {
+        f"n_{split}": src.get("n"),
+        "seed": src.get("seed", 0) - offset,
+        "size": src.get("size"),
+        "maxcount": manifest.get("maxcount"),
+    }
 
 
 # ---------------------------------------------------------------- reading
@@ -551,7 +572,8 @@ def read_manifest(path_or_uri: str | os.PathLike) -> tuple[dict, list[str]]:
         raise FileNotFoundError(f"shard folder not found: {location}")
     if filesystem.get_file_info(manifest_path).type != pafs.FileType.File:
         raise FileNotFoundError(
-            f"no {MANIFEST} in {location} (shards missing or still being written; see jobs/make_shards.py)")
+            f"no {MANIFEST} in {location} (shards missing or still being written; see jobs/make_shards.py)"
+        )
     with filesystem.open_input_stream(manifest_path) as stream:
         manifest = json.loads(stream.read())
     if manifest.get("complete") is not True:
@@ -562,7 +584,6 @@ def read_manifest(path_or_uri: str | os.PathLike) -> tuple[dict, list[str]]:
 
 
 # ---------------------------------------------------------------- shard integrity
-
 
 
 class BadShardError(ValueError):

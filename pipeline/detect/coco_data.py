@@ -1,5 +1,6 @@
 """A COCO-format detection split (annotations JSON + image folder) as torch samples, and COCO AP of detections
 by pycocotools' COCOeval (the evaluator COCO's own results are computed with)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,10 @@ class CocoSplit(torch.utils.data.Dataset):
         x = torch.from_numpy(np.asarray(Image.open(self.root / im["file_name"]).convert("RGB")).copy())
         x = x.permute(2, 0, 1).float() / 255.0
         anns = self.by_image[im["id"]]
-        boxes = torch.tensor([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
-                              for a in anns], dtype=torch.float32).reshape(-1, 4)
+        boxes = torch.tensor(
+            [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns],
+            dtype=torch.float32,
+        ).reshape(-1, 4)
         labels = torch.tensor([self.label_of[a["category_id"]] for a in anns], dtype=torch.int64)
         if self.flip and self.rng.random() < 0.5:
             x = x.flip(-1)
@@ -52,8 +55,9 @@ def coco_results(image_id: int, boxes: torch.Tensor, labels: torch.Tensor, score
     """One image's detections (x0, y0, x1, y1) in COCO's results format (bbox as x, y, w, h)."""
     out = []
     for (x0, y0, x1, y1), c, s in zip(boxes.tolist(), labels.tolist(), scores.tolist()):
-        out.append({"image_id": int(image_id), "category_id": int(c), "bbox": [x0, y0, x1 - x0, y1 - y0],
-                    "score": float(s)})
+        out.append(
+            {"image_id": int(image_id), "category_id": int(c), "bbox": [x0, y0, x1 - x0, y1 - y0], "score": float(s)}
+        )
     return out
 
 

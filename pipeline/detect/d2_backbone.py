@@ -11,6 +11,7 @@ checkpoint from pipeline.detect.convert loads with every weight in place:
 C4 models take res5 from detectron2's Res5ROIHeads, which builds it from bottleneck blocks: C4 needs
 ResNet-50; ResNet-18/34 go with FPN.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ class CifarStem(CNNBlockBase):
 
     def __init__(self, in_channels: int = 3, out_channels: int = 64, norm: str = "BN"):
         super().__init__(in_channels, out_channels, 1)
-        self.conv1 = Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1, bias=False,
-                            norm=get_norm(norm, out_channels))
+        self.conv1 = Conv2d(
+            in_channels, out_channels, kernel_size=3, stride=1, padding=1, bias=False, norm=get_norm(norm, out_channels)
+        )
         weight_init.c2_msra_fill(self.conv1)
 
     def forward(self, x):
@@ -54,11 +56,20 @@ def build_augssl_resnet_backbone(cfg, input_shape: ShapeSpec) -> ResNet:
     c_in, c_out, mid = r.STEM_OUT_CHANNELS, r.RES2_OUT_CHANNELS, r.NUM_GROUPS * r.WIDTH_PER_GROUP
     stages = []
     for i, n in enumerate(BLOCKS[r.DEPTH]):
-        kw = {"num_blocks": n, "stride_per_block": [1 if i == 0 else 2] + [1] * (n - 1), "in_channels": c_in,
-              "out_channels": c_out, "norm": r.NORM}
+        kw = {
+            "num_blocks": n,
+            "stride_per_block": [1 if i == 0 else 2] + [1] * (n - 1),
+            "in_channels": c_in,
+            "out_channels": c_out,
+            "norm": r.NORM,
+        }
         if r.DEPTH >= 50:
-            kw.update(block_class=BottleneckBlock, bottleneck_channels=mid, stride_in_1x1=r.STRIDE_IN_1X1,
-                      num_groups=r.NUM_GROUPS)
+            kw.update(
+                block_class=BottleneckBlock,
+                bottleneck_channels=mid,
+                stride_in_1x1=r.STRIDE_IN_1X1,
+                num_groups=r.NUM_GROUPS,
+            )
         else:
             kw.update(block_class=BasicBlock)
         stages.append(ResNet.make_stage(**kw))
@@ -72,8 +83,14 @@ def build_augssl_resnet_fpn_backbone(cfg, input_shape: ShapeSpec) -> FPN:
     top = LastLevelMaxPool()  # it pools the FPN's last level, which is not p5 behind the CIFAR stem or without res5
     stride = bottom_up.output_shape()[cfg.MODEL.FPN.IN_FEATURES[-1]].stride
     top.in_feature = f"p{int(math.log2(stride))}"
-    return FPN(bottom_up=bottom_up, in_features=cfg.MODEL.FPN.IN_FEATURES, out_channels=cfg.MODEL.FPN.OUT_CHANNELS,
-               norm=cfg.MODEL.FPN.NORM, top_block=top, fuse_type=cfg.MODEL.FPN.FUSE_TYPE)
+    return FPN(
+        bottom_up=bottom_up,
+        in_features=cfg.MODEL.FPN.IN_FEATURES,
+        out_channels=cfg.MODEL.FPN.OUT_CHANNELS,
+        norm=cfg.MODEL.FPN.NORM,
+        top_block=top,
+        fuse_type=cfg.MODEL.FPN.FUSE_TYPE,
+    )
 
 
 def fpn_levels(cifar_stem: bool) -> list[str]:

@@ -1,6 +1,7 @@
 """detectron2 configs for a backbone exported by jobs/export.py: one of detectron2's own model-zoo configs
 (read by path from the installed package), with the backbone's layout, pixel statistics and input format put in.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +34,10 @@ def model_config(meta: dict, arch: str, num_classes: int, base: str | None = Non
     zoo, builder = ARCHS[arch]
     r = meta["resnets"]
     if arch == "c4" and r["DEPTH"] < 50:
-        raise ValueError(f"arch=c4 needs a bottleneck ResNet (detectron2's Res5ROIHeads builds res5 from bottleneck "
-                         f"blocks); this backbone is ResNet-{r['DEPTH']}: use arch=fpn")
+        raise ValueError(
+            f"arch=c4 needs a bottleneck ResNet (detectron2's Res5ROIHeads builds res5 from bottleneck "
+            f"blocks); this backbone is ResNet-{r['DEPTH']}: use arch=fpn"
+        )
     cfg = get_cfg()
     add_augssl_config(cfg)
     cfg.merge_from_file(base if base and Path(base).is_file() else zoo_config(base or zoo))

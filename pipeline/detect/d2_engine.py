@@ -1,5 +1,6 @@
 """Detection transfer on detectron2: its own DefaultTrainer, data loader, solver and COCOEvaluator, from the
 backbone exported by pipeline.detect.export (or from random init), configured from conf/detect/."""
+
 from __future__ import annotations
 
 import contextlib
@@ -93,8 +94,13 @@ class _Progress(HookBase):
                 raise FloatingPointError(f"detection loss is not finite at iteration {it}: {losses}")
             self.bar.set_postfix(loss=f"{losses.get('total_loss', float('nan')):.3f}")
             if self.log is not None:
-                self.log(it, {"loss": losses.get("total_loss", float("nan")),
-                              **{k: v for k, v in losses.items() if k != "total_loss"}})
+                self.log(
+                    it,
+                    {
+                        "loss": losses.get("total_loss", float("nan")),
+                        **{k: v for k, v in losses.items() if k != "total_loss"},
+                    },
+                )
 
     def after_train(self):
         self.bar.close()
@@ -109,12 +115,23 @@ class Trainer(DefaultTrainer):
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         # distributed: each process scores its share of the images, the main one gathers them
-        return COCOEvaluator(dataset_name, tasks=("bbox",), distributed=True,
-                             output_dir=output_folder or cfg.OUTPUT_DIR)
+        return COCOEvaluator(
+            dataset_name, tasks=("bbox",), distributed=True, output_dir=output_folder or cfg.OUTPUT_DIR
+        )
 
 
-def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str,
-             log: tuple[str, str, str] | None = None, label: str = "", verbose: bool = False) -> dict:
+def transfer(
+    meta: dict,
+    weights: str,
+    data: dict,
+    d: dict,
+    device: str,
+    out_dir: Path,
+    tag: str,
+    log: tuple[str, str, str] | None = None,
+    label: str = "",
+    verbose: bool = False,
+) -> dict:
     """Train detectron2 from `weights` ("" = random init) and evaluate: {"AP", "AP50", "AP75", "results"}.
 
     `d["workers"]` training processes through detectron2's own `launch` (one per GPU; gloo processes on a CPU),
@@ -128,15 +145,23 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
     for stale in (summary, out_dir / "coco_instances_results.json"):  # an earlier attempt's: never scored again
         stale.unlink(missing_ok=True)
     # spawned processes import detectron2 (torch's jit notice) before any filter of theirs applies: theirs by env
-    notices = (("FutureWarning", "torch.jit._script"), ("UserWarning", "torch.functional"),
-               ("FutureWarning", "detectron2.engine.defaults"))
-    quiet = {} if verbose or workers == 1 else {
-        "PYTHONWARNINGS": ",".join(f"ignore::{cat}:{mod}" for cat, mod in notices)}
+    notices = (
+        ("FutureWarning", "torch.jit._script"),
+        ("UserWarning", "torch.functional"),
+        ("FutureWarning", "detectron2.engine.defaults"),
+    )
+    quiet = (
+        {} if verbose or workers == 1 else {"PYTHONWARNINGS": ",".join(f"ignore::{cat}:{mod}" for cat, mod in notices)}
+    )
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)
     try:
-        launch(_train_and_test, workers, dist_url="auto",  # one machine: a free local port
-               args=(meta, weights, data, d, device, out_dir, tag, log, label, verbose))
+        launch(
+            _train_and_test,
+            workers,
+            dist_url="auto",  # one machine: a free local port
+            args=(meta, weights, data, d, device, out_dir, tag, log, label, verbose),
+        )
     finally:
         for k, v in saved.items():
             if v is None:
@@ -149,8 +174,9 @@ def transfer(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir
     return res
 
 
-def _train_and_test(meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log,
-                    label: str, verbose: bool) -> None:
+def _train_and_test(
+    meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log, label: str, verbose: bool
+) -> None:
     """One training process (of d["workers"]): train, evaluate; the main one writes out_dir/transfer.json."""
     from detectron2.utils import comm
 
@@ -185,8 +211,11 @@ def _train_and_test(meta: dict, weights: str, data: dict, d: dict, device: str, 
         res = Trainer.test(cfg, trainer.model)  # pycocotools prints its progress and summary to stdout
     if main:
         box = res.get("bbox", {})
-        (out_dir / "transfer.json").write_text(json.dumps(
-            {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75"))}))
+        (out_dir / "transfer.json").write_text(
+            json.dumps(
+                {"AP": _finite(box.get("AP")), "AP50": _finite(box.get("AP50")), "AP75": _finite(box.get("AP75"))}
+            )
+        )
     if comm.get_world_size() > 1:
         # every process waits for the others, then tears the group down: a process that exits with its gloo group
         # alive can abort in the group's destructor ("terminate called without an active exception", SIGABRT)

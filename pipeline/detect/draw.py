@@ -1,5 +1,6 @@
 """A PNG of detections on a few validation images: ground truth in green, detections (score >= a threshold) in
 red with their class and score, one row per backbone (pretrained, random init)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,8 +32,14 @@ def predictions_png(ds, rows: dict[str, list[dict]], path: Path, n: int = 6, min
                     continue
                 bx, by, bw, bh = det["bbox"]
                 ax.add_patch(Rectangle((bx, by), bw, bh, fill=False, color="red", lw=1.2))
-                ax.text(bx, by - 1, f"{names.get(det['category_id'], det['category_id'])} {det['score']:.2f}",
-                        color="red", fontsize=9, va="bottom")
+                ax.text(
+                    bx,
+                    by - 1,
+                    f"{names.get(det['category_id'], det['category_id'])} {det['score']:.2f}",
+                    color="red",
+                    fontsize=9,
+                    va="bottom",
+                )
             ax.set_xticks([])
             ax.set_yticks([])
             if i == 0:

@@ -5,6 +5,7 @@ detectron2: the pickle its DetectionCheckpointer reads as a model-zoo file ({"mo
 to rebuild the same trunk: MODEL.RESNETS (depth, widths, stem, STRIDE_IN_1X1), MODEL.PIXEL_MEAN/STD and
 INPUT.FORMAT. torchvision: torch.save of the torchvision ResNet state dict (no classifier) with the same facts.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -20,10 +21,16 @@ FORMATS = {"detectron2": ".pkl", "torchvision": ".pt"}
 def backbone_meta(src) -> dict:
     """What the exported weights are: their run, architecture, layout and pixel statistics (src: a Source)."""
     model = src.cfg["model"]
-    return {"run_id": src.run_id, "source": src.ref, "backbone": model["backbone"],
-            "cifar_stem": bool(model.get("cifar_stem", False)), "width": int(model.get("width", 64)),
-            "image_size": src.cfg["data"].get("image_size"), "resnets": resnet_config(model),
-            "pixel": pixel_config(src.cfg["augment"] if "mean" in src.cfg["augment"] else src.cfg["data"])}
+    return {
+        "run_id": src.run_id,
+        "source": src.ref,
+        "backbone": model["backbone"],
+        "cifar_stem": bool(model.get("cifar_stem", False)),
+        "width": int(model.get("width", 64)),
+        "image_size": src.cfg["data"].get("image_size"),
+        "resnets": resnet_config(model),
+        "pixel": pixel_config(src.cfg["augment"] if "mean" in src.cfg["augment"] else src.cfg["data"]),
+    }
 
 
 def export(src, fmt: str, out: Path) -> Path:

@@ -1,5 +1,6 @@
 """jobs/detect.py: check the settings (one line, before MLflow or torch), then transfer the run's backbone, and a
 random-init twin, to a detector on either engine, logging into a child run of the pretraining run."""
+
 from __future__ import annotations
 
 import hashlib
@@ -22,6 +23,7 @@ class DetectError(JobError):
 
 class Detect(_Section):
     """The typed keys of a conf/detect/ preset; their relations are checked in check()."""
+
     arch: Choice("fpn", "c4")
     fpn_channels: Int(1)
     roi_batch_per_image: Int(1)
@@ -38,6 +40,7 @@ class Detect(_Section):
 
 class Detection(_Section):
     """The job's own keys (conf/detection.yaml), the preset under `detect`."""
+
     engine: Choice(*ENGINES)
     device: Choice("auto", "cpu", "cuda")
     detect: Detect
@@ -55,31 +58,41 @@ def check(cfg: dict) -> None:
         try:
             import detectron2  # noqa: F401
         except ImportError:
-            raise DetectError("engine=detectron2: detectron2 is not installed (docs/detection.md says how; "
-                              "engine=torchvision needs nothing more)") from None
+            raise DetectError(
+                "engine=detectron2: detectron2 is not installed (docs/detection.md says how; "
+                "engine=torchvision needs nothing more)"
+            ) from None
     if d["workers"] > 1 and engine == "torchvision":
-        raise DetectError(f"detect.workers={d['workers']}: torchvision's engine trains in one process; "
-                          f"engine=detectron2 launches several")
+        raise DetectError(
+            f"detect.workers={d['workers']}: torchvision's engine trains in one process; "
+            f"engine=detectron2 launches several"
+        )
     if d["batch_size"] % d["workers"]:
-        raise DetectError(f"detect.batch_size={d['batch_size']}: does not split over detect.workers={d['workers']} "
-                          f"processes; use a multiple of {d['workers']}")
+        raise DetectError(
+            f"detect.batch_size={d['batch_size']}: does not split over detect.workers={d['workers']} "
+            f"processes; use a multiple of {d['workers']}"
+        )
     if d["arch"] == "c4" and engine == "torchvision":
         raise DetectError("detect.arch=c4: torchvision's engine builds FPN detectors; use engine=detectron2")
     feats = list(d["in_features"])
     first = STAGES.index(feats[0]) if feats and feats[0] in STAGES else None
-    if first is None or feats != list(STAGES[first:first + len(feats)]):  # consecutive, in order
-        raise DetectError(f"detect.in_features={feats}: consecutive stages out of {', '.join(STAGES)}, "
-                          "e.g. [res3, res4, res5]")
+    if first is None or feats != list(STAGES[first : first + len(feats)]):  # consecutive, in order
+        raise DetectError(
+            f"detect.in_features={feats}: consecutive stages out of {', '.join(STAGES)}, e.g. [res3, res4, res5]"
+        )
     levels = len(feats) + 1 if d["arch"] == "fpn" else None
     if levels is not None and len(d["anchor_sizes"]) != levels:
-        raise DetectError(f"detect.anchor_sizes={d['anchor_sizes']}: one size per FPN level, {levels} for "
-                          f"in_features={feats} (theirs and the max-pooled level above them)")
+        raise DetectError(
+            f"detect.anchor_sizes={d['anchor_sizes']}: one size per FPN level, {levels} for "
+            f"in_features={feats} (theirs and the max-pooled level above them)"
+        )
     if d["min_size"] > d["max_size"]:
         raise DetectError(f"detect.min_size={d['min_size']}: more than detect.max_size={d['max_size']}")
     steps = list(d["steps"])
     if steps != sorted(steps) or any(not isinstance(s, int) or not 0 < s < d["iterations"] for s in steps):
-        raise DetectError(f"detect.steps={steps}: increasing iterations between 1 and "
-                          f"detect.iterations={d['iterations']}")
+        raise DetectError(
+            f"detect.steps={steps}: increasing iterations between 1 and detect.iterations={d['iterations']}"
+        )
     data = d["data"]
     if data["kind"] == "coco":
         for key in ("train_json", "train_images", "val_json", "val_images"):
@@ -93,8 +106,9 @@ def check(cfg: dict) -> None:
         except ValueError as e:
             raise DetectError(f"detect.data.train_sets / val_sets: {e}") from None
         if gone:
-            raise DetectError(f"detect.data.root={data['root']}: no {gone} (a VOCdevkit folder holding VOC2007/, "
-                              f"VOC2012/)")
+            raise DetectError(
+                f"detect.data.root={data['root']}: no {gone} (a VOCdevkit folder holding VOC2007/, VOC2012/)"
+            )
     elif data["kind"] != "shapes":
         raise DetectError(f"detect.data.kind={data['kind']}: expected shapes, coco or voc")
 
@@ -108,23 +122,35 @@ def prepare_data(cfg: dict) -> dict:
         from pipeline.detect.voc import VOC_CLASSES, to_coco
 
         classes = list(data.get("classes") or VOC_CLASSES)
-        out = Path(cfg["paths"]["data"]) / "voc-coco" / hashlib.sha1(str(Path(data["root"]).resolve()).encode()) \
-            .hexdigest()[:10]
+        out = (
+            Path(cfg["paths"]["data"])
+            / "voc-coco"
+            / hashlib.sha1(str(Path(data["root"]).resolve()).encode()).hexdigest()[:10]
+        )
         try:
             train = to_coco(data["root"], list(data["train_sets"]), classes, out / "train.json")
             val = to_coco(data["root"], list(data["val_sets"]), classes, out / "val.json", test=True)
         except (ValueError, OSError, ET.ParseError) as e:
             raise DetectError(f"detect.data.root={data['root']}: {e}") from None
-        return {"train_json": str(train), "train_images": str(data["root"]), "val_json": str(val),
-                "val_images": str(data["root"]), "voc_root": str(data["root"])}
+        return {
+            "train_json": str(train),
+            "train_images": str(data["root"]),
+            "val_json": str(val),
+            "val_images": str(data["root"]),
+            "voc_root": str(data["root"]),
+        }
     from pipeline.detect.shapes import make_shapes
 
     try:
         root = make_shapes(Path(cfg["paths"]["data"]), data.get("generate") or {})
     except ValueError as e:
         raise DetectError(f"detect.data.generate: {e}") from None
-    return {"train_json": str(root / "train" / "annotations.json"), "train_images": str(root / "train" / "images"),
-            "val_json": str(root / "val" / "annotations.json"), "val_images": str(root / "val" / "images")}
+    return {
+        "train_json": str(root / "train" / "annotations.json"),
+        "train_images": str(root / "train" / "images"),
+        "val_json": str(root / "val" / "annotations.json"),
+        "val_images": str(root / "val" / "images"),
+    }
 
 
 def run(cfg: dict) -> dict:
@@ -147,18 +173,23 @@ def run(cfg: dict) -> dict:
         raise DetectError(str(e)) from None
     d, engine = cfg["detect"], cfg["engine"]
     if engine == "detectron2" and d["arch"] == "c4" and meta["resnets"]["DEPTH"] < 50:
-        raise DetectError(f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
-                          f"blocks); this run's backbone is {meta['backbone']}: use detect.arch=fpn")
+        raise DetectError(
+            f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
+            f"blocks); this run's backbone is {meta['backbone']}: use detect.arch=fpn"
+        )
     workers = d["workers"]
     if engine == "detectron2" and workers > 1:
         import torch
 
         if device == "cuda" and workers > torch.cuda.device_count():
-            raise DetectError(f"detect.workers={workers}: one process per GPU, and torch sees "
-                              f"{torch.cuda.device_count()} here")
+            raise DetectError(
+                f"detect.workers={workers}: one process per GPU, and torch sees {torch.cuda.device_count()} here"
+            )
         if device == "cpu" and torch.cuda.is_available():
-            raise DetectError(f"detect.workers={workers} with device=cpu on a machine with CUDA: detectron2's launch "
-                              f"would pick NCCL; use device=cuda (or one worker)")
+            raise DetectError(
+                f"detect.workers={workers} with device=cpu on a machine with CUDA: detectron2's launch "
+                f"would pick NCCL; use device=cuda (or one worker)"
+            )
     data = prepare_data(cfg)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
     ev = downstream.find(cfg, src, "detect", settings, f"{engine}-{d['name']}")
@@ -167,8 +198,15 @@ def run(cfg: dict) -> dict:
     out_dir = Path(cfg["paths"]["runs"]) / "detect" / ev.name
     with downstream.child_run(cfg, src, ev, "detect") as run_id:
         if ev.found is None:
-            mlflow.log_params({"engine": engine, "source": src.ref, "device": device, "baseline": cfg["baseline"],
-                               **tracking.flatten(d, "detect.")})
+            mlflow.log_params(
+                {
+                    "engine": engine,
+                    "source": src.ref,
+                    "device": device,
+                    "baseline": cfg["baseline"],
+                    **tracking.flatten(d, "detect."),
+                }
+            )
         out = _transfer_all(cfg, src, meta, data, device, out_dir, ev.run_key.split(":", 1)[1])
     where = f" (a child of {src.run_id})" if src.run_id else ""
     print(f"[detect] done: MLflow run {run_id}{where}; detections: {out_dir / 'predictions.png'}", flush=True)
@@ -202,8 +240,12 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
         results[label] = res["results"]
         saved.write_text(json.dumps(res["results"]))
         mlflow.log_metrics({**{f"{label}_{m}": v for m, v in scores[label].items()}, f"{label}_minutes": minutes})
-        print(f"[detect] {label}: " + "  ".join(f"{m} {v:.1f}" for m, v in scores[label].items()) +
-              f"  ({minutes:.1f} min)", flush=True)
+        print(
+            f"[detect] {label}: "
+            + "  ".join(f"{m} {v:.1f}" for m, v in scores[label].items())
+            + f"  ({minutes:.1f} min)",
+            flush=True,
+        )
     table = _table(scores)
     print(table, flush=True)
     mlflow.log_text(table, "detect/table.md")
@@ -236,8 +278,18 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
     torch.manual_seed(cfg["seed"])
     active = mlflow.active_run().info.run_id
-    return d2_engine.transfer(meta, weights, data, d, device, out_dir, f"augssl_{key}",
-                              (mlflow.get_tracking_uri(), active, label), label, verbose=bool(cfg.get("verbose")))
+    return d2_engine.transfer(
+        meta,
+        weights,
+        data,
+        d,
+        device,
+        out_dir,
+        f"augssl_{key}",
+        (mlflow.get_tracking_uri(), active, label),
+        label,
+        verbose=bool(cfg.get("verbose")),
+    )
 
 
 def quiet_torch_notices() -> None:
@@ -275,8 +327,11 @@ def _table(scores: dict[str, dict[str, float]]) -> str:
 
 def _finished(run, name: str) -> dict:
     m = run.data.metrics
-    scores = {label: {k: m[f"{label}_{k}"] for k in METRICS if f"{label}_{k}" in m}
-              for label in ("pretrained", "random") if f"{label}_AP" in m}
+    scores = {
+        label: {k: m[f"{label}_{k}"] for k in METRICS if f"{label}_{k}" in m}
+        for label in ("pretrained", "random")
+        if f"{label}_AP" in m
+    }
     print(f"[detect] {name} finished before (MLflow run {run.info.run_id}); nothing to run. Its results:", flush=True)
     print(_table(scores), flush=True)
     return scores

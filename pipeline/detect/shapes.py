@@ -6,6 +6,7 @@ Written as <out>/<split>/images/*.png with <out>/<split>/annotations.json (COCO:
 bbox [x, y, w, h] in pixels, area, iscrowd, categories 1..3) and <out>/manifest.json (the settings and counts:
 a folder made with other settings is never reused).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +17,16 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 CLASSES = ("circle", "square", "triangle")
-DEFAULTS = {"n_train": 240, "n_val": 60, "size": 128, "min_objects": 1, "max_objects": 4, "min_side": 20,
-            "max_side": 48, "seed": 0}
+DEFAULTS = {
+    "n_train": 240,
+    "n_val": 60,
+    "size": 128,
+    "min_objects": 1,
+    "max_objects": 4,
+    "min_side": 20,
+    "max_side": 48,
+    "seed": 0,
+}
 
 
 def settings_digest(settings: dict) -> str:
@@ -70,8 +79,11 @@ def draw_image(rng: np.random.Generator, s: dict) -> tuple[Image.Image, list[dic
 
 
 def coco_dict(images: list[dict], annotations: list[dict]) -> dict:
-    return {"images": images, "annotations": annotations,
-            "categories": [{"id": i + 1, "name": n, "supercategory": "shape"} for i, n in enumerate(CLASSES)]}
+    return {
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": i + 1, "name": n, "supercategory": "shape"} for i, n in enumerate(CLASSES)],
+    }
 
 
 def write_split(out: Path, n: int, s: dict, seed: int) -> dict:
@@ -86,8 +98,16 @@ def write_split(out: Path, n: int, s: dict, seed: int) -> dict:
         images.append({"id": i + 1, "file_name": name, "width": s["size"], "height": s["size"]})
         for o in objects:
             x, y, w, h = (round(v, 2) for v in o["bbox"])
-            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": o["category_id"],
-                         "bbox": [x, y, w, h], "area": round(w * h, 2), "iscrowd": 0})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": i + 1,
+                    "category_id": o["category_id"],
+                    "bbox": [x, y, w, h],
+                    "area": round(w * h, 2),
+                    "iscrowd": 0,
+                }
+            )
     tmp = out / "annotations.json.partial"
     tmp.write_text(json.dumps(coco_dict(images, anns)))
     tmp.replace(out / "annotations.json")  # last: a split with annotations.json is complete
@@ -101,14 +121,19 @@ def make_shapes(root: Path, settings: dict | None = None) -> Path:
     if unknown:
         raise ValueError(f"unknown shapes settings {sorted(unknown)}; known: {sorted(DEFAULTS)}")
     if not (1 <= s["min_objects"] <= s["max_objects"]) or not (4 <= s["min_side"] <= s["max_side"] < s["size"]):
-        raise ValueError(f"shapes settings out of range: objects {s['min_objects']}..{s['max_objects']}, sides "
-                         f"{s['min_side']}..{s['max_side']} px on a {s['size']} px image")
+        raise ValueError(
+            f"shapes settings out of range: objects {s['min_objects']}..{s['max_objects']}, sides "
+            f"{s['min_side']}..{s['max_side']} px on a {s['size']} px image"
+        )
     out = Path(root) / f"shapes-{settings_digest(s)}"
     manifest = out / "manifest.json"
     if manifest.exists() and json.loads(manifest.read_text()).get("settings") == s:
         return out
-    counts = {"train": write_split(out / "train", s["n_train"], s, s["seed"]),
-              "val": write_split(out / "val", s["n_val"], s, s["seed"] + 1)}
-    manifest.write_text(json.dumps({"kind": "shapes-detection", "classes": list(CLASSES), "settings": s,
-                                    "counts": counts}, indent=2))
+    counts = {
+        "train": write_split(out / "train", s["n_train"], s, s["seed"]),
+        "val": write_split(out / "val", s["n_val"], s, s["seed"] + 1),
+    }
+    manifest.write_text(
+        json.dumps({"kind": "shapes-detection", "classes": list(CLASSES), "settings": s, "counts": counts}, indent=2)
+    )
     return out

@@ -3,6 +3,7 @@ fine-tuned with the heads, then COCO AP on the validation split (pycocotools).
 
 For installs without detectron2 and for CPU tests; the same settings (conf/detect/) drive the detectron2 engine.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,14 +58,27 @@ def build_detector(backbone: nn.Module, num_classes: int, d: dict, mean, std):
         freeze_bn(backbone)
     channels = stage_channels(backbone)
     names = [str(i) for i in range(len(d["in_features"]))]
-    fpn = BackboneWithFPN(backbone, {STAGE_LAYER[f]: n for f, n in zip(d["in_features"], names)},
-                          [channels[f] for f in d["in_features"]], d["fpn_channels"], extra_blocks=LastLevelMaxPool())
+    fpn = BackboneWithFPN(
+        backbone,
+        {STAGE_LAYER[f]: n for f, n in zip(d["in_features"], names)},
+        [channels[f] for f in d["in_features"]],
+        d["fpn_channels"],
+        extra_blocks=LastLevelMaxPool(),
+    )
     sizes = tuple((int(s),) for s in d["anchor_sizes"])
     anchors = AnchorGenerator(sizes, ((0.5, 1.0, 2.0),) * len(sizes))
     pool = MultiScaleRoIAlign(featmap_names=names, output_size=7, sampling_ratio=2)
-    return FasterRCNN(fpn, num_classes=num_classes + 1, rpn_anchor_generator=anchors, box_roi_pool=pool,
-                      min_size=d["min_size"], max_size=d["max_size"], image_mean=list(mean), image_std=list(std),
-                      box_batch_size_per_image=d["roi_batch_per_image"])
+    return FasterRCNN(
+        fpn,
+        num_classes=num_classes + 1,
+        rpn_anchor_generator=anchors,
+        box_roi_pool=pool,
+        min_size=d["min_size"],
+        max_size=d["max_size"],
+        image_mean=list(mean),
+        image_std=list(std),
+        box_batch_size_per_image=d["roi_batch_per_image"],
+    )
 
 
 def lr_at(it: int, d: dict) -> float:
@@ -130,8 +144,9 @@ def predict(model, ds, device: torch.device, batch_size: int = 8) -> list[dict]:
     return results
 
 
-def transfer(backbone: nn.Module, data: dict, d: dict, mean, std, device: torch.device, log=None,
-             label: str = "") -> dict:
+def transfer(
+    backbone: nn.Module, data: dict, d: dict, mean, std, device: torch.device, log=None, label: str = ""
+) -> dict:
     """Fine-tune a detector on `backbone` and evaluate it: {"AP", "AP50", "AP75", "minutes", "results"} (the detector
     is dropped here, so two transfers never hold two detectors)."""
     torch.manual_seed(d["seed"])

@@ -6,6 +6,7 @@ Boxes follow detectron2's VOC loader: VOC's 1-based inclusive pixel corners beco
 x1 = xmax, y1 = ymax, and detections go back as x0 + 1, y0 + 1 for voc_eval. Difficult objects are trained on, as
 detectron2's loader (and so MoCo's protocol) does; in the test JSON they are COCO crowd regions (iscrowd = 1):
 neither a hit nor a miss in COCO AP, as the VOC metric ignores them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,28 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
-               "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+VOC_CLASSES = (
+    "aeroplane",
+    "bicycle",
+    "bird",
+    "boat",
+    "bottle",
+    "bus",
+    "car",
+    "cat",
+    "chair",
+    "cow",
+    "diningtable",
+    "dog",
+    "horse",
+    "motorbike",
+    "person",
+    "pottedplant",
+    "sheep",
+    "sofa",
+    "train",
+    "tvmonitor",
+)
 
 
 def parse_sets(sets: list[str]) -> list[tuple[str, str]]:
@@ -43,8 +64,10 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, te
     changed). Images keep their VOC name and year ("voc_id", "year") for the VOC metric; file names are relative
     to `root`. `test`: difficult objects become crowd regions (ignored by COCO AP); otherwise they are trained on."""
     root = Path(root)
-    ids = {s: (root / f"VOC{y}" / "ImageSets" / "Main" / f"{p}.txt").read_text().split()
-           for s, (y, p) in zip(sets, parse_sets(sets))}
+    ids = {
+        s: (root / f"VOC{y}" / "ImageSets" / "Main" / f"{p}.txt").read_text().split()
+        for s, (y, p) in zip(sets, parse_sets(sets))
+    }
     digest = hashlib.sha1(json.dumps([str(root), sets, classes, ids, test], sort_keys=True).encode()).hexdigest()[:12]
     if out.exists() and json.loads(out.read_text()).get("info", {}).get("digest") == digest:
         return out
@@ -55,9 +78,16 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, te
             tree = ET.parse(root / f"VOC{year}" / "Annotations" / f"{voc_id}.xml").getroot()
             size = tree.find("size")
             image_id = len(images) + 1
-            images.append({"id": image_id, "file_name": f"VOC{year}/JPEGImages/{voc_id}.jpg", "voc_id": voc_id,
-                           "year": year, "width": int(size.find("width").text),
-                           "height": int(size.find("height").text)})
+            images.append(
+                {
+                    "id": image_id,
+                    "file_name": f"VOC{year}/JPEGImages/{voc_id}.jpg",
+                    "voc_id": voc_id,
+                    "year": year,
+                    "width": int(size.find("width").text),
+                    "height": int(size.find("height").text),
+                }
+            )
             for obj in tree.findall("object"):
                 name = obj.find("name").text.strip()
                 if name not in cat:
@@ -67,13 +97,24 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, te
                 x1, y1 = float(b.find("xmax").text), float(b.find("ymax").text)
                 difficult = obj.find("difficult")
                 hard = int(difficult.text) if difficult is not None else 0
-                anns.append({"id": len(anns) + 1, "image_id": image_id, "category_id": cat[name],
-                             "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0),
-                             "iscrowd": hard if test else 0,
-                             "difficult": hard})
+                anns.append(
+                    {
+                        "id": len(anns) + 1,
+                        "image_id": image_id,
+                        "category_id": cat[name],
+                        "bbox": [x0, y0, x1 - x0, y1 - y0],
+                        "area": (x1 - x0) * (y1 - y0),
+                        "iscrowd": hard if test else 0,
+                        "difficult": hard,
+                    }
+                )
     out.parent.mkdir(parents=True, exist_ok=True)
-    coco = {"info": {"digest": digest, "sets": sets}, "images": images, "annotations": anns,
-            "categories": [{"id": i, "name": n} for n, i in cat.items()]}
+    coco = {
+        "info": {"digest": digest, "sets": sets},
+        "images": images,
+        "annotations": anns,
+        "categories": [{"id": i, "name": n} for n, i in cat.items()],
+    }
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(coco))
     tmp.replace(out)
@@ -98,12 +139,14 @@ def voc07_ap50(coco_json: str | Path, root: str | Path, results: list[dict]) -> 
         lines: dict[int, list[str]] = {c: [] for c in names}
         for r in results:
             x, y, w, h = r["bbox"]
-            lines[r["category_id"]].append(f"{voc_id[r['image_id']]} {r['score']:.6f} {x + 1:.2f} {y + 1:.2f} "
-                                           f"{x + w:.2f} {y + h:.2f}")
+            lines[r["category_id"]].append(
+                f"{voc_id[r['image_id']]} {r['score']:.6f} {x + 1:.2f} {y + 1:.2f} {x + w:.2f} {y + h:.2f}"
+            )
         for c, name in names.items():
             (Path(d) / f"{name}.txt").write_text("\n".join(lines[c]) + ("\n" if lines[c] else ""))
             annopath = str(Path(root) / f"VOC{year}" / "Annotations" / "{}.xml")
-            _, _, ap = voc_eval(str(Path(d) / "{}.txt"), annopath, str(Path(d) / "ids.txt"), name, 0.5,
-                                use_07_metric=True)
+            _, _, ap = voc_eval(
+                str(Path(d) / "{}.txt"), annopath, str(Path(d) / "ids.txt"), name, 0.5, use_07_metric=True
+            )
             aps.append(ap)
     return 100.0 * float(sum(aps) / len(aps))

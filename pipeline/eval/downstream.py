@@ -1,6 +1,7 @@
 """What every downstream job (detect, finetune, knn) does with MLflow: one child run of the pretraining run per
 set of settings, found again by a key of those settings, so a rerun of a finished evaluation prints its results
 and an interrupted one continues its run; an error ends the run FAILED (KILLED on Ctrl-C) with the error kept."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,9 @@ from pipeline.eval.source import Source
 
 @dataclass
 class EvalRun:
-    name: str        # <pretraining run name>-<job>[-<what>]-<key>
-    run_key: str     # <job>:<key>, the tag it is found again by
-    found: object    # the MLflow run of an earlier attempt, or None
+    name: str  # <pretraining run name>-<job>[-<what>]-<key>
+    run_key: str  # <job>:<key>, the tag it is found again by
+    found: object  # the MLflow run of an earlier attempt, or None
 
     @property
     def finished(self) -> bool:
@@ -49,8 +50,11 @@ def child_run(cfg: dict, src: Source, ev: EvalRun, job: str):
     elsewhere), yield its id, end it FINISHED, or FAILED/KILLED with the error on the way out of an exception."""
     import mlflow
 
-    run_id = (tracking.start_child(src.run_id, ev.run_key, ev.name, job=job) if src.run_id is not None
-              else tracking.start_or_resume(cfg, ev.run_key, ev.name, job=job))
+    run_id = (
+        tracking.start_child(src.run_id, ev.run_key, ev.name, job=job)
+        if src.run_id is not None
+        else tracking.start_or_resume(cfg, ev.run_key, ev.name, job=job)
+    )
     try:
         yield run_id
     except BaseException as e:
@@ -64,8 +68,9 @@ def results_table(results: dict[str, dict[str, float]], keys: list[str], fmt: st
     """A markdown table of each backbone's results, a column per key ("-" where a backbone lacks it: one read back
     from an earlier attempt's summary metrics, say)."""
     lines = ["| backbone | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
-    lines += [f"| {b} | " + " | ".join(format(r[k], fmt) if k in r else "-" for k in keys) + " |"
-              for b, r in results.items()]
+    lines += [
+        f"| {b} | " + " | ".join(format(r[k], fmt) if k in r else "-" for k in keys) + " |" for b, r in results.items()
+    ]
     return "\n".join(lines)
 
 

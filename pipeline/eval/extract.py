@@ -5,6 +5,7 @@ run the backbone, and the driver streams the features to disk as they arrive, so
 On disk, per split: `feat.npy` [N, D] float32, `y.npy` (int64 classes or float32 targets), `keys.txt`, and
 `meta.json` written last: a folder with it is complete and is reused by the next probe or kNN of the same
 backbone and split (its settings are part of the folder's name)."""
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,14 @@ def eval_views(batch: dict[str, np.ndarray], size: int, task: str, targets: list
         rh, rw, top, left = eval_geometry(img.shape[1], img.shape[2], size)
         if (rh, rw) != tuple(img.shape[1:]):
             img = F.resize(img, [rh, rw], interpolation=InterpolationMode.BILINEAR, antialias=True)
-        rows.append(img[:, top:top + size, left:left + size])
+        rows.append(img[:, top : top + size, left : left + size])
         kept.append(i)
     x = torch.stack(rows).numpy() if rows else np.zeros((0, 3, size, size), np.uint8)
-    return {"x": x, "y": targets_of_batch(batch, task, targets)[kept],
-            "key": np.asarray(batch["__key__"])[kept].astype(str)}
+    return {
+        "x": x,
+        "y": targets_of_batch(batch, task, targets)[kept],
+        "key": np.asarray(batch["__key__"])[kept].astype(str),
+    }
 
 
 def row_images(batch: dict[str, np.ndarray]) -> list:
@@ -54,16 +58,19 @@ def row_images(batch: dict[str, np.ndarray]) -> list:
     from pipeline.data.formats import IMAGE_EXTS
 
     cols = [batch[ext] for ext in IMAGE_EXTS if ext in batch]
-    return [next((c[i] for c in cols if isinstance(c[i], (bytes, bytearray, np.bytes_))), None)
-            for i in range(len(batch["__key__"]))]
+    return [
+        next((c[i] for c in cols if isinstance(c[i], (bytes, bytearray, np.bytes_))), None)
+        for i in range(len(batch["__key__"]))
+    ]
 
 
 class Extractor:
     """Ray Data's callable class: eval views -> {"feat", "y", "key"}; one backbone per actor, normalisation and
     the forward pass on the actor's device."""
 
-    def __init__(self, backbone_state: dict, model_cfg: dict, mean, std, threads: int | None = None,
-                 views: dict | None = None):
+    def __init__(
+        self, backbone_state: dict, model_cfg: dict, mean, std, threads: int | None = None, views: dict | None = None
+    ):
         import ray
 
         from pipeline.models.backbones import build_backbone
@@ -110,21 +117,54 @@ def feature_dir(root: str | Path, tag: str, split_root: str, size: int, **settin
     return Path(root) / "features" / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-def split_features(cfg_data: dict, model_cfg: dict, state: dict, runs: str | Path, split: str, size: int, mean,
-                   std, batch_size: int, actors: int | None = None) -> tuple[Path, dict]:
+def split_features(
+    cfg_data: dict,
+    model_cfg: dict,
+    state: dict,
+    runs: str | Path,
+    split: str,
+    size: int,
+    mean,
+    std,
+    batch_size: int,
+    actors: int | None = None,
+) -> tuple[Path, dict]:
     """extract_split for one split of a run's data, in the folder its settings name; (folder, meta)."""
     task, targets = cfg_data["task"], cfg_data.get("targets")
     on_bad = cfg_data.get("on_bad_shard", "fail")
-    out = feature_dir(runs, weights_tag(state), cfg_data[split], size, model=model_cfg, mean=list(mean),
-                      std=list(std), task=task, targets=targets, on_bad_shard=on_bad)
-    meta = extract_split(state, model_cfg, cfg_data[split], out, size, mean, std, task, targets, batch_size, actors,
-                         on_bad_shard=on_bad)
+    out = feature_dir(
+        runs,
+        weights_tag(state),
+        cfg_data[split],
+        size,
+        model=model_cfg,
+        mean=list(mean),
+        std=list(std),
+        task=task,
+        targets=targets,
+        on_bad_shard=on_bad,
+    )
+    meta = extract_split(
+        state, model_cfg, cfg_data[split], out, size, mean, std, task, targets, batch_size, actors, on_bad_shard=on_bad
+    )
     return out, meta
 
 
-def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: Path, size: int, mean, std,
-                  task: str, targets: list[str] | None, batch_size: int = 256, actors: int | None = None,
-                  on_bad_shard: str = "skip", progress: bool = True) -> dict:
+def extract_split(
+    backbone_state: dict,
+    model_cfg: dict,
+    split_root: str,
+    out: Path,
+    size: int,
+    mean,
+    std,
+    task: str,
+    targets: list[str] | None,
+    batch_size: int = 256,
+    actors: int | None = None,
+    on_bad_shard: str = "skip",
+    progress: bool = True,
+) -> dict:
     """Features of every decodable sample of the split at `split_root` into `out` (reused when complete);
     returns its meta {"n", "dim", "seconds", "images_per_s", "actors", "device"}. Ray is initialised."""
     import logging
@@ -162,21 +202,33 @@ def extract_split(backbone_state: dict, model_cfg: dict, split_root: str, out: P
         # that split. Ray 2.60 takes max_restarts only through ray_remote_args, which it calls deprecated.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         ds = ds.map_batches(
-            Extractor, fn_constructor_args=(state_ref, model_cfg, mean, std, threads, None if gpus else views),
-            batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
-            num_gpus=1 if gpus else 0, num_cpus=0 if gpus else max(1, min(cpus // actors, threads or 1)),
-            max_restarts=0)
+            Extractor,
+            fn_constructor_args=(state_ref, model_cfg, mean, std, threads, None if gpus else views),
+            batch_size=batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_gpus=1 if gpus else 0,
+            num_cpus=0 if gpus else max(1, min(cpus // actors, threads or 1)),
+            max_restarts=0,
+        )
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    n, first = _stream(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2), out, total,
-                       progress)
+    n, first = _stream(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2), out, total, progress)
     seconds = time.monotonic() - t0
     dim = int(np.load(out / "feat.npy", mmap_mode="r").shape[1])
     # the rate once the first block is in: Ray's planning and the actors' start-up (a few seconds) are left out
     steady = (n - first[0]) / max(first[2] - first[1], 1e-9) if first[2] > first[1] else n / max(seconds, 1e-9)
-    meta = {"n": n, "dim": dim, "split": split_root, "size": size, "seconds": round(seconds, 2),
-            "startup_s": round(first[1] - t0, 2), "images_per_s": round(steady, 1), "actors": actors,
-            "device": "cuda" if gpus else "cpu"}
+    meta = {
+        "n": n,
+        "dim": dim,
+        "split": split_root,
+        "size": size,
+        "seconds": round(seconds, 2),
+        "startup_s": round(first[1] - t0, 2),
+        "images_per_s": round(steady, 1),
+        "actors": actors,
+        "device": "cuda" if gpus else "cpu",
+    }
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -196,7 +248,7 @@ def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> t
         if feat is None:
             feat = np.lib.format.open_memmap(out / "feat.tmp.npy", "w+", np.float32, (total, b["feat"].shape[1]))
             y = np.lib.format.open_memmap(out / "y.tmp.npy", "w+", b["y"].dtype, (total, *b["y"].shape[1:]))
-        feat[n:n + k], y[n:n + k] = b["feat"], b["y"]
+        feat[n : n + k], y[n : n + k] = b["feat"], b["y"]
         keys.extend(b["key"].tolist())
         n += k
         if progress and time.monotonic() - last > 10:
@@ -212,7 +264,7 @@ def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> t
             continue
         trimmed = np.lib.format.open_memmap(out / f"{name}.npy", "w+", arr.dtype, (n, *arr.shape[1:]))
         for i in range(0, n, 65536):  # chunks: a large split's features need not fit in memory
-            trimmed[i:i + 65536] = arr[i:min(n, i + 65536)]
+            trimmed[i : i + 65536] = arr[i : min(n, i + 65536)]
         trimmed.flush()
         del trimmed, arr
         os.remove(out / f"{name}.tmp.npy")

@@ -1,4 +1,5 @@
 """Frozen features of a backbone over in-memory encoded images."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -20,8 +21,13 @@ def eval_preprocess(size: int, mean, std) -> Preprocess:
 
 
 @torch.no_grad()
-def extract(backbone: nn.Module, encoded: Sequence[bytes], preprocess: Preprocess, batch_size: int = 256,
-            device: str | torch.device = "cpu") -> tuple[torch.Tensor, np.ndarray]:
+def extract(
+    backbone: nn.Module,
+    encoded: Sequence[bytes],
+    preprocess: Preprocess,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, np.ndarray]:
     """Features [N', D] in eval mode (BN running statistics) and the indices of the N' decodable images.
     The backbone's mode is restored after."""
     was_training = backbone.training
@@ -29,7 +35,7 @@ def extract(backbone: nn.Module, encoded: Sequence[bytes], preprocess: Preproces
     feats, kept = [], []
     try:
         for i in range(0, len(encoded), batch_size):
-            x, k = preprocess(encoded[i:i + batch_size])
+            x, k = preprocess(encoded[i : i + batch_size])
             if len(k):
                 feats.append(backbone(x.to(device)).float().cpu())
                 kept.append(np.asarray(k) + i)

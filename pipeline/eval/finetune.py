@@ -6,6 +6,7 @@ backbone and a larger one for the randomly initialised head, both multiplied by 
 random-resized crop and horizontal flip for training, the un-augmented eval view for scoring; BatchNorm trains
 too. Classification reports top-1 and top-5, regression (Spirograph's factors) MSE and R² per target.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,12 +37,13 @@ class Schedule:
     gamma: float
     momentum: float
     weight_decay: float
-    crop_scale: Sequence[float]   # RandomResizedCrop's area range; (1, 1) with flip=False is no augmentation
+    crop_scale: Sequence[float]  # RandomResizedCrop's area range; (1, 1) with flip=False is no augmentation
     flip: bool
 
 
-def train_view(encoded: Sequence[bytes], size: int, mean, std, scale: Sequence[float], flip: bool,
-               gen: torch.Generator) -> torch.Tensor:
+def train_view(
+    encoded: Sequence[bytes], size: int, mean, std, scale: Sequence[float], flip: bool, gen: torch.Generator
+) -> torch.Tensor:
     """The fine-tuning view of each image: a random-resized crop at `size` (area in `scale`, aspect 3/4-4/3) and a
     horizontal flip with probability 1/2, normalised. Undecodable images were dropped when the split was loaded."""
     rows = []
@@ -53,8 +55,16 @@ def train_view(encoded: Sequence[bytes], size: int, mean, std, scale: Sequence[f
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
                 top, left, h, w = RandomResizedCrop.get_params(img, list(scale), [3 / 4, 4 / 3])
-            x = TF.resized_crop(img.float() / 255.0, top, left, h, w, [size, size],
-                                interpolation=InterpolationMode.BILINEAR, antialias=True)
+            x = TF.resized_crop(
+                img.float() / 255.0,
+                top,
+                left,
+                h,
+                w,
+                [size, size],
+                interpolation=InterpolationMode.BILINEAR,
+                antialias=True,
+            )
             x = TF.normalize(x, mean=list(mean), std=list(std))
         if flip and bool(torch.rand((), generator=gen) < 0.5):
             x = x.flip(-1)
@@ -99,9 +109,15 @@ class Classifier(nn.Module):
 
 def optimiser(model: Classifier, s: Schedule) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.MultiStepLR]:
     """SGD with the backbone's and the head's learning rates, the step decay applied per epoch."""
-    opt = torch.optim.SGD([{"params": model.backbone.parameters(), "lr": s.lr_backbone},
-                           {"params": model.head.parameters(), "lr": s.lr_head}],
-                          lr=s.lr_backbone, momentum=s.momentum, weight_decay=s.weight_decay)
+    opt = torch.optim.SGD(
+        [
+            {"params": model.backbone.parameters(), "lr": s.lr_backbone},
+            {"params": model.head.parameters(), "lr": s.lr_head},
+        ],
+        lr=s.lr_backbone,
+        momentum=s.momentum,
+        weight_decay=s.weight_decay,
+    )
     return opt, torch.optim.lr_scheduler.MultiStepLR(opt, list(s.milestones), s.gamma)
 
 
@@ -112,20 +128,21 @@ def loss_of(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
 def batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
     """A shuffled epoch's index batches; a last batch of one sample is dropped (BatchNorm cannot train on it)."""
     order = torch.randperm(n, generator=gen)
-    out = [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    out = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     return [b for b in out if len(b) > 1] or out
 
 
 @torch.no_grad()
-def scores(model: nn.Module, val: Split, size: int, mean, std, task: str, device: torch.device,
-           batch_size: int = 256) -> dict[str, float]:
+def scores(
+    model: nn.Module, val: Split, size: int, mean, std, task: str, device: torch.device, batch_size: int = 256
+) -> dict[str, float]:
     """Classification: {"top1", "top5"} (top-5 with at least 6 classes); regression: {"mse", "r2", "mse_<t>",
     "r2_<t>"}. The eval view, BatchNorm in eval mode."""
     was = model.training
     model.eval()
     outs = []
     for i in range(0, len(val.encoded), batch_size):
-        x, _ = eval_transform(val.encoded[i:i + batch_size], size, mean, std)
+        x, _ = eval_transform(val.encoded[i : i + batch_size], size, mean, std)
         outs.append((model.predict if hasattr(model, "predict") else model)(x.to(device)).float().cpu())
     model.train(was)
     out = torch.cat(outs)
@@ -138,9 +155,21 @@ def scores(model: nn.Module, val: Split, size: int, mean, std, task: str, device
     return regression_scores(out, y, val.names)
 
 
-def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: int, s: Schedule, size: int, mean,
-             std, device: torch.device, seed: int, ckpt: Path | None = None,
-             log: Callable[[int, dict], None] = lambda epoch, m: None) -> dict[str, float]:
+def finetune(
+    backbone: nn.Module,
+    train: Split,
+    val: Split,
+    task: str,
+    out_dim: int,
+    s: Schedule,
+    size: int,
+    mean,
+    std,
+    device: torch.device,
+    seed: int,
+    ckpt: Path | None = None,
+    log: Callable[[int, dict], None] = lambda epoch, m: None,
+) -> dict[str, float]:
     """Fine-tune `backbone` with a new head on `train`, score on `val`. With `ckpt`, the state after every epoch
     is saved there and a run that stopped part-way resumes from it (same seed: the same batches)."""
     torch.manual_seed(seed)
@@ -178,8 +207,10 @@ def finetune(backbone: nn.Module, train: Split, val: Split, task: str, out_dim: 
         log(epoch + 1, {"loss": total / max(seen, 1), "lr_backbone": lr})
         if ckpt is not None:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                        "epoch": epoch + 1}, ckpt)
+            torch.save(
+                {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "epoch": epoch + 1},
+                ckpt,
+            )
     return scores(model, val, size, mean, std, task, device)
 
 

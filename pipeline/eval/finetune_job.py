@@ -1,5 +1,6 @@
 """jobs/finetune.py: check the settings (one line, before MLflow or torch's work), draw or read the labelled
 subset, fine-tune the run's backbone and a random-init twin on it, log both into a child run of the run."""
+
 from __future__ import annotations
 
 import time
@@ -15,6 +16,7 @@ class FinetuneError(JobError):
 
 class Finetune(_Section):
     """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check()."""
+
     label_fraction: Num(gt=0, le=1)
     subset: Str(null=True) = None
     baseline: Bool()
@@ -38,16 +40,22 @@ def check(cfg: dict) -> None:
     except ConfigError as e:
         raise FinetuneError(str(e)) from None
     ms = cfg["milestones"]
-    if not isinstance(ms, list) or ms != sorted(ms) or any(not isinstance(m, int) or not 0 < m < cfg["epochs"]
-                                                           for m in ms):
+    if (
+        not isinstance(ms, list)
+        or ms != sorted(ms)
+        or any(not isinstance(m, int) or not 0 < m < cfg["epochs"] for m in ms)
+    ):
         raise FinetuneError(f"milestones={ms}: increasing epochs between 1 and epochs={cfg['epochs']} - 1")
     lr = cfg["lr_head"]
     if lr != "auto" and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
         raise FinetuneError(f"lr_head={lr}: auto or a number > 0")
     scale = cfg["crop_scale"]
-    if scale != "auto" and not (isinstance(scale, list) and len(scale) == 2
-                                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale)
-                                and 0 < scale[0] <= scale[1] <= 1):
+    if scale != "auto" and not (
+        isinstance(scale, list)
+        and len(scale) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale)
+        and 0 < scale[0] <= scale[1] <= 1
+    ):
         raise FinetuneError(f"crop_scale={scale}: auto or [lo, hi] with 0 < lo <= hi <= 1")
     if cfg["flip"] not in ("auto", True, False):
         raise FinetuneError(f"flip={cfg['flip']}: expected auto, true or false")
@@ -64,8 +72,18 @@ def schedule(cfg: dict, task: str):
     scale = cfg["crop_scale"] if cfg["crop_scale"] != "auto" else ([1.0, 1.0] if regression else [0.08, 1.0])
     flip = cfg["flip"] if cfg["flip"] != "auto" else not regression
     lr_head = cfg["lr_head"] if cfg["lr_head"] != "auto" else (cfg["lr_backbone"] if regression else 1.0)
-    return Schedule(cfg["epochs"], cfg["batch_size"], cfg["lr_backbone"], lr_head, cfg["milestones"],
-                    cfg["gamma"], cfg["momentum"], cfg["weight_decay"], [float(v) for v in scale], bool(flip))
+    return Schedule(
+        cfg["epochs"],
+        cfg["batch_size"],
+        cfg["lr_backbone"],
+        lr_head,
+        cfg["milestones"],
+        cfg["gamma"],
+        cfg["momentum"],
+        cfg["weight_decay"],
+        [float(v) for v in scale],
+        bool(flip),
+    )
 
 
 def run(cfg: dict) -> dict:
@@ -83,9 +101,16 @@ def run(cfg: dict) -> dict:
     data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
     names = _subset_names(cfg)
     s = schedule(cfg, data["task"])
-    settings = {"source": src.ref, "data": {k: data[k] for k in ("train", "val", "task") if k in data},
-                "targets": data.get("targets"), "subset": names if names is not None else cfg["label_fraction"],
-                "schedule": s.__dict__, "baseline": cfg["baseline"], "seed": cfg["seed"], "val_size": cfg["val_size"]}
+    settings = {
+        "source": src.ref,
+        "data": {k: data[k] for k in ("train", "val", "task") if k in data},
+        "targets": data.get("targets"),
+        "subset": names if names is not None else cfg["label_fraction"],
+        "schedule": s.__dict__,
+        "baseline": cfg["baseline"],
+        "seed": cfg["seed"],
+        "val_size": cfg["val_size"],
+    }
     what = "subset" if names is not None else f"{cfg['label_fraction']:g}"
     ev = downstream.find(cfg, src, "finetune", settings, what)
     if ev.finished:
@@ -99,17 +124,25 @@ def run(cfg: dict) -> dict:
     out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
     with downstream.child_run(cfg, src, ev, "finetune") as run_id:
         if ev.found is None:
-            mlflow.log_params({"source": src.ref, "label_fraction": cfg["label_fraction"], "subset": cfg["subset"],
-                               "subset_size": len(train.encoded), "val_size": len(val.encoded),
-                               "data.train": data["train"], "data.val": data["val"], "seed": cfg["seed"],
-                               **{f"schedule.{k}": v for k, v in s.__dict__.items()}})
+            mlflow.log_params(
+                {
+                    "source": src.ref,
+                    "label_fraction": cfg["label_fraction"],
+                    "subset": cfg["subset"],
+                    "subset_size": len(train.encoded),
+                    "val_size": len(val.encoded),
+                    "data.train": data["train"],
+                    "data.val": data["val"],
+                    "seed": cfg["seed"],
+                    **{f"schedule.{k}": v for k, v in s.__dict__.items()},
+                }
+            )
             mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
         try:
             results = _all(cfg, src, data, train, val, s, out_dir)
         except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line
             raise FinetuneError(str(e)) from None
-    print(f"[finetune] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""),
-          flush=True)
+    print(f"[finetune] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""), flush=True)
     return results
 
 
@@ -132,14 +165,18 @@ def _splits(cfg: dict, data: dict, names: list[str] | None):
     good, kept = decodable(train)
     keys = [keys[i] for i in kept]  # what trains is what is logged
     if len(good.encoded) < len(train.encoded):
-        print(f"[finetune] skipped {len(train.encoded) - len(good.encoded)} undecodable images of the subset",
-              flush=True)
+        print(
+            f"[finetune] skipped {len(train.encoded) - len(good.encoded)} undecodable images of the subset", flush=True
+        )
     if len(good.encoded) < 2:
         raise ValueError(f"the labelled subset has {len(good.encoded)} decodable image(s): raise label_fraction")
     val, _ = decodable(load_split(data["val"], data["task"], targets, limit=cfg["val_size"]))
     src = "listed in " + cfg["subset"] if names is not None else f"{cfg['label_fraction']:g} of the train split"
-    print(f"[finetune] {len(good.encoded)} labelled images ({src}, seed {cfg['seed']}), "
-          f"{len(val.encoded)} validation images", flush=True)
+    print(
+        f"[finetune] {len(good.encoded)} labelled images ({src}, seed {cfg['seed']}), "
+        f"{len(val.encoded)} validation images",
+        flush=True,
+    )
     return good, keys, val
 
 
@@ -159,8 +196,11 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
     logged = mlflow.get_run(mlflow.active_run().info.run_id).data.metrics
     results = {}
     for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
-        done = {k[len(label) + 1:]: v for k, v in logged.items() if k.startswith(f"{label}_")
-                and k[len(label) + 1:] in METRIC_KEYS}
+        done = {
+            k[len(label) + 1 :]: v
+            for k, v in logged.items()
+            if k.startswith(f"{label}_") and k[len(label) + 1 :] in METRIC_KEYS
+        }
         if done:
             results[label] = done
             print(f"[finetune] {label}: done before; kept", flush=True)
@@ -172,11 +212,25 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
             mlflow.log_metrics({f"{label}_{k}": v for k, v in m.items()}, step=epoch)
             print(f"[finetune] {label} epoch {epoch}/{s.epochs}: loss {m['loss']:.4f}", flush=True)
 
-        res = finetune(net, train, val, data["task"], out_dim(train, data["task"]), s, size, mean, std, device,
-                       cfg["seed"], out_dir / label / "last.pt", log)
+        res = finetune(
+            net,
+            train,
+            val,
+            data["task"],
+            out_dim(train, data["task"]),
+            s,
+            size,
+            mean,
+            std,
+            device,
+            cfg["seed"],
+            out_dir / label / "last.pt",
+            log,
+        )
         results[label] = res
-        mlflow.log_metrics({**{f"{label}_{k}": v for k, v in res.items()},
-                            f"{label}_minutes": (time.monotonic() - t0) / 60})
+        mlflow.log_metrics(
+            {**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_minutes": (time.monotonic() - t0) / 60}
+        )
     table = _table(results)
     print(table, flush=True)
     mlflow.log_text(table, "finetune/table.md")
@@ -214,8 +268,12 @@ def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:
     keys = [k for k in ("top1", "top5", "r2") if f"{labels[0]}_{k}" in metrics]
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
-        bx.bar([j + i * width for j in range(len(keys))], [metrics.get(f"{label}_{k}", 0.0) for k in keys], width,
-               label=label)
+        bx.bar(
+            [j + i * width for j in range(len(keys))],
+            [metrics.get(f"{label}_{k}", 0.0) for k in keys],
+            width,
+            label=label,
+        )
     bx.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))], keys)
     bx.set_ylabel("validation (higher is better)")
     bx.legend()
@@ -227,10 +285,15 @@ def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:
 
 def _finished(ev) -> dict:
     m = ev.found.data.metrics
-    results = {label: {k: m[f"{label}_{k}"] for k in METRIC_KEYS if f"{label}_{k}" in m}
-               for label in ("pretrained", "random") if any(f"{label}_{k}" in m for k in METRIC_KEYS)}
-    print(f"[finetune] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
-          flush=True)
+    results = {
+        label: {k: m[f"{label}_{k}"] for k in METRIC_KEYS if f"{label}_{k}" in m}
+        for label in ("pretrained", "random")
+        if any(f"{label}_{k}" in m for k in METRIC_KEYS)
+    }
+    print(
+        f"[finetune] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
+        flush=True,
+    )
     if results:
         print(_table(results), flush=True)
     return results

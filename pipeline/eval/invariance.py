@@ -21,6 +21,7 @@ What alpha is:
   InvCLR's code regresses the un-gated draws instead, whence its reference 0.0408 = the p_jitter = 1 value
   (see `alpha_reference`).
 """
+
 from __future__ import annotations
 
 import time
@@ -62,9 +63,19 @@ def split_targets(cfg: Mapping[str, Any]) -> list[str] | None:
 # ----------------------------------------------------------------------------------------------- features
 
 
-def transformed_features(backbone: nn.Module, split, cfg: Mapping[str, Any], n_copies: int,
-                         device: str | torch.device = "cpu", seed: int = 0, batch_size: int = 256, *,
-                         fix_beta: bool = False, return_kept: bool = False, progress: bool | None = None):
+def transformed_features(
+    backbone: nn.Module,
+    split,
+    cfg: Mapping[str, Any],
+    n_copies: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    batch_size: int = 256,
+    *,
+    fix_beta: bool = False,
+    return_kept: bool = False,
+    progress: bool | None = None,
+):
     """Features of `n_copies` transformed versions of every sample of `split` (a reader.Split).
 
     Returns feats [N', n_copies, D] (float32, CPU) and alpha [N', n_copies, d_alpha] (`alpha_names` order),
@@ -89,9 +100,17 @@ def transformed_features(backbone: nn.Module, split, cfg: Mapping[str, Any], n_c
     return (*out, np.concatenate(kept)) if return_kept else out
 
 
-def averaged_features(backbone: nn.Module, split, cfg: Mapping[str, Any], m: int,
-                      device: str | torch.device = "cpu", seed: int = 0, batch_size: int = 256, *,
-                      progress: bool | None = None) -> tuple[torch.Tensor, np.ndarray]:
+def averaged_features(
+    backbone: nn.Module,
+    split,
+    cfg: Mapping[str, Any],
+    m: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    batch_size: int = 256,
+    *,
+    progress: bool | None = None,
+) -> tuple[torch.Tensor, np.ndarray]:
     """Eq. 14 over the split, batch by batch: (z^(m) [N', D], kept indices). Equal to
     feature_average(transformed_features(..., m, seed=seed)) without holding the [N, m, D] tensor."""
     feats, kept = [], []
@@ -108,8 +127,9 @@ def feature_average(feats: torch.Tensor) -> torch.Tensor:
     return feats.mean(dim=1)
 
 
-def _iter_copies(backbone, split, cfg, n_copies, device, seed, batch_size, fix_beta, progress
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
+def _iter_copies(
+    backbone, split, cfg, n_copies, device, seed, batch_size, fix_beta, progress
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
     if n_copies < 1:
         raise ValueError(f"n_copies must be >= 1, got {n_copies}")
     aug = cfg["augment"]
@@ -125,8 +145,11 @@ def _iter_copies(backbone, split, cfg, n_copies, device, seed, batch_size, fix_b
             for f, a, k, n_in in make(backbone, split, aug, n_copies, device, seed, batch_size, fix_beta):
                 done += n_in * n_copies
                 if show and done >= next_report * total:
-                    print(f"[transformed features] {n_copies} copies: {done // n_copies}/{n} samples "
-                          f"({100 * done / total:.0f}%, {time.monotonic() - t0:.0f}s)", flush=True)
+                    print(
+                        f"[transformed features] {n_copies} copies: {done // n_copies}/{n} samples "
+                        f"({100 * done / total:.0f}%, {time.monotonic() - t0:.0f}s)",
+                        flush=True,
+                    )
                     while next_report * total <= done:
                         next_report += 0.1
                 yield f, a, k
@@ -142,8 +165,10 @@ def _spirograph_batches(backbone, split, aug, n_copies, device, seed, batch_size
     names = list(split.names)
     missing = [t for t in TARGETS if t not in names]
     if missing:
-        raise ValueError(f"re-rendering Spirograph needs the factors {list(TARGETS)} in the split; missing "
-                         f"{missing} (load it with targets=split_targets(cfg))")
+        raise ValueError(
+            f"re-rendering Spirograph needs the factors {list(TARGETS)} in the split; missing "
+            f"{missing} (load it with targets=split_targets(cfg))"
+        )
     y = torch.as_tensor(np.asarray(split.y), dtype=torch.float32)
     x = {t: y[:, names.index(t)] for t in TARGETS}
     size = int(aug["size"])
@@ -152,11 +177,11 @@ def _spirograph_batches(backbone, split, aug, n_copies, device, seed, batch_size
     # batch_size. Renders stay in [0, 1], unnormalised, as the training views.
     draws = [sample_nuisance(len(y), gen) for _ in range(n_copies)]
     for start in range(0, len(y), batch_size):
-        xb = {t: v[start:start + batch_size] for t, v in x.items()}
+        xb = {t: v[start : start + batch_size] for t, v in x.items()}
         b = next(iter(xb.values())).shape[0]
         feats, alphas = [], []
         for d in draws:
-            a = {k: d[k][start:start + b] for k in NUISANCE}
+            a = {k: d[k][start : start + b] for k in NUISANCE}
             feats.append(_forward(backbone, render_flat({**xb, **a}, size), device))
             alphas.append(torch.stack([a[k] for k in NUISANCE], 1))
         yield torch.stack(feats, 1), torch.stack(alphas, 1), np.arange(start, start + b), b
@@ -176,7 +201,7 @@ def _image_batches(backbone, split, aug, n_copies, device, seed, batch_size, fix
     stage = ModelColourStage(Recipe(views=(first,), mean=recipe.mean, std=recipe.std))
     rng = np.random.default_rng(int(seed))
     for start in range(0, len(split.encoded), batch_size):
-        encoded = list(split.encoded[start:start + batch_size])
+        encoded = list(split.encoded[start : start + batch_size])
         b = len(encoded)
         feats = alphas = None
         ok = np.ones(b, dtype=bool)
@@ -259,10 +284,16 @@ def alpha_reference(aug: Mapping[str, Any]) -> tuple[float | None, str]:
     return float(np.mean(out)), "law"
 
 
-def alpha_regression(train_feats: torch.Tensor, train_alpha: torch.Tensor, test_feats: torch.Tensor,
-                     test_alpha: torch.Tensor, reference: float | None = None,
-                     names: Sequence[str] | None = None, steps: int = 200,
-                     weight_decay: float = 1e-5) -> dict[str, float]:
+def alpha_regression(
+    train_feats: torch.Tensor,
+    train_alpha: torch.Tensor,
+    test_feats: torch.Tensor,
+    test_alpha: torch.Tensor,
+    reference: float | None = None,
+    names: Sequence[str] | None = None,
+    steps: int = 200,
+    weight_decay: float = 1e-5,
+) -> dict[str, float]:
     """Linear regression of raw (un-standardised) alpha from z (4.2 b): fitted on train, scored on test.
 
     feats [..., D] and alpha [..., d_alpha] (leading dims, e.g. [N, copies], are flattened into rows). The

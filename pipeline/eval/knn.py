@@ -1,4 +1,5 @@
 """Weighted k-nearest-neighbour monitor (Wu et al. 2018): classification accuracy or regression R^2."""
+
 from __future__ import annotations
 
 import torch
@@ -23,15 +24,22 @@ def _weighted_mean(w: torch.Tensor, neighbour_y: torch.Tensor) -> torch.Tensor:
     return (w.unsqueeze(-1) * neighbour_y).sum(1)
 
 
-def knn_classify(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 200,
-                 temperature: float = 0.1, num_classes: int | None = None) -> torch.Tensor:
+def knn_classify(
+    bank: torch.Tensor,
+    bank_y: torch.Tensor,
+    query: torch.Tensor,
+    k: int = 200,
+    temperature: float = 0.1,
+    num_classes: int | None = None,
+) -> torch.Tensor:
     """Predicted class per query: the class with the largest sum of exp(cos/T) over the k neighbours."""
     w, idx = _neighbours(bank, query, k, temperature)
     return _class_votes(w, bank_y[idx], num_classes or int(bank_y.max()) + 1)
 
 
-def knn_regress(bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 20,
-                temperature: float = 0.1) -> torch.Tensor:
+def knn_regress(
+    bank: torch.Tensor, bank_y: torch.Tensor, query: torch.Tensor, k: int = 20, temperature: float = 0.1
+) -> torch.Tensor:
     """Predicted targets per query: the exp(cos/T)-weighted mean of the k neighbours' targets."""
     w, idx = _neighbours(bank, query, k, temperature)
     return _weighted_mean(w, bank_y[idx])
@@ -44,8 +52,9 @@ def r2_score(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return 1 - ss_res / ss_tot
 
 
-def knn_metrics(bank, bank_y, query, query_y, task: str, k: int, temperature: float,
-                names: list[str] | None = None) -> dict[str, float]:
+def knn_metrics(
+    bank, bank_y, query, query_y, task: str, k: int, temperature: float, names: list[str] | None = None
+) -> dict[str, float]:
     """{"knn_top1": acc} for classification; {"knn_r2": mean R^2, "knn_r2_<name>": ...} for regression."""
     if task == "classification":
         return _knn_scores(knn_classify(bank, bank_y, query, k, temperature), query_y, task, names)
@@ -63,9 +72,20 @@ def _knn_scores(pred: torch.Tensor, query_y: torch.Tensor, task: str, names: lis
 
 
 @torch.no_grad()
-def knn_streamed(bank, bank_y, query, query_y, task: str, k: int = 200, temperature: float = 0.07,
-                 num_classes: int | None = None, names: list[str] | None = None, chunk: int = 65536,
-                 block: int = 4096, device: str | torch.device = "cpu") -> dict[str, float]:
+def knn_streamed(
+    bank,
+    bank_y,
+    query,
+    query_y,
+    task: str,
+    k: int = 200,
+    temperature: float = 0.07,
+    num_classes: int | None = None,
+    names: list[str] | None = None,
+    chunk: int = 65536,
+    block: int = 4096,
+    device: str | torch.device = "cpu",
+) -> dict[str, float]:
     """knn_metrics for a bank too large for memory (a memory-mapped array): the bank is read once, a chunk at a
     time, and each block of queries keeps its running top-k against it, so memory holds a chunk, the queries'
     top-k and one block x chunk of similarities. Same votes as knn_classify / knn_regress."""
@@ -76,14 +96,14 @@ def knn_streamed(bank, bank_y, query, query_y, task: str, k: int = 200, temperat
     top_sim = torch.full((len(q), k), -2.0)
     top_idx = torch.zeros((len(q), k), dtype=torch.long)
     for start in range(0, len(bank), chunk):
-        b = F.normalize(torch.as_tensor(np.array(bank[start:start + chunk])).float().to(device), dim=1)
+        b = F.normalize(torch.as_tensor(np.array(bank[start : start + chunk])).float().to(device), dim=1)
         for i in range(0, len(q), block):
-            sim = q[i:i + block].to(device) @ b.t()
+            sim = q[i : i + block].to(device) @ b.t()
             s, j = sim.topk(min(k, sim.shape[1]), dim=1)
-            both_s = torch.cat([top_sim[i:i + block].to(device), s], 1)
-            both_i = torch.cat([top_idx[i:i + block].to(device), j + start], 1)
+            both_s = torch.cat([top_sim[i : i + block].to(device), s], 1)
+            both_i = torch.cat([top_idx[i : i + block].to(device), j + start], 1)
             best_s, pos = both_s.topk(k, dim=1)
-            top_sim[i:i + block], top_idx[i:i + block] = best_s.cpu(), both_i.gather(1, pos).cpu()
+            top_sim[i : i + block], top_idx[i : i + block] = best_s.cpu(), both_i.gather(1, pos).cpu()
     w = (top_sim / temperature).exp()
     neighbours_y = torch.as_tensor(np.array(bank_y))[top_idx]
     qy = torch.as_tensor(np.array(query_y))

@@ -1,6 +1,7 @@
 """jobs/knn.py: weighted kNN of a pretraining run's frozen features (k=200, T=0.07 by default): both splits'
 features extracted by Ray Data to disk (pipeline.eval.extract), the whole train split as the memory bank, the
 whole validation split as queries; the same for a random-init twin; a child run of the pretraining run."""
+
 from __future__ import annotations
 
 from pipeline.config import ConfigError, JobError
@@ -48,15 +49,25 @@ def run(cfg: dict) -> dict:
             read_manifest(data[split])
         except (FileNotFoundError, ValueError) as e:
             raise KnnError(f"data.{split}={data[split]}: {e}") from None
-    settings = {"source": src.ref, "data": {k: data[k] for k in ("train", "val", "task")}, "k": cfg["k"],
-                "temperature": cfg["temperature"], "baseline": cfg["baseline"], "seed": cfg["seed"]}
+    settings = {
+        "source": src.ref,
+        "data": {k: data[k] for k in ("train", "val", "task")},
+        "k": cfg["k"],
+        "temperature": cfg["temperature"],
+        "baseline": cfg["baseline"],
+        "seed": cfg["seed"],
+    }
     ev = downstream.find(cfg, src, "knn", settings, f"k{cfg['k']}")
     if ev.finished:
         m = ev.found.data.metrics
-        print(f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
-              flush=True)
-        results = {label: {k[len(label) + 1:]: v for k, v in m.items() if k.startswith(f"{label}_knn")}
-                   for label in ("pretrained", "random")}
+        print(
+            f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
+            flush=True,
+        )
+        results = {
+            label: {k[len(label) + 1 :]: v for k, v in m.items() if k.startswith(f"{label}_knn")}
+            for label in ("pretrained", "random")
+        }
         print(_table({k: v for k, v in results.items() if v}), flush=True)
         return results
     import mlflow
@@ -66,8 +77,15 @@ def run(cfg: dict) -> dict:
     init_ray(cfg)
     with downstream.child_run(cfg, src, ev, "knn") as run_id:
         if ev.found is None:
-            mlflow.log_params({"source": src.ref, "k": cfg["k"], "temperature": cfg["temperature"],
-                               "data.train": data["train"], "data.val": data["val"]})
+            mlflow.log_params(
+                {
+                    "source": src.ref,
+                    "k": cfg["k"],
+                    "temperature": cfg["temperature"],
+                    "data.train": data["train"],
+                    "data.val": data["val"],
+                }
+            )
         results = _all(cfg, src, data)
         table = _table(results)
         print(table, flush=True)
@@ -96,17 +114,38 @@ def _all(cfg: dict, src, data: dict) -> dict:
         state = net.state_dict()
         feats, metas = {}, {}
         for split in ("train", "val"):
-            out, metas[split] = split_features(data, src.cfg["model"], state, cfg["paths"]["runs"], split, size,
-                                               mean, std, cfg["batch_size"], cfg["actors"])
+            out, metas[split] = split_features(
+                data,
+                src.cfg["model"],
+                state,
+                cfg["paths"]["runs"],
+                split,
+                size,
+                mean,
+                std,
+                cfg["batch_size"],
+                cfg["actors"],
+            )
             feats[split] = load_features(out)
-        res = knn_streamed(*feats["train"], *feats["val"], data["task"], cfg["k"], cfg["temperature"],
-                           len(names) or None, list(targets or []), device=device)
+        res = knn_streamed(
+            *feats["train"],
+            *feats["val"],
+            data["task"],
+            cfg["k"],
+            cfg["temperature"],
+            len(names) or None,
+            list(targets or []),
+            device=device,
+        )
         results[label] = res
         speed = metas["train"]["images_per_s"]
         mlflow.log_metrics({**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_extract_images_per_s": speed})
-        print(f"[knn] {label}: {', '.join(f'{k} {v:.4f}' for k, v in res.items())} (bank {metas['train']['n']}, "
-              f"queries {metas['val']['n']}; features at {speed:.0f} images/s on {metas['train']['actors']} "
-              f"{metas['train']['device']} actor(s))", flush=True)
+        print(
+            f"[knn] {label}: {', '.join(f'{k} {v:.4f}' for k, v in res.items())} (bank {metas['train']['n']}, "
+            f"queries {metas['val']['n']}; features at {speed:.0f} images/s on {metas['train']['actors']} "
+            f"{metas['train']['device']} actor(s))",
+            flush=True,
+        )
     return results
 
 

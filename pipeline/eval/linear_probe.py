@@ -3,6 +3,7 @@
 Full-batch L-BFGS on standardised features, weight decay on the weights only (InvCLR's protocol,
 docs/methods/invclr.md §4.1), so the probe's result depends on the features and not on an SGD schedule.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,14 @@ def _standardise(train: torch.Tensor, test: torch.Tensor):
     return (train - mu) / sd, (test - mu) / sd
 
 
-def fit_linear(x: torch.Tensor, y: torch.Tensor, task: str, steps: int = 200, weight_decay: float = 1e-5,
-               num_classes: int | None = None) -> nn.Linear:
+def fit_linear(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    task: str,
+    steps: int = 200,
+    weight_decay: float = 1e-5,
+    num_classes: int | None = None,
+) -> nn.Linear:
     out_dim = (num_classes or int(y.max()) + 1) if task == "classification" else y.shape[1]
     head = nn.Linear(x.shape[1], out_dim).double()
     x = x.double()
@@ -43,8 +50,17 @@ def fit_linear(x: torch.Tensor, y: torch.Tensor, task: str, steps: int = 200, we
     return head
 
 
-def probe(train_x, train_y, test_x, test_y, task: str, names: list[str] | None = None, steps: int = 200,
-          weight_decay: float = 1e-5, num_classes: int | None = None) -> dict[str, float]:
+def probe(
+    train_x,
+    train_y,
+    test_x,
+    test_y,
+    task: str,
+    names: list[str] | None = None,
+    steps: int = 200,
+    weight_decay: float = 1e-5,
+    num_classes: int | None = None,
+) -> dict[str, float]:
     """Fit on train, score on test. Classification: {"top1"}; regression: {"mse_<t>", "r2_<t>", "mse", "r2"}."""
     train_x, test_x = _standardise(train_x.double(), test_x.double())
     head = fit_linear(train_x, train_y, task, steps, weight_decay, num_classes)

@@ -1,6 +1,7 @@
 """jobs/linear_probe.py: the probe of a pretraining run's backbone beside a random-init twin, with the run's model,
 data and image size and the command line's eval.* on top, logged into a child run of the run. A probe that
 finished before with the same settings prints its results and probes nothing."""
+
 from __future__ import annotations
 
 from pipeline.config import ConfigError, JobError
@@ -46,20 +47,33 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     # One child run per (checkpoint, data, probe settings)
     probe_eval = {k: v for k, v in cfg["eval"].items() if k != "knn"}
     probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k != "checkpoint"}
-    settings = {"source": src.ref, "data": cfg["data"], "augment": cfg["augment"], "seed": cfg["seed"],
-                "eval": probe_eval}
+    settings = {
+        "source": src.ref,
+        "data": cfg["data"],
+        "augment": cfg["augment"],
+        "seed": cfg["seed"],
+        "eval": probe_eval,
+    }
     key = settings_key(settings)
-    params = {"checkpoint": src.ref, "data.name": cfg["data"]["name"], "data.train": cfg["data"]["train"],
-              "data.val": cfg["data"]["val"], "image_size": eval_settings(cfg["augment"])[0],
-              **tracking.flatten(probe_eval, "eval.")}
+    params = {
+        "checkpoint": src.ref,
+        "data.name": cfg["data"]["name"],
+        "data.train": cfg["data"]["train"],
+        "data.val": cfg["data"]["val"],
+        "image_size": eval_settings(cfg["augment"])[0],
+        **tracking.flatten(probe_eval, "eval."),
+    }
     run_key = f"probe:{parent}:{key}" if parent_run is not None else f"probe:{key}"
     if parent_run is not None:
         exp_id = parent_run.info.experiment_id
     found = tracking.find_run(exp_id, run_key)
     if found is not None and found.info.status == "FINISHED":
         results = probe_results(found.data.metrics)
-        print(f"[probe] {found.info.run_name} finished before (MLflow run {found.info.run_id}); nothing to run. "
-              f"Its results:", flush=True)
+        print(
+            f"[probe] {found.info.run_name} finished before (MLflow run {found.info.run_id}); nothing to run. "
+            f"Its results:",
+            flush=True,
+        )
         from pipeline.eval.run_probe import format_table
 
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)

@@ -7,6 +7,7 @@ Optional, both off by default (docs/methods/invclr.md §1.3, §4.2, §4.4):
 * eval.invariance.enabled: conditional variance V (Eq. 7) and the test MSE of a linear regression of alpha
   from z, with its reference Mean_i Var(alpha_i), for both backbones (metrics invariance_*).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,9 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
     for k, _ in overrides:
         top = k.split(".")[0]
         if top in ("method", "model") or k == "augment":
-            raise ValueError(f"{k}: a probe of a run's checkpoint uses the run's {top} (override eval.* or "
-                             f"data.* instead)")
+            raise ValueError(
+                f"{k}: a probe of a run's checkpoint uses the run's {top} (override eval.* or data.* instead)"
+            )
     taken = {s: run_cfg[s] for s in RUN_SECTIONS if s in run_cfg and not (s == "data" and swapped_data)}
     dotted = [o for k, o in overrides if "." in k and k.split(".")[0] in taken]
     merged = OmegaConf.merge(OmegaConf.create(taken), OmegaConf.from_dotlist(dotted))
@@ -64,10 +66,10 @@ def probe_results(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
         if key.startswith("invariance_"):
             out.setdefault("invariance", {})[key] = value
         elif key.startswith("probe_"):
-            rest = key[len("probe_"):]
+            rest = key[len("probe_") :]
             kind = next((k for k in kinds if rest.startswith(k + "_")), None)
             if kind:
-                out.setdefault(kind, {})[rest[len(kind) + 1:]] = value
+                out.setdefault(kind, {})[rest[len(kind) + 1 :]] = value
     if "pretrained" not in out:
         return {}
     order = ["pretrained", "pretrained_fa", "random", "random_fa", "invariance"]
@@ -117,8 +119,9 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     state, targets = backbone.state_dict(), data.get("targets")
     feats = {}
     for split, limit in (("train", p["train_size"]), ("val", p["val_size"])):
-        out, _ = split_features(data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std,
-                                p["batch_size"])
+        out, _ = split_features(
+            data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, p["batch_size"]
+        )
         feat, y = load_features(out)
         feats[split] = (feat[:limit], y[:limit]) if limit else (feat, y)
     if data["task"] == "classification":
@@ -127,8 +130,9 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     else:
         out_dim = len(targets)
     device = pick_device("auto")
-    head = fit_sgd(*feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]),
-                   device=device)
+    head = fit_sgd(
+        *feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]), device=device
+    )
     return score(head, *feats["val"], data["task"], list(targets or []), device=device)
 
 
@@ -143,8 +147,17 @@ def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
     ftr, ktr = extract(backbone, train.encoded, pre, p["batch_size"])
     fte, kte = extract(backbone, test.encoded, pre, p["batch_size"])
     num_classes = len(train.names) or None
-    return probe(ftr, torch.as_tensor(train.y[ktr]), fte, torch.as_tensor(test.y[kte]), data["task"], test.names,
-                 p["steps"], p["weight_decay"], num_classes)
+    return probe(
+        ftr,
+        torch.as_tensor(train.y[ktr]),
+        fte,
+        torch.as_tensor(test.y[kte]),
+        data["task"],
+        test.names,
+        p["steps"],
+        p["weight_decay"],
+        num_classes,
+    )
 
 
 # Seed offsets of the transformation draws; the same for both backbones (common random numbers).
@@ -155,8 +168,10 @@ def _transform_splits(cfg: dict, train_size, val_size):
     """Train and val splits for the transformed-feature paths (Spirograph: with all four factors loaded)."""
     data = cfg["data"]
     targets = split_targets(cfg)
-    return (load_split(data["train"], data["task"], targets, limit=train_size),
-            load_split(data["val"], data["task"], targets, limit=val_size))
+    return (
+        load_split(data["train"], data["task"], targets, limit=train_size),
+        load_split(data["val"], data["task"], targets, limit=val_size),
+    )
 
 
 def _probe_y(split, cfg: dict):
@@ -178,8 +193,17 @@ def probe_backbone_fa(backbone: torch.nn.Module, cfg: dict, m: int) -> dict[str,
     fte, kte = averaged_features(backbone, test, cfg, m, seed=seed + FA_TEST_SEED, batch_size=p["batch_size"])
     names = list(data.get("targets") or []) if data["task"] == "regression" else test.names
     num_classes = len(train.names) or None
-    return probe(ftr, torch.as_tensor(_probe_y(train, cfg)[ktr]), fte, torch.as_tensor(_probe_y(test, cfg)[kte]),
-                 data["task"], names, p["steps"], p["weight_decay"], num_classes)
+    return probe(
+        ftr,
+        torch.as_tensor(_probe_y(train, cfg)[ktr]),
+        fte,
+        torch.as_tensor(_probe_y(test, cfg)[kte]),
+        data["task"],
+        names,
+        p["steps"],
+        p["weight_decay"],
+        num_classes,
+    )
 
 
 def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
@@ -196,8 +220,12 @@ def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     v = conditional_variance_of(fte, torch.Generator().manual_seed(seed))
     ref, _ = alpha_reference(cfg["augment"])
     reg = alpha_regression(ftr, atr, fte, ate, ref, alpha_names(cfg["augment"]), p["steps"], p["weight_decay"])
-    return {"conditional_variance": v, "alpha_mse": reg["mse"], "alpha_reference": reg["reference"],
-            "alpha_reference_empirical": reg["reference_empirical"]}
+    return {
+        "conditional_variance": v,
+        "alpha_mse": reg["mse"],
+        "alpha_reference": reg["reference"],
+        "alpha_reference_empirical": reg["reference_empirical"],
+    }
 
 
 def format_table(results: dict[str, dict[str, float]]) -> str:
@@ -239,8 +267,9 @@ def probe_png(cfg: dict, name: str) -> Path:
     return Path(cfg["paths"]["runs"]) / "probe" / f"{name}.png"
 
 
-def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None = None,
-                        baseline: bool = True) -> dict[str, dict[str, float]]:
+def compare_with_random(
+    cfg: dict, ckpt: str | Path | dict, run_name: str | None = None, baseline: bool = True
+) -> dict[str, dict[str, float]]:
     """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
 
     `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(cfg,
@@ -261,8 +290,10 @@ def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None
     ev = cfg["eval"]
     m = int((ev.get("feature_averaging") or {}).get("m") or 0)
     inv_on = bool((ev.get("invariance") or {}).get("enabled"))
-    backbones = {"pretrained": lambda: backbone_from(state),
-                 "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"])}
+    backbones = {
+        "pretrained": lambda: backbone_from(state),
+        "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"]),
+    }
     if not baseline:
         del backbones["random"]
     results, labels, invariance = {}, {}, {}
@@ -277,8 +308,10 @@ def compare_with_random(cfg: dict, ckpt: str | Path | dict, run_name: str | None
     table = format_table(shown)
     size = eval_settings(cfg["augment"])[0]
     solver = probe_solver(cfg)
-    print(f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, {SOLVER_NAMES[solver]}):\n"
-          f"{table}\n", flush=True)
+    print(
+        f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, {SOLVER_NAMES[solver]}):\n{table}\n",
+        flush=True,
+    )
     if inv_on:
         inv_table, inv_metrics = _invariance_report(invariance, cfg)
         print(inv_table + "\n", flush=True)
@@ -313,14 +346,18 @@ def _invariance_report(invariance: dict[str, dict[str, float]], cfg: dict) -> tu
     _, source = alpha_reference(cfg["augment"])
     first = next(iter(invariance.values()))
     ref, ref_emp = first["alpha_reference"], first["alpha_reference_empirical"]
-    rows = {name: {"conditional_variance": r["conditional_variance"], "alpha_mse": r["alpha_mse"]}
-            for name, r in invariance.items()}
+    rows = {
+        name: {"conditional_variance": r["conditional_variance"], "alpha_mse": r["alpha_mse"]}
+        for name, r in invariance.items()
+    }
     alpha = ", ".join(alpha_names(cfg["augment"]))
-    text = (f"Invariance on {cfg['data']['name']} ({inv['samples']} samples x {inv['copies']} copies per split): "
-            f"conditional variance V (Eq. 7), test MSE of a linear regression of alpha = ({alpha}) from z "
-            f"(higher = more invariant)\n{format_table(rows)}\n"
-            f"alpha reference Mean_i Var(alpha_i) = {ref:.4f} ({source}; empirical on the val copies "
-            f"{ref_emp:.4f})")
+    text = (
+        f"Invariance on {cfg['data']['name']} ({inv['samples']} samples x {inv['copies']} copies per split): "
+        f"conditional variance V (Eq. 7), test MSE of a linear regression of alpha = ({alpha}) from z "
+        f"(higher = more invariant)\n{format_table(rows)}\n"
+        f"alpha reference Mean_i Var(alpha_i) = {ref:.4f} ({source}; empirical on the val copies "
+        f"{ref_emp:.4f})"
+    )
     metrics = {f"invariance_{name}_{k}": v for name, r in rows.items() for k, v in r.items()}
     metrics["invariance_alpha_reference"] = ref
     metrics["invariance_alpha_reference_empirical"] = ref_emp

@@ -6,6 +6,7 @@ the large learning rate is what makes that work for contrastive features.
 One difference from MoCo's protocol: MoCo feeds the frozen backbone a fresh random-resized crop and flip of every
 image each epoch; here each image's features are extracted once, from its centre view. That is what makes the
 probe one extraction plus cheap epochs, and it usually scores a little below MoCo's numbers."""
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,16 @@ def _rows(a: np.ndarray, idx: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def fit_sgd(feat: np.ndarray, y: np.ndarray, task: str, out_dim: int, s: SgdSchedule, seed: int = 0,
-            device: str | torch.device = "cpu",
-            log: Callable[[int, float], None] = lambda epoch, loss: None) -> nn.Linear:
+def fit_sgd(
+    feat: np.ndarray,
+    y: np.ndarray,
+    task: str,
+    out_dim: int,
+    s: SgdSchedule,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    log: Callable[[int, float], None] = lambda epoch, loss: None,
+) -> nn.Linear:
     """The linear layer (N(0, 0.01) weights, zero bias) after the schedule; cross-entropy or MSE."""
     torch.manual_seed(seed)
     head = nn.Linear(feat.shape[1], out_dim).to(device)
@@ -55,7 +63,7 @@ def fit_sgd(feat: np.ndarray, y: np.ndarray, task: str, out_dim: int, s: SgdSche
         order = rng.permutation(n)
         total = 0.0
         for i in range(0, n, s.batch_size):
-            idx = order[i:i + s.batch_size]
+            idx = order[i : i + s.batch_size]
             x, t = _rows(feat, idx).to(device).float(), _rows(y, idx).to(device)
             out = head(x)
             loss = F.cross_entropy(out, t.long()) if task == "classification" else F.mse_loss(out, t.float())
@@ -65,18 +73,29 @@ def fit_sgd(feat: np.ndarray, y: np.ndarray, task: str, out_dim: int, s: SgdSche
             total += float(loss.detach()) * len(idx)
         sched.step()
         if not math.isfinite(total):
-            raise FloatingPointError(f"the SGD probe's loss is {total} in epoch {epoch + 1}: lower eval.probe.sgd.lr "
-                                     f"(lr 30 is MoCo's for classification; regression targets need far less)")
+            raise FloatingPointError(
+                f"the SGD probe's loss is {total} in epoch {epoch + 1}: lower eval.probe.sgd.lr "
+                f"(lr 30 is MoCo's for classification; regression targets need far less)"
+            )
         log(epoch + 1, total / n)
     return head
 
 
 @torch.no_grad()
-def score(head: nn.Linear, feat: np.ndarray, y: np.ndarray, task: str, names: list[str] | None = None,
-          device: str | torch.device = "cpu", chunk: int = 65536) -> dict[str, float]:
+def score(
+    head: nn.Linear,
+    feat: np.ndarray,
+    y: np.ndarray,
+    task: str,
+    names: list[str] | None = None,
+    device: str | torch.device = "cpu",
+    chunk: int = 65536,
+) -> dict[str, float]:
     """{"top1"} for classes; {"mse", "r2", "mse_<t>", "r2_<t>"} for regression targets, as the L-BFGS probe."""
-    outs = [head(torch.from_numpy(np.array(feat[i:i + chunk])).to(device).float()).cpu()
-            for i in range(0, len(feat), chunk)]
+    outs = [
+        head(torch.from_numpy(np.array(feat[i : i + chunk])).to(device).float()).cpu()
+        for i in range(0, len(feat), chunk)
+    ]
     out, t = torch.cat(outs), torch.from_numpy(np.array(y))
     if task == "classification":
         return {"top1": float((out.argmax(1) == t).double().mean())}

@@ -1,5 +1,6 @@
 """The pretraining run a downstream job starts from: an MLflow run id, or a checkpoint folder or state.pt file
 written by jobs/pretrain.py, read once into its weights, the config it trained with and its MLflow run."""
+
 from __future__ import annotations
 
 import tempfile
@@ -13,10 +14,10 @@ from pipeline import checkpoint as ck
 
 @dataclass
 class Source:
-    state: dict             # the checkpoint (backbone weights under the method's keys, the run's config)
-    cfg: dict               # the config the run trained with
-    run_id: str | None      # its MLflow run in this store (None: a checkpoint from elsewhere)
-    ref: str                # where it came from: runs:/<id>/checkpoint/state.pt or an absolute path
+    state: dict  # the checkpoint (backbone weights under the method's keys, the run's config)
+    cfg: dict  # the config the run trained with
+    run_id: str | None  # its MLflow run in this store (None: a checkpoint from elsewhere)
+    ref: str  # where it came from: runs:/<id>/checkpoint/state.pt or an absolute path
 
     @property
     def backbone(self) -> dict:
@@ -60,11 +61,13 @@ def download_state(run_id: str, dst: str | Path) -> dict:
     import mlflow
 
     try:
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"checkpoint/{ck.STATE_FILE}",
-                                                    dst_path=str(dst))
+        local = mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=f"checkpoint/{ck.STATE_FILE}", dst_path=str(dst)
+        )
     except Exception as e:  # noqa: BLE001 - MLflow raises several types for an unknown id
-        raise FileNotFoundError(f"checkpoint {run_id!r} is neither a path nor an MLflow run with a checkpoint "
-                                f"({type(e).__name__})") from None
+        raise FileNotFoundError(
+            f"checkpoint {run_id!r} is neither a path nor an MLflow run with a checkpoint ({type(e).__name__})"
+        ) from None
     return torch.load(local, map_location="cpu", weights_only=False)
 
 

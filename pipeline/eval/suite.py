@@ -2,6 +2,7 @@
 through its own job's checks and run (linear probe, kNN, fine-tuning, detection), each a child run of the
 pretraining run. Resumable: a step that finished before prints its results and runs nothing, so rerunning an
 interrupted suite continues at the first unfinished step."""
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,10 @@ def check(cfg: dict) -> None:
         raise SuiteError(f"size={cfg['size']}: expected one of cpu, paper")
     extra = cfg["extra"]
     if not isinstance(extra, dict) or any(k not in JOBS or not isinstance(v, dict) for k, v in extra.items()):
-        raise SuiteError(f"extra={extra}: expected settings under {', '.join(f'extra.{j}' for j in JOBS)}, "
-                         f"e.g. +extra.detect.device=cuda")
+        raise SuiteError(
+            f"extra={extra}: expected settings under {', '.join(f'extra.{j}' for j in JOBS)}, "
+            f"e.g. +extra.detect.device=cuda"
+        )
     if not isinstance(cfg["skip"], list):
         raise SuiteError(f"skip={cfg['skip']}: expected a list of step names, e.g. skip=[detection]")
 
@@ -54,19 +57,27 @@ def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
     names = [s["name"] for s in suite["steps"]]
     unknown = [n for n in cfg["skip"] if n not in names]
     if unknown:
-        raise SuiteError(f"skip={cfg['skip']}: {unknown[0]!r} is no step of suite {suite['name']} "
-                         f"({', '.join(names)})")
-    common = [*(f"paths.{k}={v}" for k, v in cfg["paths"].items()), f"verbose={str(bool(cfg.get('verbose'))).lower()}",
-              *(f"tracking.{k}={_value(cfg['tracking'][k])}" for k in ("uri", "experiment"))]
+        raise SuiteError(f"skip={cfg['skip']}: {unknown[0]!r} is no step of suite {suite['name']} ({', '.join(names)})")
+    common = [
+        *(f"paths.{k}={v}" for k, v in cfg["paths"].items()),
+        f"verbose={str(bool(cfg.get('verbose'))).lower()}",
+        *(f"tracking.{k}={_value(cfg['tracking'][k])}" for k in ("uri", "experiment")),
+    ]
     out = []
     for s in suite["steps"]:
         if s["name"] in cfg["skip"]:
             continue
         if s["job"] not in JOBS:
-            raise SuiteError(f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of "
-                             f"{', '.join(JOBS)}")
-        argv = [f"run={cfg['run']}", *common, *s.get("args", []), *s.get(cfg["size"], []),
-                *overrides(cfg["extra"].get(s["job"]) or {})]
+            raise SuiteError(
+                f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(JOBS)}"
+            )
+        argv = [
+            f"run={cfg['run']}",
+            *common,
+            *s.get("args", []),
+            *s.get(cfg["size"], []),
+            *overrides(cfg["extra"].get(s["job"]) or {}),
+        ]
         out.append((s["name"], s["job"], argv))
     return out
 
@@ -96,8 +107,11 @@ def _suite(name: str) -> dict:
     return compose_config([f"+suite={name}"], "evaluate_suite")["suite"]
 
 
-JOB_CONFIGS = {"knn": ("pipeline.eval.knn_job", "knn"), "finetune": ("pipeline.eval.finetune_job", "finetune"),
-               "detect": ("pipeline.detect.job", "detection")}  # the job's module (check, run) and its config
+JOB_CONFIGS = {
+    "knn": ("pipeline.eval.knn_job", "knn"),
+    "finetune": ("pipeline.eval.finetune_job", "finetune"),
+    "detect": ("pipeline.detect.job", "detection"),
+}  # the job's module (check, run) and its config
 
 
 def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
@@ -138,8 +152,11 @@ def run(cfg: dict) -> list[dict]:
     name = pick(cfg["suite"]["name"], src.cfg)
     suite = _suite(name) if name != cfg["suite"]["name"] or "steps" not in cfg["suite"] else cfg["suite"]
     todo = steps(cfg, suite)
-    print(f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {cfg['size']}: "
-          f"{', '.join(n for n, _, _ in todo)}", flush=True)
+    print(
+        f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {cfg['size']}: "
+        f"{', '.join(n for n, _, _ in todo)}",
+        flush=True,
+    )
     for i, (step, job, argv) in enumerate(todo, 1):  # every step's settings before the first one runs
         try:
             run_step(job, argv, dry=True)
@@ -152,8 +169,9 @@ def run(cfg: dict) -> list[dict]:
         try:
             results = run_step(job, argv)
         except SuiteError as e:
-            raise SuiteError(f"step {i}/{len(todo)} ({step}) failed: {e}; rerun the same command to resume there") \
-                from None
+            raise SuiteError(
+                f"step {i}/{len(todo)} ({step}) failed: {e}; rerun the same command to resume there"
+            ) from None
         done.append({"step": step, "job": job, "minutes": (time.monotonic() - t0) / 60, "results": results})
     text = summary(suite, done)
     print(text, flush=True)
@@ -175,8 +193,12 @@ HEADLINE = ("top1", "top5", "r2", "mse", "knn_top1", "knn_r2", "AP", "AP50")
 
 def summary(suite: dict, done: list[dict]) -> str:
     """A markdown table: a row per step, the headline metrics of the pretrained backbone and of random init."""
-    lines = [f"## {suite['name']}: {suite.get('paper', '')}", "",
-             "| step | metric | pretrained | random init | minutes |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"## {suite['name']}: {suite.get('paper', '')}",
+        "",
+        "| step | metric | pretrained | random init | minutes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for d in done:
         res = d["results"] or {}
         pre, rnd = res.get("pretrained") or {}, res.get("random") or {}

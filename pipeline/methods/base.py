@@ -1,4 +1,5 @@
 """What every method shares: an online encoder (the only module DDP wraps) and the step contract."""
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,14 @@ def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
     feature dim)."""
     backbone = build_backbone(model_cfg)
     dim = backbone.feat_dim
-    projector = mlp_head(dim, head_cfg.get("hidden_dim") or dim, head_cfg["out_dim"], head_cfg.get("num_layers", 2),
-                         head_cfg.get("bn", False), last_bn=head_cfg.get("last_bn", False))
+    projector = mlp_head(
+        dim,
+        head_cfg.get("hidden_dim") or dim,
+        head_cfg["out_dim"],
+        head_cfg.get("num_layers", 2),
+        head_cfg.get("bn", False),
+        last_bn=head_cfg.get("last_bn", False),
+    )
     return Encoder(backbone, projector)
 
 
@@ -54,7 +61,7 @@ class Method(nn.Module):
 
     online: nn.Module
     n_views: int = 2
-    provides: frozenset[str] = frozenset()   # the StepContext fields framework_loss fills
+    provides: frozenset[str] = frozenset()  # the StepContext fields framework_loss fills
 
     def __init__(self):
         super().__init__()

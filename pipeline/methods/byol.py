@@ -1,5 +1,6 @@
 """BYOL (Grill et al. 2020): an online network with a predictor regresses an EMA target network's projection of
 the other view; no negatives."""
+
 from __future__ import annotations
 
 import torch
@@ -56,8 +57,12 @@ class BYOL(PredictorMethod):
         loss = byol_loss(p1, t2) + byol_loss(p2, t1)
         q1, k2 = F.normalize(p1, dim=1), F.normalize(t2, dim=1)
         ctx = StepContext(features=[h1, h2], pairs=[(q1, k2)])
-        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(),
-                "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
+        return {
+            "loss": loss,
+            "pos_sim": (q1.detach() * k2).sum(1).mean(),
+            "momentum": torch.tensor(self.momentum.value),
+            "ctx": ctx,
+        }
 
     def update_momentum(self, progress: float) -> None:
         self.ema_into(self.target, self.momentum.update(progress))

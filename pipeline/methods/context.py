@@ -7,6 +7,7 @@ before anything runs, and no method fills a field with a stand-in it does not ha
 
 Every tensor here is float32 (losses run in float32 under autocast); projections and keys are L2-normalised.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -47,5 +48,7 @@ def check_contract(method_kind: str, provides: frozenset[str], plugin: str, need
     """ValueError in one line when the method leaves none of the field sets the plug-in can work from."""
     if not satisfied(provides, needs):
         wanted = " or ".join("+".join(sorted(need)) for need in needs)
-        raise ValueError(f"plugin {plugin} needs {wanted} from the method's step; method kind {method_kind!r} "
-                         f"provides {', '.join(sorted(provides)) or 'nothing'}")
+        raise ValueError(
+            f"plugin {plugin} needs {wanted} from the method's step; method kind {method_kind!r} "
+            f"provides {', '.join(sorted(provides)) or 'nothing'}"
+        )

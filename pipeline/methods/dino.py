@@ -1,4 +1,5 @@
 """DINO (Caron et al. 2021, "Emerging Properties in Self-Supervised Vision Transformers")."""
+
 from __future__ import annotations
 
 import torch
@@ -31,9 +32,16 @@ class DINO(Method):
         m = cfg["method"]
         head = m["head"]
         backbone = build_backbone(cfg["model"])
-        self.online = Encoder(backbone, DINOHead(backbone.feat_dim, int(head["out_dim"]),
-                                                 int(head.get("hidden_dim") or 2048),
-                                                 int(head.get("bottleneck_dim", 256)), int(head.get("num_layers", 3))))
+        self.online = Encoder(
+            backbone,
+            DINOHead(
+                backbone.feat_dim,
+                int(head["out_dim"]),
+                int(head.get("hidden_dim") or 2048),
+                int(head.get("bottleneck_dim", 256)),
+                int(head.get("num_layers", 3)),
+            ),
+        )
         self.teacher = momentum_copy(self.online)
         self.register_buffer("center", torch.zeros(1, int(head["out_dim"])))
         self.center_momentum = float(m["center_momentum"])
@@ -77,8 +85,12 @@ class DINO(Method):
         tau_t = self.teacher_temperature()
         loss = dino_loss(student, teacher, self.center, self.student_temperature, tau_t)
         self._update_center(teacher)
-        return {"loss": loss, "teacher_temperature": torch.tensor(tau_t),
-                "momentum": torch.tensor(self.momentum.value), "ctx": StepContext(features=feats[:2])}
+        return {
+            "loss": loss,
+            "teacher_temperature": torch.tensor(tau_t),
+            "momentum": torch.tensor(self.momentum.value),
+            "ctx": StepContext(features=feats[:2]),
+        }
 
     @torch.no_grad()
     def before_optimizer_step(self, progress: float) -> dict:

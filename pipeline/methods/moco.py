@@ -1,4 +1,5 @@
 """MoCo v1/v2 (He et al. 2020; Chen et al. 2020): query encoder, momentum key encoder, queue, shuffle-BN."""
+
 from __future__ import annotations
 
 import torch
@@ -37,12 +38,12 @@ class MoCo(Method):
         perm = torch.randperm(x_all.shape[0], device=x.device)
         dist.broadcast_(perm)
         b, r = x.shape[0], dist.rank()
-        mine = perm[r * b:(r + 1) * b]
+        mine = perm[r * b : (r + 1) * b]
         k = F.normalize(self.key_encoder(x_all[mine]).float(), dim=1)
         k_all = dist.gather_nograd(k)
         unshuffled = torch.empty_like(k_all)
         unshuffled[perm] = k_all
-        return unshuffled[r * b:(r + 1) * b]
+        return unshuffled[r * b : (r + 1) * b]
 
     def query(self, x: torch.Tensor, with_features: bool = False):
         """L2-normalised query projections (float32: losses run in float32 under autocast); with_features also

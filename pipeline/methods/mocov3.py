@@ -1,4 +1,5 @@
 """MoCo v3 (Chen, Xie, He 2021, "An Empirical Study of Training Self-Supervised Vision Transformers")."""
+
 from __future__ import annotations
 
 import torch
@@ -40,10 +41,8 @@ class MoCoV3(PredictorMethod):
         head, pred = m["head"], m.get("predictor") or {}
         dim, out = backbone.feat_dim, int(head["out_dim"])
         hidden = int(head.get("hidden_dim") or dim)  # 4096 in the paper
-        projector = mlp_head(dim, hidden, out, int(head.get("num_layers") or (3 if vit else 2)), bn=True,
-                             last_bn=True)
-        predictor = mlp_head(out, int(pred.get("hidden_dim") or hidden), out, int(pred.get("num_layers", 2)),
-                             bn=True)
+        projector = mlp_head(dim, hidden, out, int(head.get("num_layers") or (3 if vit else 2)), bn=True, last_bn=True)
+        predictor = mlp_head(out, int(pred.get("hidden_dim") or hidden), out, int(pred.get("num_layers", 2)), bn=True)
         self.online = PredictorEncoder(backbone, projector, predictor)
         self.key_encoder = momentum_copy(Encoder(backbone, projector))
 
@@ -61,8 +60,12 @@ class MoCoV3(PredictorMethod):
         offset = dist.rank() * x1.shape[0]
         loss = mocov3_loss(q1, bank2, offset, self.temperature) + mocov3_loss(q2, bank1, offset, self.temperature)
         ctx = StepContext(features=[h1, h2], pairs=[(q1, k2), (q2, k1)], key_bank=[bank2, bank1], offset=offset)
-        return {"loss": loss, "pos_sim": (q1.detach() * k2).sum(1).mean(),
-                "momentum": torch.tensor(self.momentum.value), "ctx": ctx}
+        return {
+            "loss": loss,
+            "pos_sim": (q1.detach() * k2).sum(1).mean(),
+            "momentum": torch.tensor(self.momentum.value),
+            "ctx": ctx,
+        }
 
     def update_momentum(self, progress: float) -> None:
         self.ema_into(self.key_encoder, self.momentum.update(progress))

@@ -1,5 +1,6 @@
 """What BYOL, SimSiam and MoCo v3 share: an online network with a predictor, whose prediction is the query, and
 (BYOL, MoCo v3) a momentum copy of its backbone and projector."""
+
 from __future__ import annotations
 
 import torch

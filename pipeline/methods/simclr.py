@@ -1,4 +1,5 @@
 """SimCLR (Chen et al. 2020): NT-Xent over both views, negatives gathered from every worker."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """SimSiam (Chen & He 2021): a Siamese network with a predictor and a stop-gradient; no negatives, no momentum
 encoder."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """SupCon (Khosla et al. 2020): contrastive learning where every view of the same class is a positive; needs
 class labels. Negatives and labels are gathered from every worker."""
+
 from __future__ import annotations
 
 import torch
@@ -48,8 +49,13 @@ class SupCon(Method):
         n, offset = c1.shape[0], dist.rank() * b
         local = torch.arange(b, device=z.device) + offset
         # anchors: this rank's 2b views; candidates: every rank's 2N views, laid out [all view 1, all view 2]
-        loss = supcon_loss(torch.cat([z1, z2]), torch.cat([y, y]), self.temperature,
-                           candidates=torch.cat([c1, c2]), candidate_labels=torch.cat([y_all, y_all]),
-                           self_index=torch.cat([local, local + n]))
+        loss = supcon_loss(
+            torch.cat([z1, z2]),
+            torch.cat([y, y]),
+            self.temperature,
+            candidates=torch.cat([c1, c2]),
+            candidate_labels=torch.cat([y_all, y_all]),
+            self_index=torch.cat([local, local + n]),
+        )
         ctx = StepContext(features=[h[:b], h[b:]], projections=(z1, z2), gathered=(c1, c2), offset=offset)
         return {"loss": loss, "ctx": ctx}

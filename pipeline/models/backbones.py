@@ -1,6 +1,7 @@
 """Backbones, selected by `model.backbone`: torchvision ResNets (optionally with the CIFAR stem) returning pooled
 features, and torchvision Vision Transformers returning the class token after the final LayerNorm. Each module
 carries `feat_dim` for the heads built on top of it."""
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,9 @@ class ViT(VisionTransformer):
     LayerNorm (DINO's and MoCo v3's features). Images of another size than `image_size` (DINO's local crops) get
     the position embedding resized bicubically to their patch grid; the grid of `image_size` uses it as trained."""
 
-    def __init__(self, image_size: int, patch_size: int, num_layers: int, num_heads: int, hidden_dim: int,
-                 mlp_dim: int):
+    def __init__(
+        self, image_size: int, patch_size: int, num_layers: int, num_heads: int, hidden_dim: int, mlp_dim: int
+    ):
         # the grid is rounded up to whole patches so every size the config allows builds
         image_size = max(patch_size, math.ceil(image_size / patch_size) * patch_size)
         super().__init__(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim)

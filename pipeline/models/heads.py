@@ -1,5 +1,6 @@
 """Every projection and prediction head: the MLP heads of MoCo, SimCLR, BYOL, SimSiam and MoCo v3, and DINO's head
 with its weight-normalised last layer."""
+
 from __future__ import annotations
 
 import torch
@@ -7,8 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def mlp_head(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, bn: bool = False,
-             last_bn: bool = False) -> nn.Sequential:
+def mlp_head(
+    in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, bn: bool = False, last_bn: bool = False
+) -> nn.Sequential:
     """Linear(-BN)-ReLU blocks then a final Linear; `num_layers=1` is a plain linear projection (MoCo v1).
 
     `last_bn` puts BN without affine parameters after the final Linear, whose bias it would cancel and which is
@@ -48,8 +50,9 @@ class DINOHead(nn.Module):
     GELU, no BN) to a `bottleneck`-d output, L2-normalised, then the weight-normalised `last_layer` to `out_dim`
     prototypes (65536 in the paper). Linear weights are truncated-normal (std 0.02), biases 0."""
 
-    def __init__(self, in_dim: int, out_dim: int, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-                 num_layers: int = 3):
+    def __init__(
+        self, in_dim: int, out_dim: int, hidden_dim: int = 2048, bottleneck_dim: int = 256, num_layers: int = 3
+    ):
         super().__init__()
         dims = [in_dim] + [hidden_dim] * (num_layers - 1) + [bottleneck_dim]
         layers: list[nn.Module] = []

@@ -8,6 +8,7 @@ similarity cannot exceed it). Three layers with ReLU as the paper says; 14 -> 64
 code's width). The code starts from an unreleased checkpoint; `fit_constants` starts instead from the Table 9
 constants by regression on random composites, so the first targets are the hand-tuned ones.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,8 @@ class MonotoneTarget(nn.Module):
         # softplus(raw) ≈ 1/fan_in: each layer roughly averages its inputs, so no unit starts dead or saturated
         self.raw = nn.ParameterList(
             nn.Parameter(math.log(math.expm1(1.0 / i)) + 0.5 * torch.randn(i, o, generator=g))
-            for i, o in zip(dims, dims[1:]))
+            for i, o in zip(dims, dims[1:])
+        )
         self.bias = nn.ParameterList(nn.Parameter(torch.zeros(o)) for o in dims[1:])
         with torch.no_grad():
             self.bias[-1].fill_(-1.5)  # softplus(-1.5) ≈ 0.2: targets start near 0.8

@@ -1,4 +1,5 @@
 """Momentum (EMA) encoders and the negative-key queue."""
+
 from __future__ import annotations
 
 import copy

@@ -4,6 +4,7 @@ MoCo's shuffle-BN stops a query and its positive key from sharing batch statisti
 batch is shuffled across workers; on one worker there is no other device, so both encoders normalise in
 G groups and the key batch is shuffled across groups instead (the same trick as MoCo's CIFAR demo).
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,12 +29,25 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         var = self.running_var.repeat(g)
         # reshape, not view: a channels_last batch (the CUDA default) cannot be viewed this way; hand the next
         # convolution the layout it came in
-        fmt = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) and c > 1 else \
-            torch.contiguous_format
-        out = F.batch_norm(
-            x.reshape(-1, c * g, h, w), mean, var, self.weight.repeat(g), self.bias.repeat(g),
-            True, self.momentum, self.eps,
-        ).reshape(n, c, h, w).contiguous(memory_format=fmt)
+        fmt = (
+            torch.channels_last
+            if x.is_contiguous(memory_format=torch.channels_last) and c > 1
+            else torch.contiguous_format
+        )
+        out = (
+            F.batch_norm(
+                x.reshape(-1, c * g, h, w),
+                mean,
+                var,
+                self.weight.repeat(g),
+                self.bias.repeat(g),
+                True,
+                self.momentum,
+                self.eps,
+            )
+            .reshape(n, c, h, w)
+            .contiguous(memory_format=fmt)
+        )
         self.running_mean.copy_(mean.view(g, c).mean(0))
         self.running_var.copy_(var.view(g, c).mean(0))
         self.num_batches_tracked.add_(1)

@@ -1,6 +1,7 @@
 """Plug-ins: add views and loss terms to a framework, composed by config (`plugin=[co2]`, `plugin=[clsa]`,
 `plugin=[invclr]`, `plugin=[cocor]`); their constants live in conf/plugin/<name>.yaml. pipeline.build checks
 and attaches them."""
+
 from __future__ import annotations
 
 from pipeline.plugins.base import Plugin

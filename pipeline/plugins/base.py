@@ -9,6 +9,7 @@ queue before this step's keys joined it, in-batch keys or projections, backbone 
 `frameworks` names the method kinds the plug-in's paper defines it on; `needs` the StepContext fields it reads
 (any one of the sets), checked against the method's `provides` when the config is validated.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,10 +20,10 @@ from pipeline.methods.context import StepContext
 
 class Plugin(nn.Module):
     name = "plugin"
-    frameworks: tuple[str, ...] = ()   # method kinds it plugs into
+    frameworks: tuple[str, ...] = ()  # method kinds it plugs into
     needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 
-    needs_alpha_grad = False           # ask the model-side colour stage for alpha tensors requiring grad
+    needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad
 
     def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""
@@ -34,7 +35,6 @@ class Plugin(nn.Module):
     def attach(self, method) -> None:
         """Called once the method exists (networks sized by the backbone, e.g. CoCor's classifier)."""
 
-    def after_update(self, method, images: list[torch.Tensor], params: list[dict], out: dict,
-                     progress: float) -> dict:
+    def after_update(self, method, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
         """After the encoder's optimiser step; returns scalars to log."""
         return {}

@@ -6,6 +6,7 @@ clsa_multi).
 On MoCo v3 (no queue) the support is every worker's keys of the batch (the in-batch negatives MoCo v3 itself uses).
 On BYOL (the paper's Table 8 gives a result but not the attachment, §6 item 16) there is no queue: the support is the
 batch's target projections (the code's batch-keys form) and the temperature is plugin.clsa.temperature."""
+
 from __future__ import annotations
 
 from pipeline.losses import ddm

@@ -2,6 +2,7 @@
 distributions over the negatives, weight alpha, temperature tau_con. On MoCo v1/v2 the negatives are the queue; on
 MoCo v3 every worker's keys of the batch but the query's own; on SimCLR the other views of the batch, gathered from
 every worker."""
+
 from __future__ import annotations
 
 from pipeline.losses import co2_consistency, co2_consistency_anchors, co2_consistency_bank
@@ -29,15 +30,17 @@ class CO2(Plugin):
 
     def loss(self, method, images, params, ctx):
         if ctx.queue is not None:  # MoCo v1/v2: one term per (query, key) pair, averaged
-            terms = [co2_consistency(q, k, ctx.queue, self.temperature, divergence=self.divergence)
-                     for q, k in ctx.pairs]
+            terms = [
+                co2_consistency(q, k, ctx.queue, self.temperature, divergence=self.divergence) for q, k in ctx.pairs
+            ]
             value = sum(terms) / len(terms)
-        elif ctx.key_bank:         # MoCo v3: the other keys of the batch, from every worker
-            terms = [co2_consistency_bank(q, k, bank, ctx.offset, self.temperature, divergence=self.divergence)
-                     for (q, k), bank in zip(ctx.pairs, ctx.key_bank)]
+        elif ctx.key_bank:  # MoCo v3: the other keys of the batch, from every worker
+            terms = [
+                co2_consistency_bank(q, k, bank, ctx.offset, self.temperature, divergence=self.divergence)
+                for (q, k), bank in zip(ctx.pairs, ctx.key_bank)
+            ]
             value = sum(terms) / len(terms)
-        else:                      # SimCLR: in-batch negatives from every worker
+        else:  # SimCLR: in-batch negatives from every worker
             (z1, z2), (c1, c2) = ctx.projections, ctx.gathered
-            value = co2_consistency_anchors(z1, z2, c1, c2, self.temperature, ctx.offset,
-                                            divergence=self.divergence)
+            value = co2_consistency_anchors(z1, z2, c1, c2, self.temperature, ctx.offset, divergence=self.divergence)
         return {"co2_consistency": (value, self.alpha)}

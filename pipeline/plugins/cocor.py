@@ -15,6 +15,7 @@ One step (Algorithm 1, Eq. 8, Eq. 20):
 The outer loss is cross-entropy for class labels and MSE (on standardised targets) for regression targets such as
 Spirograph's (m, b, σ, f_r).
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,8 +63,10 @@ class CoCor(Plugin):
         table = dict(zip(self.lengths, fixed)) if fixed else TABLE9.get(kind, TABLE9["moco"])
         missing = [n for n in self.lengths if n not in table]
         if missing:
-            raise ValueError(f"plugin.cocor.fixed_targets: no target for composite lengths {missing} "
-                             "(Table 9 covers 1, 2, 3; give one value per composite view)")
+            raise ValueError(
+                f"plugin.cocor.fixed_targets: no target for composite lengths {missing} "
+                "(Table 9 covers 1, 2, 3; give one value per composite view)"
+            )
         self.constants = {n: float(table[n]) for n in self.lengths}
         self.sign = {"derived": -1.0, "paper": 1.0}[pcfg.get("hypergradient", "derived")]
         self.min_denominator = float(pcfg.get("min_denominator", 1e-4))
@@ -96,8 +99,9 @@ class CoCor(Plugin):
             self.classifier.weight.normal_(0, 0.01, generator=torch.Generator().manual_seed(self.seed + 1))
             self.classifier.bias.zero_()
         self.target_opt = torch.optim.SGD(self.target.parameters(), lr=0.0, momentum=0.9)
-        self.classifier_opt = torch.optim.SGD(self.classifier.parameters(), lr=self.classifier_lr, momentum=0.9,
-                                              weight_decay=1e-4)
+        self.classifier_opt = torch.optim.SGD(
+            self.classifier.parameters(), lr=self.classifier_lr, momentum=0.9, weight_decay=1e-4
+        )
 
     def _n_classes(self) -> int:
         from pipeline.data.shards import read_manifest
@@ -112,8 +116,11 @@ class CoCor(Plugin):
     def get_extra_state(self):
         if self.mode != "learned":
             return {"updates": self.updates}
-        return {"updates": self.updates, "target_opt": self.target_opt.state_dict(),
-                "classifier_opt": self.classifier_opt.state_dict()}
+        return {
+            "updates": self.updates,
+            "target_opt": self.target_opt.state_dict(),
+            "classifier_opt": self.classifier_opt.state_dict(),
+        }
 
     def set_extra_state(self, state) -> None:
         self.updates = int(state.get("updates", 0))
@@ -143,8 +150,13 @@ class CoCor(Plugin):
             out[f"cocor_target_l{n}"] = (g.mean(), None)
         if self.mode == "learned":
             x, y = self._labelled_batch()
-            self._pending = {"x": x, "y": y, "s": torch.stack([s.detach().mean() for s in sims]),
-                             "targets": targets, "ce": self._outer_loss(method, x, y).detach()}
+            self._pending = {
+                "x": x,
+                "y": y,
+                "s": torch.stack([s.detach().mean() for s in sims]),
+                "targets": targets,
+                "ce": self._outer_loss(method, x, y).detach(),
+            }
         return out
 
     # -- the upper-level step -----------------------------------------------------------------------------------
@@ -173,8 +185,10 @@ class CoCor(Plugin):
         gen = torch.Generator().manual_seed(self.seed * 7919 + dist.rank() + 11)  # ranks draw different batches
         size, mean, std = eval_settings(self.aug)  # the kNN monitor's and the probe's un-augmented view
         self._labelled = (split, partial(eval_transform, size=size, mean=mean, std=std), gen)
-        print(f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
-              flush=True)
+        print(
+            f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
+            flush=True,
+        )
 
     def _outer_loss(self, method, x, y) -> torch.Tensor:
         """The labelled loss of the linear head on frozen backbone features (eval-mode BN: no statistics drift)."""
@@ -194,8 +208,9 @@ class CoCor(Plugin):
         """Zero for the first epochs, then the encoder's own schedule (warm-up, cosine): the code's MMNN schedule."""
         if self.updates < self.freeze_steps:
             return 0.0
-        return warmup_cosine(self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps,
-                     self.target_lr)
+        return warmup_cosine(
+            self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps, self.target_lr
+        )
 
     def after_update(self, method, images, params, out, progress):
         if self.mode != "learned" or self._pending is None:
@@ -213,9 +228,17 @@ class CoCor(Plugin):
         lu_before = float(out["loss"].detach())
         ce_after = self._outer_loss(method, pending["x"], pending["y"])
         g_bar = torch.stack([self.target(params[i]["counts"].to(s_after.device)).mean() for i in self.composites])
-        surrogate = cocor_target_surrogate(g_bar.float(), pending["s"].float(), s_after, float(pending["ce"]),
-                                           float(ce_after.detach()), lu_before, float(lu_after),
-                                           min_denominator=self.min_denominator, sign=self.sign)
+        surrogate = cocor_target_surrogate(
+            g_bar.float(),
+            pending["s"].float(),
+            s_after,
+            float(pending["ce"]),
+            float(ce_after.detach()),
+            lu_before,
+            float(lu_after),
+            min_denominator=self.min_denominator,
+            sign=self.sign,
+        )
         self.target_opt.zero_grad(set_to_none=True)
         self.classifier_opt.zero_grad(set_to_none=True)
         (surrogate + ce_after).backward()
@@ -235,8 +258,12 @@ class CoCor(Plugin):
             self.target_opt.step()
         self.classifier_opt.step()
         ce_after = float(ce_after.detach())
-        return {"cocor_outer_loss": ce_after, "cocor_outer_gain": float(pending["ce"]) - ce_after,
-                "cocor_target_lr": lr, "cocor_skipped_updates": float(self.skipped)}
+        return {
+            "cocor_outer_loss": ce_after,
+            "cocor_outer_gain": float(pending["ce"]) - ce_after,
+            "cocor_target_lr": lr,
+            "cocor_skipped_updates": float(self.skipped),
+        }
 
 
 def _average_grads(params: list[torch.Tensor]) -> None:
@@ -246,4 +273,3 @@ def _average_grads(params: list[torch.Tensor]) -> None:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     dist.average_([p.grad for p in params])
-

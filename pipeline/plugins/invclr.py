@@ -7,6 +7,7 @@ alpha is the colour distortion (brightness, contrast, saturation, hue) for natur
 method runs the colour stage, so d image / d alpha exists), or Spirograph's six nuisance parameters (the view is
 re-rendered from the sample's factors with alpha requiring grad).
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,10 @@ class InvCLR(Plugin):
 
             spec = image_recipe(cfg["augment"]).views[0]
             if spec.color_stage != "model":
-                raise ValueError("plugin invclr needs a recipe whose colour stage runs in the model "
-                                 "(augment=invclr, or color_stage: model) or Spirograph views")
+                raise ValueError(
+                    "plugin invclr needs a recipe whose colour stage runs in the model "
+                    "(augment=invclr, or color_stage: model) or Spirograph views"
+                )
             b, c, s, h = spec.jitter
             self.law = [(max(0.0, 1 - b), 1 + b), (max(0.0, 1 - c), 1 + c), (max(0.0, 1 - s), 1 + s), (-h, h)]
         self.seed = int(cfg.get("seed", 0))

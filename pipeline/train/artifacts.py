@@ -1,5 +1,6 @@
 """What a pretraining run leaves in MLflow and on disk besides its metrics: the views gallery, the training
 curves, the checkpoint and the backbone model, the closing summary; and the report of a run that finished before."""
+
 from __future__ import annotations
 
 import time
@@ -13,9 +14,13 @@ def _log(msg: str) -> None:
 def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> None:
     """What the job made and where, closing the console."""
     name, runs = cfg["run"]["name"], Path(cfg["paths"]["runs"])
-    made = [("MLflow run", f"{run_id} in {cfg['runtime']['tracking_uri']}"), ("checkpoint", str(ckpt_dir)),
-            ("training curves", str(runs / "curves" / f"{name}.png")), ("views gallery", str(gallery_path(cfg))),
-            ("probe chart", str(runs / "probe" / f"{name}.png"))]
+    made = [
+        ("MLflow run", f"{run_id} in {cfg['runtime']['tracking_uri']}"),
+        ("checkpoint", str(ckpt_dir)),
+        ("training curves", str(runs / "curves" / f"{name}.png")),
+        ("views gallery", str(gallery_path(cfg))),
+        ("probe chart", str(runs / "probe" / f"{name}.png")),
+    ]
     width = max(len(k) for k, _ in made)
     print(f"\nDone: run {name}, {cfg['train']['epochs']} epochs in {minutes:.1f} min.", flush=True)
     for what, where in made:
@@ -45,12 +50,19 @@ def report_finished(cfg: dict, run) -> dict:
     if probe:
         shown = {k: v for k, v in probe.items() if k != "invariance"}
         solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")
-        print(f"\nLinear probe on {cfg['data']['name']} (frozen features, {solver}):\n{format_table(shown)}\n",
-              flush=True)
-    print(f"  train again under another name with run.name=<name>; probe again with "
-          f"python jobs/linear_probe.py run={run_id}", flush=True)
-    return {"run_id": run_id, "checkpoint": str(local) if local.exists() else f"runs:/{run_id}/checkpoint",
-            "probe": probe or None}
+        print(
+            f"\nLinear probe on {cfg['data']['name']} (frozen features, {solver}):\n{format_table(shown)}\n", flush=True
+        )
+    print(
+        f"  train again under another name with run.name=<name>; probe again with "
+        f"python jobs/linear_probe.py run={run_id}",
+        flush=True,
+    )
+    return {
+        "run_id": run_id,
+        "checkpoint": str(local) if local.exists() else f"runs:/{run_id}/checkpoint",
+        "probe": probe or None,
+    }
 
 
 def probe_finished(cfg: dict, run, local: Path) -> dict:

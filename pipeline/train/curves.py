@@ -1,5 +1,6 @@
 """Training curves as PNGs from a run's MLflow metric history: the loss and its terms, the kNN monitor, and
 CoCor's per-length targets beside the similarities they constrain."""
+
 from __future__ import annotations
 
 import re
@@ -11,10 +12,13 @@ PER_LENGTH = re.compile(r"cocor_(?:target|sim)_l(\d+)")  # CoCor's per-composite
 
 def panels(keys: list[str]) -> dict[str, list[str]]:
     """Which logged metrics go in which panel (panels with nothing logged are left out)."""
-    out = {"training loss and its terms": [k for k in LOSS_TERMS if k in keys],
-           "kNN monitor": sorted(k for k in keys if k.startswith("knn_")),
-           "CoCor: target g(v) (solid) and latent similarity (dashed) per composite length":
-               sorted(k for k in keys if PER_LENGTH.fullmatch(k))}
+    out = {
+        "training loss and its terms": [k for k in LOSS_TERMS if k in keys],
+        "kNN monitor": sorted(k for k in keys if k.startswith("knn_")),
+        "CoCor: target g(v) (solid) and latent similarity (dashed) per composite length": sorted(
+            k for k in keys if PER_LENGTH.fullmatch(k)
+        ),
+    }
     return {title: ks for title, ks in out.items() if ks}
 
 

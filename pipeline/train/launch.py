@@ -1,5 +1,6 @@
 """The pretraining driver: resolve the config (pipeline.train.prepare), start or resume the MLflow run, fit a Ray
 Train TorchTrainer, log its artifacts (pipeline.train.artifacts), run the linear probe."""
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,10 @@ class Trial:
     """A pretraining run as one trial of a sweep (pipeline.tune): its MLflow run is a child of the sweep's, its
     Train results go to Tune through `callbacks`, and it leaves out what every trial would repeat (the views
     gallery, the exported model, the random-init probe: the sweep logs those once)."""
+
     parent_run_id: str
     trial_id: str
-    label: str                      # the trial's values in short, its MLflow run name
+    label: str  # the trial's values in short, its MLflow run name
     callbacks: tuple = field(default=())
 
 
@@ -46,15 +48,18 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg,
-        scaling_config=ray.train.ScalingConfig(num_workers=tr["num_workers"], use_gpu=tr["use_gpu"],
-                                               resources_per_worker=resources),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=tr["num_workers"], use_gpu=tr["use_gpu"], resources_per_worker=resources
+        ),
         run_config=ray.train.RunConfig(
-            name=cfg["run"]["name"], storage_path=tr["storage"],
+            name=cfg["run"]["name"],
+            storage_path=tr["storage"],
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             failure_config=ray.train.FailureConfig(max_failures=tr["max_failures"]),
             # Train's own "Reporting training result ..." lines: verbose=true only
             logging_config=ray.train.LoggingConfig(log_level="INFO" if cfg.get("verbose") else "WARNING"),
-            callbacks=list(callbacks)),
+            callbacks=list(callbacks),
+        ),
         datasets={"train": train_dataset(cfg["data"]["train"], seed=cfg["seed"])},
     )
 
@@ -81,8 +86,9 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
         if found is not None and found.info.status == "FINISHED":
             return report_finished(cfg, found)
         if found is not None:  # FAILED, KILLED, or RUNNING: left so by a job killed outright (we hold the lock)
-            why = found.data.tags.get("error") or ("its job ended without a status (killed?)"
-                                                    if found.info.status == "RUNNING" else "")
+            why = found.data.tags.get("error") or (
+                "its job ended without a status (killed?)" if found.info.status == "RUNNING" else ""
+            )
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(cfg)
@@ -92,8 +98,9 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
         if trial is None:
             run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
         else:
-            run_id = tracking.start_child(trial.parent_run_id, name, trial.label, job="tune-trial",
-                                          tags={"tune_trial_id": trial.trial_id})
+            run_id = tracking.start_child(
+                trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
+            )
         try:
             out = _train_and_log(cfg, run_id, trial)
         except BaseException as e:
@@ -113,8 +120,9 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
 
     from pipeline import tracking
 
-    cfg["runtime"].update(mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg),
-                          trial=trial.label if trial else None)
+    cfg["runtime"].update(
+        mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg), trial=trial.label if trial else None
+    )
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(tracking.flatten({k: v for k, v in cfg.items() if k != "runtime"}))

@@ -3,6 +3,7 @@
 Runs inside each Ray Train worker. Data arrives as encoded bytes from this worker's Ray Data shard,
 views are made in-process (DALI or torch executor), the method returns a loss, DDP averages gradients.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,10 +43,15 @@ def compile_backbones(method) -> None:
             module.compile()
 
 
-def to_device(images: list[torch.Tensor], params: list[dict] | None, device: torch.device,
-              fmt: torch.memory_format = torch.contiguous_format) -> tuple[list[torch.Tensor], list[dict] | None]:
+def to_device(
+    images: list[torch.Tensor],
+    params: list[dict] | None,
+    device: torch.device,
+    fmt: torch.memory_format = torch.contiguous_format,
+) -> tuple[list[torch.Tensor], list[dict] | None]:
     """Views and their parameters on the worker's device. Host tensors bound for a GPU are pinned first so the
     copies run asynchronously; views made on the device already (the gpu executor, DALI mixed) are not copied."""
+
     def move(t: torch.Tensor) -> torch.Tensor:
         if device.type == "cuda" and t.device.type == "cpu":
             t = t.pin_memory()
@@ -63,13 +69,21 @@ def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_st
     lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr)
     set_lr(optimizer, lr)
     if optim.get("weight_decay_end") is not None:
-        set_weight_decay(optimizer, cosine(step / total_steps, float(optim["weight_decay"]),
-                                           float(optim["weight_decay_end"])))
+        set_weight_decay(
+            optimizer, cosine(step / total_steps, float(optim["weight_decay"]), float(optim["weight_decay_end"]))
+        )
     return lr
 
 
-def optimisation_step(method, optimizer, images: list[torch.Tensor], params: list[dict] | None, precision: str,
-                      device: torch.device, progress: float) -> dict:
+def optimisation_step(
+    method,
+    optimizer,
+    images: list[torch.Tensor],
+    params: list[dict] | None,
+    precision: str,
+    device: torch.device,
+    progress: float,
+) -> dict:
     """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook (DINO's
     last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's
     bi-level step). `progress` in [0, 1] is the fraction of training done after this step. The benchmark times
@@ -105,8 +119,9 @@ class _Pending:
     def take(self) -> tuple[list[torch.Tensor], list[dict]]:
         n_views = len(self.parts[0][0])
         images = [torch.cat([imgs[v] for imgs, _ in self.parts]) for v in range(n_views)]
-        params = [{k: torch.cat([ps[v][k] for _, ps in self.parts]) for k in self.parts[0][1][v]}
-                  for v in range(n_views)]
+        params = [
+            {k: torch.cat([ps[v][k] for _, ps in self.parts]) for k in self.parts[0][1][v]} for v in range(n_views)
+        ]
         b = self.batch
         self.parts = []
         self.add([x[b:] for x in images], [{k: t[b:] for k, t in p.items()} for p in params])
@@ -128,8 +143,16 @@ class _KnnMonitor:
     def __call__(self, backbone, device) -> dict[str, float]:
         fb, kb = extract(backbone, self.bank.encoded, self.pre, device=device)
         fv, kv = extract(backbone, self.val.encoded, self.pre, device=device)
-        return knn_metrics(fb, torch.as_tensor(self.bank.y[kb]), fv, torch.as_tensor(self.val.y[kv]), self.task,
-                           self.k, self.t, self.val.names)
+        return knn_metrics(
+            fb,
+            torch.as_tensor(self.bank.y[kb]),
+            fv,
+            torch.as_tensor(self.val.y[kv]),
+            self.task,
+            self.k,
+            self.t,
+            self.val.names,
+        )
 
 
 def _progress_bar(epoch: int, epochs: int, images: int, label: str = ""):
@@ -192,8 +215,13 @@ class _Trainer:
         self.step = 0
         self.timing = {"data_s": 0.0, "views_s": 0.0, "step_s": 0.0}  # where an epoch's time goes (seconds)
         self.precision = resolve_precision(cfg["train"]["precision"], device)
-        self.views_of = build_view_maker(cfg["augment"], self.local_bs, num_threads=max(1, torch.get_num_threads()),
-                                         seed=cfg["seed"] + rank, device=device)
+        self.views_of = build_view_maker(
+            cfg["augment"],
+            self.local_bs,
+            num_threads=max(1, torch.get_num_threads()),
+            seed=cfg["seed"] + rank,
+            device=device,
+        )
 
     def restore(self, state: dict) -> int:
         """Load a checkpoint state; returns the epoch to start from."""
@@ -207,8 +235,15 @@ class _Trainer:
         lr = schedule_step(self.optimizer, self.cfg["optim"], self.step, self.total_steps, self.warmup, self.peak_lr)
         images, params = to_device(images, params, self.device, self.memory_format)
         self.step += 1
-        out = optimisation_step(self.method, self.optimizer, images, params, self.precision, self.device,
-                                min(1.0, self.step / self.total_steps))
+        out = optimisation_step(
+            self.method,
+            self.optimizer,
+            images,
+            params,
+            self.precision,
+            self.device,
+            min(1.0, self.step / self.total_steps),
+        )
         self.timing["step_s"] += time.monotonic() - t0
         return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
@@ -218,9 +253,13 @@ class _Trainer:
         rng = np.random.default_rng([self.cfg["seed"], self.rank, epoch])
         pending = _Pending(self.local_bs)
         raw_batches = shard.iter_batches(
-            batch_size=self.local_bs, batch_format="numpy", drop_last=True, prefetch_batches=2,
+            batch_size=self.local_bs,
+            batch_format="numpy",
+            drop_last=True,
+            prefetch_batches=2,
             local_shuffle_buffer_size=self.cfg["train"]["shuffle_buffer"],
-            local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank)
+            local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank,
+        )
         t = time.monotonic()
         for raw in raw_batches:
             t_views = time.monotonic()
@@ -278,10 +317,13 @@ def train_loop_per_worker(cfg: dict) -> None:
     label = cfg["runtime"].get("trial") or ""  # a sweep's trial: the sweep prints one line per epoch for it
     if rank == 0 and (verbose or not label):
         views = getattr(tr.views_of, "executor", tr.views_of)
-        print(f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
-              f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
-              f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
-              f"{', compiled' if cfg['train'].get('compile') else ''}", flush=True)
+        print(
+            f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
+            f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
+            f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
+            f"{', compiled' if cfg['train'].get('compile') else ''}",
+            flush=True,
+        )
     if state:
         start_epoch = tr.restore(state)
         if rank == 0:
@@ -302,8 +344,11 @@ def train_loop_per_worker(cfg: dict) -> None:
         tr.timing = dict.fromkeys(tr.timing, 0.0)
         t0 = t_log = time.monotonic()
         steps_since_log = 0
-        bar = _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world, label) \
-            if rank == 0 else None
+        bar = (
+            _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world, label)
+            if rank == 0
+            else None
+        )
         for images, params in tr.batches(shard, epoch):
             out = tr.train_step(images, params)
             losses.append(out["loss"])
@@ -318,16 +363,23 @@ def train_loop_per_worker(cfg: dict) -> None:
                 if bar:
                     bar.set_description(f"{_bar_text(epoch, epochs, label)} loss {out['loss']:.3f}")
                 if verbose:
-                    print(f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
-                          f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s", flush=True)
+                    print(
+                        f"[train] epoch {epoch + 1}/{epochs} step {tr.step}/{tr.total_steps} loss {out['loss']:.4f} "
+                        f"lr {out['lr']:.4f} {out['images_per_s']:.1f} img/s",
+                        flush=True,
+                    )
         if bar:
             bar.close()
 
         skipped = dist.reduce_scalar(tr.views_of.skipped - skipped_before, "sum", tr.device)
-        metrics = {"epoch": epoch, "step": tr.step,
-                   "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
-                   "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
-                   "skipped_images": skipped, **{f"time_{k}": v for k, v in tr.timing.items()}}
+        metrics = {
+            "epoch": epoch,
+            "step": tr.step,
+            "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
+            "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
+            "skipped_images": skipped,
+            **{f"time_{k}": v for k, v in tr.timing.items()},
+        }
         if skipped and rank == 0:
             warnings.warn(f"epoch {epoch + 1}/{epochs}: skipped {int(skipped)} undecodable images")
         if knn and (epoch + 1) % cfg["eval"]["knn"]["every"] == 0:

@@ -1,5 +1,6 @@
 """Optimisers (SGD, LARS, AdamW) over parameter groups with and without weight decay; the schedules that drive
 them live in pipeline/schedules.py."""
+
 from __future__ import annotations
 
 import inspect
@@ -40,11 +41,12 @@ class LARS(torch.optim.Optimizer):
             d = torch._foreach_add(grads, params, alpha=wd) if wd else grads
             w_norm = torch.stack(torch._foreach_norm(params))
             d_norm = torch.stack(torch._foreach_norm(d))
-            trust = torch.where((w_norm > 0) & (d_norm > 0), group["eta"] * w_norm / d_norm,
-                                torch.ones_like(w_norm)).unbind(0)
+            trust = torch.where(
+                (w_norm > 0) & (d_norm > 0), group["eta"] * w_norm / d_norm, torch.ones_like(w_norm)
+            ).unbind(0)
             if wd:  # d is already a fresh list
                 torch._foreach_mul_(d, trust)
-            else:   # never scale p.grad in place
+            else:  # never scale p.grad in place
                 d = torch._foreach_mul(grads, trust)
         else:
             d = grads  # plain momentum SGD, no weight decay; p.grad is only read
@@ -77,8 +79,10 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay, "lars": True},
-            {"params": no_decay, "weight_decay": 0.0, "lars": False}]
+    return [
+        {"params": decay, "weight_decay": weight_decay, "lars": True},
+        {"params": no_decay, "weight_decay": 0.0, "lars": False},
+    ]
 
 
 _SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters  # torch >= 2.3

@@ -3,6 +3,7 @@
 Losses are computed in float32 by the methods (they cast embeddings before the softmax), so only the
 backbone and heads run in bfloat16.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,7 @@ def bf16_supported(device: torch.device) -> bool:
 
 
 def resolve_precision(choice: str, device: torch.device) -> str:
-    """"auto" -> "bf16" where supported, else "fp32"; an explicit "bf16" on hardware without it is an error."""
+    """ "auto" -> "bf16" where supported, else "fp32"; an explicit "bf16" on hardware without it is an error."""
     if choice not in ("auto", "bf16", "fp32"):
         raise ValueError(f"train.precision must be auto, bf16 or fp32, not {choice!r}")
     if choice == "auto":

@@ -1,5 +1,6 @@
 """Before Ray starts: validate the whole config, make the embedded data when it is the chosen data and missing,
 check every shard, and derive the runtime values (lr, steps per epoch, the run's name)."""
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,19 @@ def resolve(cfg: dict) -> dict:
     n = int(prepare_data(cfg)["num_samples"])
     steps = (n // workers) // local_bs
     if steps < 1:
-        raise ConfigError(f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
-                          f"data.train={data['train']}; use a batch of at most {n - n % workers}")
+        raise ConfigError(
+            f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
+            f"data.train={data['train']}; use a batch of at most {n - n % workers}"
+        )
     name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
     cfg["run"]["name"] = name
     from pipeline.train.optim import scaled_lr  # torch: only once the checks passed, so bad input is answered fast
 
-    cfg["runtime"] = {"lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]), "steps_per_epoch": steps,
-                      "num_train_samples": n}
+    cfg["runtime"] = {
+        "lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]),
+        "steps_per_epoch": steps,
+        "num_train_samples": n,
+    }
     return cfg
 
 
@@ -80,17 +86,20 @@ def prepare_data(cfg: dict) -> dict:
         _check_provenance(cfg, split, manifest)
         if bad:
             if policy == "fail":
-                raise ConfigError(f"data.{split}={data[split]}: {len(bad)} bad shard(s) of {len(uris)}: "
-                                  f"{shards.describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
-                                  f"go on without them")
+                raise ConfigError(
+                    f"data.{split}={data[split]}: {len(bad)} bad shard(s) of {len(uris)}: "
+                    f"{shards.describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
+                    f"go on without them"
+                )
             per_shard = dict(zip(uris, shards.shard_samples(manifest)))
             lost = sum(per_shard[u] for u, _ in bad)
             if lost >= manifest["num_samples"]:
                 raise ConfigError(f"data.{split}={data[split]}: every shard is bad: {shards.describe_bad(bad)}")
-            _log(f"data.{split}: skipping {len(bad)} bad shard(s) of {len(uris)} ({lost} samples; "
-                 f"data.on_bad_shard=skip): {shards.describe_bad(bad, limit=20)}")
-            manifest = {**manifest, "num_samples": manifest["num_samples"] - lost,
-                        "bad_shards": [u for u, _ in bad]}
+            _log(
+                f"data.{split}: skipping {len(bad)} bad shard(s) of {len(uris)} ({lost} samples; "
+                f"data.on_bad_shard=skip): {shards.describe_bad(bad, limit=20)}"
+            )
+            manifest = {**manifest, "num_samples": manifest["num_samples"] - lost, "bad_shards": [u for u, _ in bad]}
         manifests[split] = manifest
     return manifests["train"]
 
@@ -113,14 +122,18 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
     folder, what = data[split], data["name"].capitalize()
     made = generated_with(manifest, split)
     if made is None:
-        raise ConfigError(f"data.{split}={folder}: {what} data made by another version of the generator "
-                          f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere")
+        raise ConfigError(
+            f"data.{split}={folder}: {what} data made by another version of the generator "
+            f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere"
+        )
     g = data["generate"]
     for key in (f"n_{split}", "seed", "size", "maxcount"):
         if made.get(key) != g[key]:
-            raise ConfigError(f"data.generate.{key}={g[key]}: the {what} data in {folder} was made with "
-                              f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
-                              f"point data.train and data.val at another folder")
+            raise ConfigError(
+                f"data.generate.{key}={g[key]}: the {what} data in {folder} was made with "
+                f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
+                f"point data.train and data.val at another folder"
+            )
 
 
 def _make_embedded(cfg: dict) -> None:

@@ -5,6 +5,7 @@ one-GPU machine hangs with no message). A fixed cluster that cannot hold them fa
 an autoscaling cluster (`trainer.autoscale=true`) is given `trainer.resource_wait_s` to grow, with a line every
 so often saying what it waits for.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,15 +59,21 @@ def alive_nodes() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
-def check_resources(trainer: Mapping, nodes: Callable[[], list[dict[str, float]]] = alive_nodes,
-                    sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = print,
-                    poll_s: float = 10.0, trials: int = 1) -> None:
+def check_resources(
+    trainer: Mapping,
+    nodes: Callable[[], list[dict[str, float]]] = alive_nodes,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] = print,
+    poll_s: float = 10.0,
+    trials: int = 1,
+) -> None:
     """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed; on an
     autoscaling cluster, wait up to trainer.resource_wait_s for them first. `trials`: a sweep's concurrent
     Train runs, each with the same workers."""
     want, bundle = int(trainer["num_workers"]) * trials, worker_bundle(trainer)
-    asked = f"trainer.num_workers={trainer['num_workers']} x ({describe(bundle)})" + \
-        (f" for each of sweep.max_concurrent_trials={trials} trials" if trials > 1 else "")
+    asked = f"trainer.num_workers={trainer['num_workers']} x ({describe(bundle)})" + (
+        f" for each of sweep.max_concurrent_trials={trials} trials" if trials > 1 else ""
+    )
     have = nodes()
     if workers_that_fit(have, bundle) >= want:
         return
@@ -81,13 +88,20 @@ def check_resources(trainer: Mapping, nodes: Callable[[], list[dict[str, float]]
             have = nodes()
             if workers_that_fit(have, bundle) >= want:
                 return
-        raise ConfigError(f"{asked} still cannot be placed after trainer.resource_wait_s="
-                          f"{trainer.get('resource_wait_s')}: the cluster has {cluster_summary(have)}")
+        raise ConfigError(
+            f"{asked} still cannot be placed after trainer.resource_wait_s="
+            f"{trainer.get('resource_wait_s')}: the cluster has {cluster_summary(have)}"
+        )
     fit = workers_that_fit(have, bundle)
-    hint = "set trainer.use_gpu=false or fewer trainer.num_workers" if bundle.get("GPU") else \
-        "lower trainer.num_workers or trainer.cpus_per_worker"
+    hint = (
+        "set trainer.use_gpu=false or fewer trainer.num_workers"
+        if bundle.get("GPU")
+        else "lower trainer.num_workers or trainer.cpus_per_worker"
+    )
     if trials > 1:
         hint = "lower sweep.max_concurrent_trials, " + hint
-    raise ConfigError(f"{asked} does not fit: the cluster has {cluster_summary(have)}, room for {fit} "
-                      f"such worker{'s' if fit != 1 else ''}; {hint} (or trainer.autoscale=true on an autoscaling "
-                      f"cluster)")
+    raise ConfigError(
+        f"{asked} does not fit: the cluster has {cluster_summary(have)}, room for {fit} "
+        f"such worker{'s' if fit != 1 else ''}; {hint} (or trainer.autoscale=true on an autoscaling "
+        f"cluster)"
+    )

@@ -1,5 +1,6 @@
 """One process at a time per run: an exclusive lock beside the run's checkpoints, held for the job's lifetime and
 taken before Ray or MLflow is touched, so two identical commands never share a run by accident."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,7 @@ def run_lock(cfg: dict):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunBusy(_holder_message(cfg["run"]["name"], path)) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-                  "command": " ".join(sys.argv)}
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
         yield path
@@ -63,5 +63,7 @@ def _holder_message(name: str, path: Path) -> str:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"]))
     ago = time.time() - holder["since"]
     ago_text = f"{ago / 60:.0f} min ago" if ago >= 60 else f"{ago:.0f} s ago"
-    return (f"run {name} is already running: pid {holder['pid']} on {holder['host']} since {since} ({ago_text}); "
-            f"wait for it to finish, or stop it (kill {holder['pid']}) and rerun the same command to resume")
+    return (
+        f"run {name} is already running: pid {holder['pid']} on {holder['host']} since {since} ({ago_text}); "
+        f"wait for it to finish, or stop it (kill {holder['pid']}) and rerun the same command to resume"
+    )

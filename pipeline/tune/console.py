@@ -1,5 +1,6 @@
 """The sweep's console: one line per trial event (started, each epoch, done, stopped early, failed) on the
 driver, in place of Tune's status tables (those come with verbose=true)."""
+
 from __future__ import annotations
 
 from ray import tune
@@ -32,8 +33,10 @@ class Console(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = trial.last_result or {}
         if not last.get("final"):
-            say(f"trial {trial_number(trial.trial_id)} stopped early by the scheduler after epoch "
-                f"{last.get(TRAINED, 0)}/{self.epochs}")
+            say(
+                f"trial {trial_number(trial.trial_id)} stopped early by the scheduler after epoch "
+                f"{last.get(TRAINED, 0)}/{self.epochs}"
+            )
 
     def on_trial_error(self, iteration, trials, trial, **info):
         say(f"trial {trial_number(trial.trial_id)} failed; its error: {trial.error_file or trial.path}")

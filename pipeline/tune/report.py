@@ -5,6 +5,7 @@ Pure: rows in, text or a file out. A row is {"trial", "params", "status", "metri
 status is "done", "stopped at epoch k/E" (the scheduler) or "failed: <error>", metric is None unless done, and
 curve is [(epoch, value), ...] of the per-epoch metric the plot follows.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,14 @@ from pipeline.tune.space import Dim, _fmt, _is_number
 def sort_rows(rows: list[dict], mode: str) -> list[dict]:
     """Best first; trials without the metric (stopped, failed) after the others, in trial order."""
     sign = 1 if mode == "min" else -1
-    return sorted(rows, key=lambda r: (r["metric"] is None or _nan(r["metric"]),
-                                       sign * r["metric"] if r["metric"] is not None and not _nan(r["metric"])
-                                       else 0.0, r["trial"]))
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["metric"] is None or _nan(r["metric"]),
+            sign * r["metric"] if r["metric"] is not None and not _nan(r["metric"]) else 0.0,
+            r["trial"],
+        ),
+    )
 
 
 def best(rows: list[dict], mode: str) -> dict | None:
@@ -39,8 +45,16 @@ def table(rows: list[dict], dims: list[Dim], metric: str, mode: str, baseline: f
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict], dims: list[Dim], metric: str, mode: str, path: Path, title: str,
-         curve_metric: str | None = None, baseline: float | None = None) -> Path:
+def plot(
+    rows: list[dict],
+    dims: list[Dim],
+    metric: str,
+    mode: str,
+    path: Path,
+    title: str,
+    curve_metric: str | None = None,
+    baseline: float | None = None,
+) -> Path:
     """One panel per searched key (the metric against its values; the best trial ringed), and, when the trials
     report a per-epoch curve, one panel of those curves (where the scheduler stopped a trial, its curve ends)."""
     import matplotlib
@@ -58,13 +72,19 @@ def plot(rows: list[dict], dims: list[Dim], metric: str, mode: str, path: Path, 
         ax.scatter(xs, [r["metric"] for r in done], color="tab:blue", zorder=3, label="trials")
         if top is not None:
             x_top = xs[done.index(top)]
-            ax.scatter([x_top], [top["metric"]], s=160, facecolors="none", edgecolors="tab:red", zorder=4,
-                       label="best")
+            ax.scatter([x_top], [top["metric"]], s=160, facecolors="none", edgecolors="tab:red", zorder=4, label="best")
         unscored = [r for r in rows if r not in done]
         if unscored:  # where the stopped and failed trials were, along the bottom
             xu, _ = _positions(d, [r["params"].get(d.key) for r in unscored])
-            ax.scatter(xu, [0.02] * len(xu), marker="x", color="grey", transform=ax.get_xaxis_transform(),
-                       label="stopped / failed", zorder=3)
+            ax.scatter(
+                xu,
+                [0.02] * len(xu),
+                marker="x",
+                color="grey",
+                transform=ax.get_xaxis_transform(),
+                label="stopped / failed",
+                zorder=3,
+            )
         if baseline is not None:
             ax.axhline(baseline, color="grey", ls="--", lw=1, label="random init")
         _axis(ax, d, xs, labels)
@@ -77,8 +97,14 @@ def plot(rows: list[dict], dims: list[Dim], metric: str, mode: str, path: Path, 
         for r in rows:
             if r["curve"]:
                 ep, val = zip(*r["curve"])
-                ax.plot(ep, val, marker="o", ms=3, label=f"{r['trial']} {_short_params(r['params'])}"[:40],
-                        ls="-" if r["status"] == "done" else ":")
+                ax.plot(
+                    ep,
+                    val,
+                    marker="o",
+                    ms=3,
+                    label=f"{r['trial']} {_short_params(r['params'])}"[:40],
+                    ls="-" if r["status"] == "done" else ":",
+                )
         ax.set_xlabel("epoch")
         ax.set_ylabel(curve_metric)
         ax.set_title("per epoch (dotted: stopped early)", fontsize=10)
@@ -86,10 +112,10 @@ def plot(rows: list[dict], dims: list[Dim], metric: str, mode: str, path: Path, 
         ax.legend(fontsize=8)
     stopped = sum(r["status"].startswith("stopped") for r in rows)
     failed = sum(r["status"].startswith("failed") for r in rows)
-    extra = ", ".join(s for s in (f"{stopped} stopped early" if stopped else "", f"{failed} failed" if failed else "")
-                      if s)
-    fig.suptitle(f"{title}: {len(done)} of {len(rows)} trials scored" + (f" ({extra})" if extra else ""),
-                 fontsize=11)
+    extra = ", ".join(
+        s for s in (f"{stopped} stopped early" if stopped else "", f"{failed} failed" if failed else "") if s
+    )
+    fig.suptitle(f"{title}: {len(done)} of {len(rows)} trials scored" + (f" ({extra})" if extra else ""), fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -6,6 +6,7 @@ unknown key in the space, an empty range, a value the config schema refuses, a m
 a scheduler that cannot see its metric every epoch. The cluster's room for the concurrent trials is checked
 once Ray is up (pipeline.tune.sweep).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,7 @@ def sweep_argv(argv: list[str]) -> list[str]:
     first = compose_config(argv)
     sweep = first.get("sweep")
     if not isinstance(sweep, dict):
-        raise ConfigError("no sweep chosen: add +sweep=<name> (conf/sweep/: "
-                          f"{', '.join(available())})")
+        raise ConfigError(f"no sweep chosen: add +sweep=<name> (conf/sweep/: {', '.join(available())})")
     size, sizes = sweep.get("size"), sweep.get("sizes") or {}
     if size not in sizes:
         raise bad("sweep.size", size, f"expected one of {', '.join(sorted(sizes)) or '(none defined)'}")
@@ -102,10 +102,14 @@ def _check_local_room(cfg: dict) -> None:
     cores = os.cpu_count() or 1
     need = n * tr["num_workers"] * tr["cpus_per_worker"]
     if need > cores:
-        raise bad("sweep.max_concurrent_trials", n, f"{n} trials x trainer.num_workers={tr['num_workers']} x "
-                  f"trainer.cpus_per_worker={tr['cpus_per_worker']} = {need:g} CPUs, more than this machine's "
-                  f"{cores} cores; expected at most "
-                  f"{max(1, int(cores // (tr['num_workers'] * tr['cpus_per_worker'])))}")
+        raise bad(
+            "sweep.max_concurrent_trials",
+            n,
+            f"{n} trials x trainer.num_workers={tr['num_workers']} x "
+            f"trainer.cpus_per_worker={tr['cpus_per_worker']} = {need:g} CPUs, more than this machine's "
+            f"{cores} cores; expected at most "
+            f"{max(1, int(cores // (tr['num_workers'] * tr['cpus_per_worker'])))}",
+        )
 
 
 def _check_key(cfg: dict, d: Dim) -> None:
@@ -117,35 +121,53 @@ def _check_key(cfg: dict, d: Dim) -> None:
             raise ConfigError(f"sweep.space.{d.key}: unknown config key ({where} has: {known})")
         node = node[part]
     if isinstance(node, dict):
-        raise ConfigError(f"sweep.space.{d.key}: a section, not a value; search one of its keys "
-                          f"({', '.join(sorted(node))})")
+        raise ConfigError(
+            f"sweep.space.{d.key}: a section, not a value; search one of its keys ({', '.join(sorted(node))})"
+        )
     if parts[0] in FIXED_SECTIONS:
-        raise ConfigError(f"sweep.space.{d.key}: {parts[0]}.* is shared by every trial of a sweep; set it on the "
-                          f"command line instead")
+        raise ConfigError(
+            f"sweep.space.{d.key}: {parts[0]}.* is shared by every trial of a sweep; set it on the command line instead"
+        )
 
 
 def _check_metrics(cfg: dict) -> None:
     s = cfg["sweep"]
     epoch, final = reported_metrics(cfg)
     if s["metric"] not in epoch | final:
-        raise bad("sweep.metric", s["metric"], f"a metric this sweep's runs never report; they report "
-                  f"{', '.join(sorted(epoch | final))}")
+        raise bad(
+            "sweep.metric",
+            s["metric"],
+            f"a metric this sweep's runs never report; they report {', '.join(sorted(epoch | final))}",
+        )
     if s["scheduler"] == "asha":
         stop = s.get("stop_metric")
         if stop is None:
-            raise ConfigError("sweep.stop_metric is missing: ASHA compares the trials every epoch; name a per-epoch "
-                              f"metric ({', '.join(sorted(epoch))})")
+            raise ConfigError(
+                "sweep.stop_metric is missing: ASHA compares the trials every epoch; name a per-epoch "
+                f"metric ({', '.join(sorted(epoch))})"
+            )
         if stop not in epoch:
-            raise bad("sweep.stop_metric", stop, f"not reported every epoch, which ASHA needs; expected one of "
-                      f"{', '.join(sorted(epoch))}" + (" (eval.knn.every=0 turns the kNN monitor off)"
-                                                       if not cfg["eval"]["knn"]["every"] else ""))
+            raise bad(
+                "sweep.stop_metric",
+                stop,
+                f"not reported every epoch, which ASHA needs; expected one of "
+                f"{', '.join(sorted(epoch))}"
+                + (" (eval.knn.every=0 turns the kNN monitor off)" if not cfg["eval"]["knn"]["every"] else ""),
+            )
         if stop.startswith("knn_") and cfg["eval"]["knn"]["every"] != 1:
-            raise bad("eval.knn.every", cfg["eval"]["knn"]["every"], f"ASHA stops trials on {stop}: expected 1 "
-                      f"(the kNN monitor every epoch)")
+            raise bad(
+                "eval.knn.every",
+                cfg["eval"]["knn"]["every"],
+                f"ASHA stops trials on {stop}: expected 1 (the kNN monitor every epoch)",
+            )
         if s["grace_period"] >= cfg["train"]["epochs"]:
-            raise bad("sweep.grace_period", s["grace_period"], f"ASHA judges a trial after at least this many epochs "
-                      f"and before its last (train.epochs={cfg['train']['epochs']}), so it could stop none; expected "
-                      f"less than {cfg['train']['epochs']}, or sweep.scheduler=fifo")
+            raise bad(
+                "sweep.grace_period",
+                s["grace_period"],
+                f"ASHA judges a trial after at least this many epochs "
+                f"and before its last (train.epochs={cfg['train']['epochs']}), so it could stop none; expected "
+                f"less than {cfg['train']['epochs']}, or sweep.scheduler=fifo",
+            )
         if s.get("stop_mode") is None:
             raise ConfigError(f"sweep.stop_mode is missing: min or max for sweep.stop_metric={stop}")
 
@@ -165,6 +187,13 @@ def trials_argv(setup: dict, trial_id: str, params: dict) -> list[str]:
     """A trial's command line: the sweep's, its values, its run name (the sweep's and the Tune trial id, which
     stays the same when the sweep is resumed), the driver's absolute root and store (a trial runs in a folder of
     Tune's, where a relative paths.root would point elsewhere) and nothing the parent logs once (the gallery)."""
-    return setup["argv"] + [override(k, v) for k, v in params.items()] + [
-        f"run.name={setup['sweep_run']}-{trial_id}", f"paths.root={setup['root']}",
-        f"tracking.uri={setup['tracking_uri']}", "gallery.at_pretrain=false"]
+    return (
+        setup["argv"]
+        + [override(k, v) for k, v in params.items()]
+        + [
+            f"run.name={setup['sweep_run']}-{trial_id}",
+            f"paths.root={setup['root']}",
+            f"tracking.uri={setup['tracking_uri']}",
+            "gallery.at_pretrain=false",
+        ]
+    )

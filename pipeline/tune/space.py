@@ -8,6 +8,7 @@
 `log` (optional; true for loguniform) puts the key on a log axis in the sweep's plot. Everything here is pure:
 no Ray, no torch; `to_tune` builds Ray Tune's search objects when the sweep starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ KINDS = ("grid", "choice", "uniform", "loguniform")
 @dataclass(frozen=True)
 class Dim:
     """One searched key: a grid or choice over `values`, or a range `values = (lo, hi)`."""
+
     key: str
     kind: str
     values: tuple
@@ -34,15 +36,18 @@ class Dim:
         return self.kind in ("uniform", "loguniform")
 
     def describe(self) -> str:
-        return f"{self.kind} {json.dumps(list(self.values))}" + (" (log)" if self.log and self.kind != "loguniform"
-                                                                   else "")
+        return f"{self.kind} {json.dumps(list(self.values))}" + (
+            " (log)" if self.log and self.kind != "loguniform" else ""
+        )
 
 
 def parse_space(space: Any) -> list[Dim]:
     """`sweep.space` as dimensions, in the order given; ConfigError (one line naming the key) on a bad spec."""
     if not isinstance(space, dict) or not space:
-        raise ConfigError(f"sweep.space={_show(space)}: expected a mapping of config keys to a search spec "
-                          f"({{grid: [...]}}, {{choice: [...]}}, {{uniform: [lo, hi]}}, {{loguniform: [lo, hi]}})")
+        raise ConfigError(
+            f"sweep.space={_show(space)}: expected a mapping of config keys to a search spec "
+            f"({{grid: [...]}}, {{choice: [...]}}, {{uniform: [lo, hi]}}, {{loguniform: [lo, hi]}})"
+        )
     return [_dim(str(key), spec) for key, spec in space.items()]
 
 
@@ -53,8 +58,10 @@ def _dim(key: str, spec: Any) -> Dim:
     kinds = [k for k in KINDS if isinstance(spec, dict) and k in spec]
     extra = sorted(set(spec) - set(KINDS) - {"log"}) if isinstance(spec, dict) else []
     if len(kinds) != 1 or extra:
-        raise ConfigError(f"{where}={_show(spec)}: expected exactly one of {', '.join(KINDS)} (and optionally "
-                          f"log: true), e.g. {{grid: [0.1, 1.0]}}")
+        raise ConfigError(
+            f"{where}={_show(spec)}: expected exactly one of {', '.join(KINDS)} (and optionally "
+            f"log: true), e.g. {{grid: [0.1, 1.0]}}"
+        )
     kind = kinds[0]
     values, log = spec[kind], spec.get("log", kind == "loguniform")
     if not isinstance(log, bool):
@@ -87,8 +94,12 @@ def to_tune(dims: list[Dim]) -> dict:
     """Ray Tune's param_space: the config keys, flat, to Tune's search objects."""
     from ray import tune
 
-    make = {"grid": lambda v: tune.grid_search(list(v)), "choice": lambda v: tune.choice(list(v)),
-            "uniform": lambda v: tune.uniform(*v), "loguniform": lambda v: tune.loguniform(*v)}
+    make = {
+        "grid": lambda v: tune.grid_search(list(v)),
+        "choice": lambda v: tune.choice(list(v)),
+        "uniform": lambda v: tune.uniform(*v),
+        "loguniform": lambda v: tune.loguniform(*v),
+    }
     return {d.key: make[d.kind](d.values) for d in dims}
 
 
@@ -143,7 +154,7 @@ def reported_metrics(cfg: dict) -> tuple[set[str], set[str]]:
         epoch |= {"knn_r2", *(f"knn_r2_{t}" for t in targets)} if regression else {"knn_top1"}
     final: set[str] = set()
     if ev["probe"]["after_pretrain"]:
-        scores = ({"mse", "r2", *(f"{s}_{t}" for s in ("mse", "r2") for t in targets)} if regression else {"top1"})
+        scores = {"mse", "r2", *(f"{s}_{t}" for s in ("mse", "r2") for t in targets)} if regression else {"top1"}
         kinds = ["pretrained"] + (["pretrained_fa"] if (ev.get("feature_averaging") or {}).get("m") else [])
         final |= {f"probe_{k}_{s}" for k in kinds for s in scores}
         if (ev.get("invariance") or {}).get("enabled"):

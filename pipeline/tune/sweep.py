@@ -5,6 +5,7 @@ A sweep has an identity (settings.sweep_name) and a lock, like a pretraining run
 restores Tune's experiment (finished trials kept, unfinished ones resumed from their Train checkpoints);
 rerunning a finished one prints its results and logs nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,12 +68,16 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
             mlflow.end_run(status="KILLED")
             _log("interrupted: rerun the same command to resume the sweep")
         elif failed:  # FAILED, so the same command retries them (from their checkpoints) instead of reporting
-            mlflow.set_tag("error", f"{len(failed)} trial(s) failed; trial {failed[0]['trial']}: "
-                                    f"{failed[0]['status'][len('failed: '):]}")
+            mlflow.set_tag(
+                "error",
+                f"{len(failed)} trial(s) failed; trial {failed[0]['trial']}: {failed[0]['status'][len('failed: ') :]}",
+            )
             mlflow.end_run(status="FAILED")
-            _log(f"{len(failed)} trial(s) failed (each trial's output: runs/sweep/{name}/<trial id>.log; its error: "
-                 f"its MLflow run's errors/ and Tune's error.txt under {cfg['trainer']['storage']}/{name}); rerun "
-                 f"the same command to retry them")
+            _log(
+                f"{len(failed)} trial(s) failed (each trial's output: runs/sweep/{name}/<trial id>.log; its error: "
+                f"its MLflow run's errors/ and Tune's error.txt under {cfg['trainer']['storage']}/{name}); rerun "
+                f"the same command to retry them"
+            )
         else:
             mlflow.end_run()
     return out
@@ -106,25 +111,46 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     uri = tracking.tracking_uri(cfg)
     cfg["runtime"]["sweep_argv"] = argv
     if not mlflow.get_run(run_id).data.params:
-        mlflow.log_params({**{f"sweep.{k}": v for k, v in s.items() if k not in ("space", "sizes")},
-                           **{f"space.{d.key}": d.describe() for d in dims}, "command": " ".join(argv)})
+        mlflow.log_params(
+            {
+                **{f"sweep.{k}": v for k, v in s.items() if k not in ("space", "sizes")},
+                **{f"space.{d.key}": d.describe() for d in dims},
+                "command": " ".join(argv),
+            }
+        )
         mlflow.log_text(to_yaml({k: v for k, v in cfg.items() if k != "runtime"}), "config.yaml")
         if cfg["gallery"]["at_pretrain"]:
             log_gallery(cfg)
     total = num_trials(dims, s["num_samples"])
-    _log(f"sweep {name}: {total} trial(s) of {s['metric']} ({s['mode']}), {s['scheduler'].upper()}, "
-         f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}")
+    _log(
+        f"sweep {name}: {total} trial(s) of {s['metric']} ({s['mode']}), {s['scheduler'].upper()}, "
+        f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}"
+    )
     t0 = time.monotonic()
-    setup = {"argv": argv, "sweep_run": name, "root": cfg["paths"]["root"], "parent_run_id": run_id,
-             "threads": _threads(cfg, dims), "tracking_uri": uri}
+    setup = {
+        "argv": argv,
+        "sweep_run": name,
+        "root": cfg["paths"]["root"],
+        "parent_run_id": run_id,
+        "threads": _threads(cfg, dims),
+        "tracking_uri": uri,
+    }
     grid = _tuner(cfg, dims, setup).fit()
     minutes = (time.monotonic() - t0) / 60
     interrupted = grid.num_terminated + grid.num_errors < max(len(grid), total)
     rows = _rows(grid, cfg, dims, interrupted)
     _close_children(uri, run_id, rows)
     if interrupted:  # no table or plot of a sweep half run: the rerun resumes it and reports
-        return {"run_id": run_id, "rows": rows, "best": None, "baseline": None, "text": None, "table": None,
-                "plot": None, "interrupted": True}
+        return {
+            "run_id": run_id,
+            "rows": rows,
+            "best": None,
+            "baseline": None,
+            "text": None,
+            "table": None,
+            "plot": None,
+            "interrupted": True,
+        }
     return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": False}
 
 
@@ -145,32 +171,48 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01})
     path = f"{storage.rstrip('/')}/{name}"
     if tune.Tuner.can_restore(path):
-        _log(f"restoring the Tune experiment {path}: finished trials are kept, the others resume "
-             f"(ASHA's rungs start empty again: Tune does not save a scheduler's state)")
+        _log(
+            f"restoring the Tune experiment {path}: finished trials are kept, the others resume "
+            f"(ASHA's rungs start empty again: Tune does not save a scheduler's state)"
+        )
         try:
             return tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
         except (ValueError, RuntimeError, FileNotFoundError) as e:  # killed before Tune saved its first state
             aside = f"{path}.unrestorable-{time.strftime('%Y%m%d-%H%M%S')}"
-            _log(f"it cannot be restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved to {aside}, "
-                 f"starting it afresh")
+            _log(
+                f"it cannot be restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved to {aside}, "
+                f"starting it afresh"
+            )
             os.rename(path, aside)
     if s["scheduler"] == "asha":
         # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)
-        scheduler = ASHAScheduler(time_attr=CLOCK, metric=s["stop_metric"], mode=s["stop_mode"],
-                                  max_t=cfg["train"]["epochs"], grace_period=s["grace_period"],
-                                  reduction_factor=s["reduction_factor"])
+        scheduler = ASHAScheduler(
+            time_attr=CLOCK,
+            metric=s["stop_metric"],
+            mode=s["stop_mode"],
+            max_t=cfg["train"]["epochs"],
+            grace_period=s["grace_period"],
+            reduction_factor=s["reduction_factor"],
+        )
     else:
         scheduler = FIFOScheduler()
     return tune.Tuner(
-        trainable, param_space=to_tune(dims),
+        trainable,
+        param_space=to_tune(dims),
         # the generator itself limits the trials in flight (Tune ignores TuneConfig.max_concurrent_trials when it
         # is handed a generator), and its random_state makes the draws the same on every run of the command
-        tune_config=tune.TuneConfig(num_samples=s["num_samples"], scheduler=scheduler,
-                                    search_alg=BasicVariantGenerator(random_state=s["seed"],
-                                                                     max_concurrent=s["max_concurrent_trials"]),
-                                    trial_dirname_creator=lambda t: t.trial_id),
-        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=1 if cfg.get("verbose") else 0,
-                                  callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))]),
+        tune_config=tune.TuneConfig(
+            num_samples=s["num_samples"],
+            scheduler=scheduler,
+            search_alg=BasicVariantGenerator(random_state=s["seed"], max_concurrent=s["max_concurrent_trials"]),
+            trial_dirname_creator=lambda t: t.trial_id,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage,
+            verbose=1 if cfg.get("verbose") else 0,
+            callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))],
+        ),
     )
 
 
@@ -196,9 +238,16 @@ def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
         if df is not None and curve_metric in df and TRAINED in df:
             per_epoch = df[df["final"] != 1] if "final" in df else df
             curve = [(int(e), float(v)) for e, v in zip(per_epoch[TRAINED], per_epoch[curve_metric])]
-        rows.append({"trial": trial_number(trial), "trial_id": trial, "params": dict(r.config or {}),
-                     "status": status, "metric": m.get(s["metric"]) if status == "done" else None,
-                     "curve": curve})
+        rows.append(
+            {
+                "trial": trial_number(trial),
+                "trial_id": trial,
+                "params": dict(r.config or {}),
+                "status": status,
+                "metric": m.get(s["metric"]) if status == "done" else None,
+                "curve": curve,
+            }
+        )
     return rows
 
 
@@ -241,7 +290,7 @@ def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
         if row["status"] == "unfinished":  # the sweep was interrupted; the rerun resumes this run
             client.set_terminated(child.info.run_id, "KILLED")
         elif row["status"].startswith("failed"):
-            client.set_tag(child.info.run_id, "error", row["status"][len("failed: "):])
+            client.set_tag(child.info.run_id, "error", row["status"][len("failed: ") :])
             client.set_terminated(child.info.run_id, "FAILED")
 
 
@@ -258,8 +307,16 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     table_path = out_dir / f"{name}.md"
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path.write_text(f"# {name}\n\n{text}")
-    plot_path = report.plot(rows, dims, s["metric"], s["mode"], out_dir / f"{name}.png", name,
-                            curve_metric=_curve_metric(cfg), baseline=baseline)
+    plot_path = report.plot(
+        rows,
+        dims,
+        s["metric"],
+        s["mode"],
+        out_dir / f"{name}.png",
+        name,
+        curve_metric=_curve_metric(cfg),
+        baseline=baseline,
+    )
     top = report.best(rows, s["mode"])
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
@@ -270,25 +327,36 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
         mlflow.log_metric(f"random_{s['metric']}", baseline)
     if top is not None:
         mlflow.log_metric(f"best_{s['metric']}", top["metric"])
-        best = {"trial": top["trial_id"], "mlflow_run_id": top.get("run_id"), s["metric"]: top["metric"],
-                "params": top["params"], "command": _pretrain_command(cfg, top["params"])}
+        best = {
+            "trial": top["trial_id"],
+            "mlflow_run_id": top.get("run_id"),
+            s["metric"]: top["metric"],
+            "params": top["params"],
+            "command": _pretrain_command(cfg, top["params"]),
+        }
         mlflow.log_text(to_yaml(best), BEST)
     print(f"\n{text}", flush=True)
     print(f"Done: sweep {name}, {len(rows)} trial(s) in {minutes:.1f} min.", flush=True)
-    print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)",
-          flush=True)
+    print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)", flush=True)
     if top is not None:
-        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}",
-              flush=True)
-    return {"run_id": run_id, "rows": rows, "best": top, "baseline": baseline, "text": text, "table": table_path,
-            "plot": plot_path}
+        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}", flush=True)
+    return {
+        "run_id": run_id,
+        "rows": rows,
+        "best": top,
+        "baseline": baseline,
+        "text": text,
+        "table": table_path,
+        "plot": plot_path,
+    }
 
 
 def _pretrain_command(cfg: dict, params: dict) -> str:
     from pipeline.tune.space import override
 
-    return " ".join(["python jobs/pretrain.py", *cfg["runtime"]["sweep_argv"],
-                     *[override(k, v) for k, v in params.items()]])
+    return " ".join(
+        ["python jobs/pretrain.py", *cfg["runtime"]["sweep_argv"], *[override(k, v) for k, v in params.items()]]
+    )
 
 
 def _random_baseline(cfg: dict) -> float | None:
@@ -301,7 +369,7 @@ def _random_baseline(cfg: dict) -> float | None:
     from pipeline.eval.run_probe import probe_backbone, random_backbone
 
     _log("probing a random-init backbone once, as the sweep's baseline")
-    return probe_backbone(random_backbone(cfg["model"], cfg["seed"]), cfg).get(metric[len(prefix):])
+    return probe_backbone(random_backbone(cfg["model"], cfg["seed"]), cfg).get(metric[len(prefix) :])
 
 
 def _finished(cfg: dict, run) -> dict:
@@ -322,8 +390,15 @@ def _finished(cfg: dict, run) -> dict:
         print(f"  plot   {plot}", flush=True)
     print(f"  MLflow run {run_id}; sweep again under another name with sweep.name=<name>", flush=True)
     metric = cfg["sweep"]["metric"]
-    return {"run_id": run_id, "rows": None, "best": _logged_best(run_id, metric),
-            "baseline": run.data.metrics.get(f"random_{metric}"), "text": text, "table": None, "plot": plot}
+    return {
+        "run_id": run_id,
+        "rows": None,
+        "best": _logged_best(run_id, metric),
+        "baseline": run.data.metrics.get(f"random_{metric}"),
+        "text": text,
+        "table": None,
+        "plot": plot,
+    }
 
 
 def _logged_best(run_id: str, metric: str) -> dict | None:

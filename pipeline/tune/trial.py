@@ -6,6 +6,7 @@ Tune sees, per epoch, what the loop reports (loss, speed, the kNN monitor) plus 
 clock (not on the last epoch); then one last result with the linear probe of the pretrained backbone and
 `final` = 1. A trial that ASHA stops (after an epoch before the last) never reaches that last result.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,7 @@ from pipeline.config import compose_config
 from pipeline.tune.settings import trials_argv
 from pipeline.tune.space import short
 
-CLOCK = "epochs_done"       # ASHA's time attribute: 1-based epochs, the same after a resumed run as before
+CLOCK = "epochs_done"  # ASHA's time attribute: 1-based epochs, the same after a resumed run as before
 TRAINED = "trained_epochs"  # the same count on every result, the last epoch's too (the console, the curves)
 
 

@@ -1,6 +1,7 @@
 """DALI's GPU pipeline (`mixed` nvJPEG decode + GPU ops) agrees with the torch reference executor on every image
 recipe without strong-pool views (those run on DALI's CPU backend: its Equalize is a host python_function).
 pytest -m gpu; skipped with the reason where DALI or CUDA is absent."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,10 @@ from test_recipes import IMAGE_RECIPES, recipe_of
 
 from pipeline.augment.params import sample_views
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning"),
+]
 
 
 def _dali_cuda() -> str | None:

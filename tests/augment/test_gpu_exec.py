@@ -4,6 +4,7 @@ On the CPU it uses the same decoders (libjpeg through torchvision, libpng / PIL)
 executor, so the two agree to float rounding (1e-4 in normalised units; measured ~2e-6): only the batched blur
 and strong ops sum in another order. On CUDA (gpu-marked) nvjpeg decodes the JPEGs: see test_matches_torch_executor.
 """
+
 from __future__ import annotations
 
 import struct
@@ -29,8 +30,9 @@ from pipeline.config import compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
-CUDA = pytest.param("cuda", marks=[pytest.mark.gpu,
-                                   pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])
+CUDA = pytest.param(
+    "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+)
 RECIPES = ["mocov2", "simclr", "byol", "clsa", "cocor", "dino", "invclr"]
 LEVEL = 1.0 / (255 * 0.225)  # one 8-bit level in normalised units (ImageNet std ~0.225)
 
@@ -43,8 +45,14 @@ def recipe_of(name: str):
 @pytest.fixture(scope="module")
 def photos() -> list[bytes]:
     """Six images, JPEG and PNG, all of different sizes."""
-    shapes = [(120, 160, "JPEG"), (100, 90, "PNG"), (200, 150, "JPEG"), (77, 131, "PNG"), (96, 96, "JPEG"),
-              (150, 110, "JPEG")]
+    shapes = [
+        (120, 160, "JPEG"),
+        (100, 90, "PNG"),
+        (200, 150, "JPEG"),
+        (77, 131, "PNG"),
+        (96, 96, "JPEG"),
+        (150, 110, "JPEG"),
+    ]
     return [encode(natural(h, w, s), fmt) for s, (h, w, fmt) in enumerate(shapes)]
 
 
@@ -91,7 +99,7 @@ def test_batched_blur_equals_torchvision_per_sample():
     torch.manual_seed(0)
     x = torch.rand(7, 3, 30, 26)
     sigma = np.array([0.3, 0.0, 1.7, 2.0, 0.9, 1.2, 0.45], np.float32)  # windows 3, -, 13, 13, 7, 9, 5
-    on = np.array([1, 1, 1, 1, 0, 1, 1], np.uint8)                       # sample 4 gated off, sample 1 sigma 0
+    on = np.array([1, 1, 1, 1, 0, 1, 1], np.uint8)  # sample 4 gated off, sample 1 sigma 0
     got = gaussian_blur_batch(x, sigma, on)
     for i in range(len(x)):
         if on[i] and sigma[i] > 0:
@@ -149,8 +157,9 @@ def test_strong_chain_equals_apply_strong_torch(pool, law, p):
     x = _images(8, 20, 28, seed=5)
     s = sample_strong(len(x), 5, pool, p, law, np.random.default_rng(7))
     got = apply_strong_batch(x, s["strong_op"], s["strong_on"], s["strong_mag"])
-    want = torch.stack([apply_strong_torch(x[i], s["strong_op"][i], s["strong_on"][i], s["strong_mag"][i])
-                        for i in range(len(x))])
+    want = torch.stack(
+        [apply_strong_torch(x[i], s["strong_op"][i], s["strong_on"][i], s["strong_mag"][i]) for i in range(len(x))]
+    )
     assert (got - want).abs().max() < 1e-4
     # tensors in, same result; all gates off is the identity
     same = apply_strong_batch(x, *(torch.from_numpy(s[k]) for k in ("strong_op", "strong_on", "strong_mag")))
@@ -167,22 +176,29 @@ def _raw_png(arr: np.ndarray, interlace: bool = False, filter_byte: int = 0) -> 
     """8-bit RGB PNG written by hand (PIL writes no Adam7); every row gets `filter_byte`."""
     h, w, _ = arr.shape
     passes = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
-    rows = [bytes([filter_byte]) + r.tobytes()
-            for x0, y0, dx, dy in (passes if interlace else ((0, 0, 1, 1),)) for r in arr[y0::dy, x0::dx]]
+    rows = [
+        bytes([filter_byte]) + r.tobytes()
+        for x0, y0, dx, dy in (passes if interlace else ((0, 0, 1, 1),))
+        for r in arr[y0::dy, x0::dx]
+    ]
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, int(interlace))
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(b"".join(rows)))
-            + _chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", ihdr)
+        + _chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def _corrupt_batch() -> tuple[list[bytes], set[int]]:
     jpeg = encode(natural(150, 200, 1), "JPEG")
     png = encode(natural(90, 120, 2), "PNG")
     bad = {
-        1: b"\xff\xd8\xff" + bytes(2000),                 # JPEG magic, unreadable header
-        3: jpeg[:700] + bytes(len(jpeg) - 700),           # JPEG header fine, scan data garbage
-        4: png[:120] + bytes(len(png) - 120),             # PNG header fine, IDAT zeroed (CRC and zlib broken)
-        6: _raw_png(natural(40, 50, 3), filter_byte=7),   # intact chunks and zlib, invalid row filter
-        7: png[:len(png) // 2],                           # truncated PNG
+        1: b"\xff\xd8\xff" + bytes(2000),  # JPEG magic, unreadable header
+        3: jpeg[:700] + bytes(len(jpeg) - 700),  # JPEG header fine, scan data garbage
+        4: png[:120] + bytes(len(png) - 120),  # PNG header fine, IDAT zeroed (CRC and zlib broken)
+        6: _raw_png(natural(40, 50, 3), filter_byte=7),  # intact chunks and zlib, invalid row filter
+        7: png[: len(png) // 2],  # truncated PNG
     }
     good = {0: jpeg, 2: png, 5: encode(natural(80, 60, 4), "JPEG"), 8: _raw_png(natural(41, 53, 5), True)}
     merged = {**good, **bad}
@@ -227,10 +243,18 @@ def test_decode_batch_equals_torch_decoder_and_png_check():
     import io
 
     from PIL import Image
+
     im = Image.fromarray(natural(33, 47, 6))
-    for img, kw in ((im, {}), (im.convert("L"), {}), (im.convert("1"), {}), (im.convert("P"), {}),
-                    (im.convert("P", palette=Image.ADAPTIVE, colors=16), {"bits": 4}), (im.convert("RGBA"), {}),
-                    (im.convert("LA"), {}), (im.convert("I;16"), {})):
+    for img, kw in (
+        (im, {}),
+        (im.convert("L"), {}),
+        (im.convert("1"), {}),
+        (im.convert("P"), {}),
+        (im.convert("P", palette=Image.ADAPTIVE, colors=16), {"bits": 4}),
+        (im.convert("RGBA"), {}),
+        (im.convert("LA"), {}),
+        (im.convert("I;16"), {}),
+    ):
         buf = io.BytesIO()
         img.save(buf, "PNG", **kw)
         assert png_rows_readable(buf.getvalue()), (img.mode, kw)
@@ -258,9 +282,19 @@ def test_make_executor_gpu_kind_and_auto(monkeypatch):
     default = make_executor("gpu", recipe, 4)
     assert default.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert make_executor("gpu", recipe, 4, device="cpu", torch_device="cuda").device.type == "cpu"
-    maker = build_view_maker({"kind": "views", "executor": "gpu", "device": "auto", "mean": [0.5] * 3,
-                              "std": [0.25] * 3, "view": {"size": 16}, "views": [{"name": "v", "count": 2}]},
-                             4, device="cpu")
+    maker = build_view_maker(
+        {
+            "kind": "views",
+            "executor": "gpu",
+            "device": "auto",
+            "mean": [0.5] * 3,
+            "std": [0.25] * 3,
+            "view": {"size": 16},
+            "views": [{"name": "v", "count": 2}],
+        },
+        4,
+        device="cpu",
+    )
     assert type(maker.executor) is GpuExecutor and maker.executor.device == torch.device("cpu")
     with pytest.raises(ValueError, match="auto|dali|torch|gpu"):
         make_executor("pil", recipe, 4)
@@ -277,13 +311,13 @@ def test_make_executor_gpu_kind_and_auto(monkeypatch):
     # the auto rule, case by case
     strong = recipe_of("clsa")
     for cuda, dali, dali_cuda, rec, device, torch_device, kind in [
-        (True, True, True, recipe, "auto", None, "dali"),        # DALI's mixed GPU pipeline
-        (True, True, True, strong, "auto", None, "gpu"),         # strong pool: DALI would fall back to its CPU
-        (True, True, False, recipe, "auto", None, "gpu"),        # DALI cannot see the GPU
-        (True, False, False, recipe, "auto", "cuda:0", "gpu"),   # no DALI
-        (True, True, True, recipe, "cpu", None, "dali"),         # augment.device=cpu: DALI CPU
-        (True, False, False, recipe, "auto", "cpu", "torch"),    # the worker trains on the CPU
-        (False, True, False, recipe, "auto", None, "dali"),      # no CUDA: DALI CPU
+        (True, True, True, recipe, "auto", None, "dali"),  # DALI's mixed GPU pipeline
+        (True, True, True, strong, "auto", None, "gpu"),  # strong pool: DALI would fall back to its CPU
+        (True, True, False, recipe, "auto", None, "gpu"),  # DALI cannot see the GPU
+        (True, False, False, recipe, "auto", "cuda:0", "gpu"),  # no DALI
+        (True, True, True, recipe, "cpu", None, "dali"),  # augment.device=cpu: DALI CPU
+        (True, False, False, recipe, "auto", "cpu", "torch"),  # the worker trains on the CPU
+        (False, True, False, recipe, "auto", None, "dali"),  # no CUDA: DALI CPU
         (False, False, False, strong, "auto", None, "torch"),
     ]:
         monkeypatch.setattr(views_mod.torch.cuda, "is_available", lambda c=cuda: c)

@@ -7,6 +7,7 @@ The reference CDF of JC(beta) below is derived by hand from the spec, not from t
   beta < 0: r = -s_b - x (x < 0) or s_b - x (x >= 0), x ~ G with sd = s_b/|beta|, so
             F(t) = 1/2 - G(-s_b - t) for t <= 0 and 3/2 - G(s_b - t) for t > 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,8 @@ from pipeline.augment.params import sample_crop
 LOW, HIGH = 0.2, 1.0
 SB = math.log(HIGH / LOW)
 RATIO = (3 / 4, 4 / 3)
-P_OK = 1e-3        # seeded KS tests: the law holds -> p above this
-P_POWER = 1e-6     # the same tests against a wrong law -> p below this
+P_OK = 1e-3  # seeded KS tests: the law holds -> p above this
+P_POWER = 1e-6  # the same tests against a wrong law -> p below this
 
 
 def jc_cdf(t, beta: float, s_b: float):
@@ -53,6 +54,7 @@ def draw(beta, n=20000, seed=0, low=LOW, high=HIGH):
 
 
 # ---------------------------------------------------------------- the log-ratio law JC(beta)
+
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0, 2.0, 5.0, -0.5, -1.0, -2.0])
 def test_log_ratio_follows_jc(beta):
@@ -80,9 +82,13 @@ def test_beta_near_zero_is_uniform(beta):
 
 # Spec 1.5 Monte-Carlo table, s_min = 0.2, s_max = 1:
 # beta: (P(ratio outside [1/2, 2]), E|log s_r|, E max(s1,s2), E min(s1,s2), E s1)
-SPEC_TABLE = {2.0: (0.360, 0.582, 0.695, 0.401, 0.548), 1.0: (0.512, 0.741, 0.733, 0.363, 0.548),
-              0.0: (0.570, 0.805, 0.749, 0.349, 0.549), -1.0: (0.631, 0.869, 0.763, 0.332, 0.548),
-              -2.0: (0.780, 1.028, 0.801, 0.295, 0.548)}
+SPEC_TABLE = {
+    2.0: (0.360, 0.582, 0.695, 0.401, 0.548),
+    1.0: (0.512, 0.741, 0.733, 0.363, 0.548),
+    0.0: (0.570, 0.805, 0.749, 0.349, 0.549),
+    -1.0: (0.631, 0.869, 0.763, 0.332, 0.548),
+    -2.0: (0.780, 1.028, 0.801, 0.295, 0.548),
+}
 
 
 @pytest.mark.parametrize("beta", sorted(SPEC_TABLE))
@@ -90,19 +96,24 @@ def test_matches_spec_monte_carlo_table(beta):
     """Also pins x1 | r to the LINEAR uniform (a log-uniform x1 moves E[s1] and E[min] by > 0.02)."""
     x1, x2 = draw(beta, n=100000, seed=11)
     r = np.log(x2 / x1)
-    got = (np.mean(np.abs(r) > math.log(2)), np.abs(r).mean(), np.maximum(x1, x2).mean(),
-           np.minimum(x1, x2).mean(), x1.mean())
+    got = (
+        np.mean(np.abs(r) > math.log(2)),
+        np.abs(r).mean(),
+        np.maximum(x1, x2).mean(),
+        np.minimum(x1, x2).mean(),
+        x1.mean(),
+    )
     for g, want, tol in zip(got, SPEC_TABLE[beta], (0.008, 0.008, 0.004, 0.004, 0.004)):
         assert abs(g - want) < tol, (beta, got, SPEC_TABLE[beta])
     # the independent control row: P = 0.28125 analytically, E|log s_r| = 0.494
     if beta == 0.0:
         y1, y2 = draw(None, n=100000, seed=11)
         q = np.log(y2 / y1)
-        np.testing.assert_allclose((np.mean(np.abs(q) > math.log(2)), np.abs(q).mean()), (0.28125, 0.494),
-                                   atol=0.008)
+        np.testing.assert_allclose((np.mean(np.abs(q) > math.log(2)), np.abs(q).mean()), (0.28125, 0.494), atol=0.008)
 
 
 # ---------------------------------------------------------------- bounds and the conditional law of x1
+
 
 @pytest.mark.parametrize("beta", [0.0, 1.0, -1.0, 50.0, -50.0, 1e-9, None])
 @pytest.mark.parametrize("low,high", [(0.2, 1.0), (0.1, 2.0), (1e-3, 2.5), (0.6, 1.4)])
@@ -128,7 +139,7 @@ def test_x1_given_r_is_uniform_on_its_interval(beta):
     a = LOW * np.maximum(1.0, np.exp(-r))
     b = HIGH * np.minimum(1.0, np.exp(-r))
     assert (x1 >= a * (1 - 1e-12)).all() and (x1 <= b * (1 + 1e-12)).all()
-    wide = (b - a) > 0.01            # selecting on r does not bias x1 | r
+    wide = (b - a) > 0.01  # selecting on r does not bias x1 | r
     assert wide.mean() > 0.9
     pos = (x1 - a)[wide] / (b - a)[wide]
     assert stats.kstest(pos, "uniform").pvalue > P_OK
@@ -146,7 +157,7 @@ def test_independent_control():
     assert abs(stats.spearmanr(x1, x2).statistic) < 4 / math.sqrt(n)
     # power of both checks: the joint law is neither independent nor uniform in x1
     y1, y2 = draw(2.0, seed=31)
-    assert abs(stats.spearmanr(y1, y2).statistic) > 10 / math.sqrt(n)   # (negative: about -0.14)
+    assert abs(stats.spearmanr(y1, y2).statistic) > 10 / math.sqrt(n)  # (negative: about -0.14)
     assert stats.kstest(y1, "uniform", args=(LOW, HIGH - LOW)).pvalue < P_POWER
     assert stats.kstest(np.log(x2 / x1), lambda t: jc_cdf(t, 0.0, SB)).pvalue < P_POWER
 
@@ -158,6 +169,7 @@ def test_views_have_the_same_marginal():
 
 
 # ---------------------------------------------------------------- determinism, torch entry point
+
 
 def test_same_seed_same_samples_numpy_and_torch():
     s = JointSampler(LOW, HIGH, 1.0)
@@ -172,8 +184,7 @@ def test_same_seed_same_samples_numpy_and_torch():
     assert all(torch.equal(u, v) for u, v in zip(t1, t2))
     assert not torch.equal(t1[0], t3[0])
     assert t1[0].dtype == torch.float64 and t1[0].shape == (1000,)
-    boxes = [sample_joint_crops([(300, 400)] * 50, (0.2, 1.0), RATIO, 0.0, np.random.default_rng(9))
-             for _ in range(2)]
+    boxes = [sample_joint_crops([(300, 400)] * 50, (0.2, 1.0), RATIO, 0.0, np.random.default_rng(9)) for _ in range(2)]
     assert all(np.array_equal(u, v) for u, v in zip(*boxes))
 
 
@@ -190,8 +201,18 @@ def test_torch_and_numpy_follow_the_same_law(beta):
         assert stats.kstest(np.log(t2 / t1), lambda t: jc_cdf(t, beta, SB)).pvalue > P_OK
 
 
-@pytest.mark.parametrize("args", [(0.0, 1.0, 0.0), (-0.1, 1.0, 0.0), (1.0, 0.5, 0.0), (float("nan"), 1.0, 0.0),
-                                  (0.2, float("inf"), 0.0), (0.2, 1.0, float("inf")), (0.2, 1.0, float("nan"))])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0.0, 1.0, 0.0),
+        (-0.1, 1.0, 0.0),
+        (1.0, 0.5, 0.0),
+        (float("nan"), 1.0, 0.0),
+        (0.2, float("inf"), 0.0),
+        (0.2, 1.0, float("inf")),
+        (0.2, 1.0, float("nan")),
+    ],
+)
 def test_invalid_arguments(args):
     with pytest.raises(ValueError):
         JointSampler(*args)
@@ -209,9 +230,16 @@ def test_invalid_helper_arguments():
 
 # ---------------------------------------------------------------- JointCrop boxes
 
+
 def inside(v, h, w):
-    return (v[:, 0] >= 0) & (v[:, 1] >= 0) & (v[:, 2] > 0) & (v[:, 3] > 0) & \
-        (v[:, 0] + v[:, 2] <= h) & (v[:, 1] + v[:, 3] <= w)
+    return (
+        (v[:, 0] >= 0)
+        & (v[:, 1] >= 0)
+        & (v[:, 2] > 0)
+        & (v[:, 3] > 0)
+        & (v[:, 0] + v[:, 2] <= h)
+        & (v[:, 1] + v[:, 3] <= w)
+    )
 
 
 def is_whole(v, h, w):
@@ -266,7 +294,7 @@ def test_fallback_rate_and_area_fractions():
     frac = f[:, 2] * f[:, 3] / (H * W)
     tol = 1.0 / f[:, 2] + 1.0 / f[:, 3]
     assert (frac >= 0.2 * (1 - tol)).all() and (frac <= 1.0 * (1 + tol)).all()
-    assert is_whole(f, H, W).mean() < 0.01   # only areas that round to the whole image (s close to 1)
+    assert is_whole(f, H, W).mean() < 0.01  # only areas that round to the whole image (s close to 1)
 
 
 def test_fit_fallback_on_elongated_images():
@@ -337,13 +365,14 @@ def test_independent_crops_are_params_sample_crop():
 
 # ---------------------------------------------------------------- JointBlur / JointColor helpers
 
+
 def test_joint_blur_gates_and_law():
     n = 20000
     rng = np.random.default_rng(12)
     on1, on2 = (rng.random(n) < 0.5).astype(np.uint8), (rng.random(n) < 0.5).astype(np.uint8)
     g1, g2 = on1.copy(), on2.copy()
     s1, s2 = joint_blur_sigmas((0.1, 2.0), 0.0, on1, on2, np.random.default_rng(13))
-    assert np.array_equal(on1, g1) and np.array_equal(on2, g2)   # gates untouched
+    assert np.array_equal(on1, g1) and np.array_equal(on2, g2)  # gates untouched
     assert s1.dtype == np.float32 and s2.dtype == np.float32
     assert ((s1 == 0) == (on1 == 0)).all() and ((s2 == 0) == (on2 == 0)).all()
     for s, on in ((s1, on1), (s2, on2)):

@@ -1,5 +1,6 @@
 """The named recipes of conf/augment, the generalised view layer (multi-crop, per-view laws, random jitter
 order, solarize, joint samplers), the differentiable colour ops, and the gallery."""
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,13 @@ def test_recipe_laws_match_the_papers():
     assert clsa.views[0].strong_ops == 0
     multi = recipe_of("clsa_multi", "imagenet")
     assert multi.sizes == (224, 224, 224, 192, 160, 128, 96)
-    assert [v.scale for v in multi.views[2:]] == [(0.2, 1.0), (0.172, 0.86), (0.143, 0.715), (0.114, 0.571),
-                                                  (0.086, 0.429)]
+    assert [v.scale for v in multi.views[2:]] == [
+        (0.2, 1.0),
+        (0.172, 0.86),
+        (0.143, 0.715),
+        (0.114, 0.571),
+        (0.086, 0.429),
+    ]
     cocor = recipe_of("cocor", "imagenet")
     assert [v.strong_ops for v in cocor.views] == [0, 0, 1, 2, 3]
     assert all(v.strong_p == 1.0 and v.strong_pool == "fixmatch" for v in cocor.views[2:])
@@ -111,8 +117,9 @@ def test_dali_and_torch_agree_on_every_recipe(name, photos):
 
 # ----------------------------------------------------------------------------- random order, solarize
 def test_random_jitter_order_is_the_recorded_permutation(photos):
-    spec = ViewSpec(size=40, jitter_order="random", p_jitter=1.0, p_gray=0, p_blur=0, p_flip=0, scale=(1, 1),
-                    ratio=(4 / 3, 4 / 3))
+    spec = ViewSpec(
+        size=40, jitter_order="random", p_jitter=1.0, p_gray=0, p_blur=0, p_flip=0, scale=(1, 1), ratio=(4 / 3, 4 / 3)
+    )
     recipe = Recipe(views=(spec,), mean=(0, 0, 0), std=(1, 1, 1))
     params = sample_views(photos[:3], recipe, np.random.default_rng(0))
     p = params[0]
@@ -122,8 +129,12 @@ def test_random_jitter_order_is_the_recorded_permutation(photos):
     (views,), _ = ex(photos[:3], params)
     from pipeline.augment.torch_exec import crop_resize, decode_rgb
 
-    fns = [lambda x: TF.adjust_brightness(x, 1.3), lambda x: TF.adjust_contrast(x, 0.6),
-           lambda x: TF.adjust_saturation(x, 1.5), lambda x: TF.adjust_hue(x, 0.2)]
+    fns = [
+        lambda x: TF.adjust_brightness(x, 1.3),
+        lambda x: TF.adjust_contrast(x, 0.6),
+        lambda x: TF.adjust_saturation(x, 1.5),
+        lambda x: TF.adjust_hue(x, 0.2),
+    ]
     for i, order in enumerate(p["jitter_order"]):
         x = crop_resize(decode_rgb(photos[i]), p["crop"][i], 40)
         for k in order:
@@ -162,9 +173,13 @@ def _log_area_ratio(params) -> np.ndarray:
 def test_joint_crop_blur_color_reach_the_views():
     encoded = [encode(natural(300, 400, 0))] * 2000
     indep = recipe_from_dict({"p_blur": 1.0, "p_jitter": 1.0})
-    tight = recipe_from_dict({"p_blur": 1.0, "p_jitter": 1.0,
-                              "joint": {"crop": {"beta": 20}, "blur": {"beta": 20},
-                                        "color": {"beta": 20, "factor": "contrast"}}})
+    tight = recipe_from_dict(
+        {
+            "p_blur": 1.0,
+            "p_jitter": 1.0,
+            "joint": {"crop": {"beta": 20}, "blur": {"beta": 20}, "color": {"beta": 20, "factor": "contrast"}},
+        }
+    )
     pi = sample_views(encoded, indep, np.random.default_rng(0))
     pt = sample_views(encoded, tight, np.random.default_rng(0))
     # beta = 20: log-ratio std s_b / 20, so the two views' areas, sigmas and contrasts nearly coincide
@@ -191,8 +206,12 @@ def test_colour_ops_equal_torchvision():
     x = _batch()
     f = torch.tensor([0.3, 0.9, 1.2, 1.8])
     h = torch.tensor([-0.45, -0.1, 0.05, 0.3])
-    for ours, theirs, fac in ((colour.brightness, TF.adjust_brightness, f), (colour.contrast, TF.adjust_contrast, f),
-                              (colour.saturation, TF.adjust_saturation, f), (colour.hue_hsv, TF.adjust_hue, h)):
+    for ours, theirs, fac in (
+        (colour.brightness, TF.adjust_brightness, f),
+        (colour.contrast, TF.adjust_contrast, f),
+        (colour.saturation, TF.adjust_saturation, f),
+        (colour.hue_hsv, TF.adjust_hue, h),
+    ):
         got = ours(x, fac)
         want = torch.stack([theirs(x[i], float(fac[i])) for i in range(4)])
         assert (got - want).abs().max() < 1e-5, ours.__name__
@@ -206,7 +225,7 @@ def test_yiq_hue_is_invclr_equation():
     for i in range(3):
         th = 2 * math.pi * float(turns[i])
         rot = np.array([[1, 0, 0], [0, math.cos(th), -math.sin(th)], [0, math.sin(th), math.cos(th)]])
-        for (r, c) in ((0, 0), (5, 7), (23, 31)):
+        for r, c in ((0, 0), (5, 7), (23, 31)):
             want = t_rgb @ rot @ t_yiq @ x[i, :, r, c].numpy()
             np.testing.assert_allclose(got[i, :, r, c].numpy(), want, atol=1e-12)
     # angle 0 is the identity only up to the paper's rounded matrices
@@ -215,9 +234,15 @@ def test_yiq_hue_is_invclr_equation():
 
 def test_colour_distort_is_differentiable_in_its_factors():
     x = _batch(4, 2).double()
-    alpha = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in
-             (("brightness", [1.2, 0.8, 1.1, 0.9]), ("contrast", [0.7, 1.3, 1.0, 1.2]),
-              ("saturation", [1.4, 0.6, 1.2, 0.8]), ("hue", [0.05, -0.08, 0.02, 0.0]))}
+    alpha = {
+        k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+        for k, v in (
+            ("brightness", [1.2, 0.8, 1.1, 0.9]),
+            ("contrast", [0.7, 1.3, 1.0, 1.2]),
+            ("saturation", [1.4, 0.6, 1.2, 0.8]),
+            ("hue", [0.05, -0.08, 0.02, 0.0]),
+        )
+    }
     params = {**alpha, "jitter_on": torch.tensor([1, 1, 0, 1]), "gray": torch.tensor([0, 0, 0, 1])}
     out = colour.colour_distort(x, params, hue_mode="yiq")
     grads = torch.autograd.grad(out.sum(), list(alpha.values()))
@@ -228,8 +253,11 @@ def test_colour_distort_is_differentiable_in_its_factors():
     assert torch.equal(out[2], x[2])  # gates off: exact identity
     # numerical check of d out / d brightness for sample 1 (no clipping at these values)
     eps = 1e-6
-    bumped = {**{k: v.detach().clone() for k, v in alpha.items()}, "jitter_on": params["jitter_on"],
-              "gray": params["gray"]}
+    bumped = {
+        **{k: v.detach().clone() for k, v in alpha.items()},
+        "jitter_on": params["jitter_on"],
+        "gray": params["gray"],
+    }
     bumped["brightness"][1] += eps
     fd = (colour.colour_distort(x, bumped, "yiq")[1].sum() - out[1].sum().detach()) / eps
     assert abs(float(fd) - float(grads[0][1])) < 1e-4 * max(1.0, abs(float(fd)))
@@ -250,11 +278,23 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
     make_imagefolder_split(root, tmp_path / "shards", "train", maxcount=10, progress=False)
     out = tmp_path / "g.png"
     job = Path(__file__).resolve().parents[2] / "jobs" / "gallery.py"
-    res = subprocess.run([sys.executable, str(job), "augment=dino", "data=cifar10",
-                          f"data.train={tmp_path}/shards/train", f"data.val={tmp_path}/shards/train",
-                          "gallery.n_images=3", f"gallery.out={out}", "augment.executor=torch",
-                          f"paths.root={tmp_path}"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(job),
+            "augment=dino",
+            "data=cifar10",
+            f"data.train={tmp_path}/shards/train",
+            f"data.val={tmp_path}/shards/train",
+            "gallery.n_images=3",
+            f"gallery.out={out}",
+            "augment.executor=torch",
+            f"paths.root={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "3 images x 8 views" in res.stdout
     img = np.asarray(Image.open(out).convert("RGB"))

@@ -1,4 +1,5 @@
 """Spirograph views keep the factors and redraw the nuisance: the law of the views, not just shapes."""
+
 import json
 
 import numpy as np

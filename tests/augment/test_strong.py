@@ -16,6 +16,7 @@ Measured (0-255 levels, 48x64 photo-like images, DALI CPU backend):
     where it lies > 1 px outside the image; in the band between, PIL clamps to the edge pixel while
     we (and DALI) blend towards the fill, up to ~60 levels on ~2-3% of pixels.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,10 +41,17 @@ ENHANCE = ("Contrast", "Color", "Brightness", "Sharpness")
 PIL_OPS = ("AutoContrast", "Equalize", "Invert", "Posterize", "Solarize") + ENHANCE
 # Per-op magnitudes used by the apply tests: one per image of a batch of 4.
 MAGS = {
-    "Identity": [0, 0, 0, 0], "AutoContrast": [0, 0, 0, 0], "Invert": [0, 0, 0, 0], "Equalize": [0, 0, 0, 0],
-    "ShearX": [0.3, -0.2, 0.1, -0.05], "ShearY": [0.3, -0.2, 0.07, -0.05],
-    "TranslateX": [0.3, -0.21, 0.1, -0.033], "TranslateY": [0.3, -0.21, 0.1, -0.033],
-    "Rotate": [30.0, -17.3, 5.0, -30.0], "Solarize": [0.0, 128.0, 200.5, 256.0], "Posterize": [4, 5, 6, 8],
+    "Identity": [0, 0, 0, 0],
+    "AutoContrast": [0, 0, 0, 0],
+    "Invert": [0, 0, 0, 0],
+    "Equalize": [0, 0, 0, 0],
+    "ShearX": [0.3, -0.2, 0.1, -0.05],
+    "ShearY": [0.3, -0.2, 0.07, -0.05],
+    "TranslateX": [0.3, -0.21, 0.1, -0.033],
+    "TranslateY": [0.3, -0.21, 0.1, -0.033],
+    "Rotate": [30.0, -17.3, 5.0, -30.0],
+    "Solarize": [0.0, 128.0, 200.5, 256.0],
+    "Posterize": [4, 5, 6, 8],
     **{n: [0.05, 0.3, 0.77, 0.95] for n in ENHANCE},
 }
 
@@ -90,8 +98,22 @@ def test_ops_and_pools():
     assert set(clsa) - {"Invert"} == set(fm) - {"Identity"}
     assert set(clsa) | set(fm) == set(OPS)
     # CoCor Appendix C order defines v(A)'s positions.
-    assert fm == ("AutoContrast", "Brightness", "Color", "Contrast", "Rotate", "Equalize", "Identity",
-                  "Posterize", "Sharpness", "ShearX", "ShearY", "Solarize", "TranslateX", "TranslateY")
+    assert fm == (
+        "AutoContrast",
+        "Brightness",
+        "Color",
+        "Contrast",
+        "Rotate",
+        "Equalize",
+        "Identity",
+        "Posterize",
+        "Sharpness",
+        "ShearX",
+        "ShearY",
+        "Solarize",
+        "TranslateX",
+        "TranslateY",
+    )
 
 
 @pytest.mark.parametrize("pool", ["clsa", "fixmatch"])
@@ -134,8 +156,12 @@ def _mags_of(p, name):
 def test_paper_law_is_table1_uniform():
     ops = [n for n in OPS if n != "Identity"]
     p = sample_strong(30000, 1, ops, 1.0, "paper", np.random.default_rng(3))
-    ranges = {**{n: (-0.3, 0.3) for n in ("ShearX", "ShearY", "TranslateX", "TranslateY")},
-              "Rotate": (-30.0, 30.0), "Solarize": (0.0, 256.0), **{n: (0.05, 0.95) for n in ENHANCE}}
+    ranges = {
+        **{n: (-0.3, 0.3) for n in ("ShearX", "ShearY", "TranslateX", "TranslateY")},
+        "Rotate": (-30.0, 30.0),
+        "Solarize": (0.0, 256.0),
+        **{n: (0.05, 0.95) for n in ENHANCE},
+    }
     for name, (lo, hi) in ranges.items():
         m = _mags_of(p, name)
         assert len(m) > 1500
@@ -156,7 +182,8 @@ def test_code_law_is_fixmatch_levels():
     expect = {
         **{n: 0.09 * v + 0.05 for n in ENHANCE},
         **{n: 0.03 * v for n in ("ShearX", "ShearY", "TranslateX", "TranslateY")},
-        "Rotate": 3.0 * v, "Posterize": np.array([4, 4, 5, 5, 6, 6, 6, 7, 7], float),
+        "Rotate": 3.0 * v,
+        "Posterize": np.array([4, 4, 5, 5, 6, 6, 6, 7, 7], float),
         "Solarize": np.array([231, 205, 180, 154, 128, 103, 77, 52, 26], float),
     }
     for name, values in expect.items():
@@ -174,8 +201,7 @@ def test_code_law_is_fixmatch_levels():
 
 def test_fixed_law_is_cocor_m10():
     p = sample_strong(3000, 2, "fixmatch", 1.0, "fixed", np.random.default_rng(5))
-    const = {"Brightness": 0.95, "Color": 0.95, "Contrast": 0.95, "Sharpness": 0.95,
-             "Posterize": 8.0, "Solarize": 0.0}
+    const = {"Brightness": 0.95, "Color": 0.95, "Contrast": 0.95, "Sharpness": 0.95, "Posterize": 8.0, "Solarize": 0.0}
     for name, value in const.items():
         np.testing.assert_allclose(_mags_of(p, name), value, rtol=1e-6, err_msg=name)
     for name, value in {"Rotate": 30.0, "ShearX": 0.3, "ShearY": 0.3, "TranslateX": 0.3, "TranslateY": 0.3}.items():
@@ -213,8 +239,14 @@ def _pil(name: str, img: np.ndarray, mag: float) -> np.ndarray:
     return np.asarray(out).astype(np.float64)
 
 
-PIL_CASES = {"AutoContrast": [0], "Equalize": [0], "Invert": [0], "Posterize": [4, 5, 6, 7, 8],
-             "Solarize": [0, 1, 100, 128, 200.5, 255, 256], **{n: [0.05, 0.3, 0.77, 0.95, 1.6] for n in ENHANCE}}
+PIL_CASES = {
+    "AutoContrast": [0],
+    "Equalize": [0],
+    "Invert": [0],
+    "Posterize": [4, 5, 6, 7, 8],
+    "Solarize": [0, 1, 100, 128, 200.5, 255, 256],
+    **{n: [0.05, 0.3, 0.77, 0.95, 1.6] for n in ENHANCE},
+}
 
 
 @pytest.mark.parametrize("name", PIL_OPS)
@@ -236,10 +268,15 @@ def _pil_affine(name: str, img: np.ndarray, mag: float) -> np.ndarray:
     h, w = img.shape[:2]
     if name == "Rotate":
         return np.asarray(im.rotate(mag, resample=Image.BILINEAR, fillcolor=fill)).astype(np.float64)
-    data = {"ShearX": (1, mag, -mag * h / 2, 0, 1, 0), "ShearY": (1, 0, 0, mag, 1, -mag * w / 2),
-            "TranslateX": (1, 0, mag * w, 0, 1, 0), "TranslateY": (1, 0, 0, 0, 1, mag * h)}[name]
-    return np.asarray(im.transform(im.size, Image.AFFINE, data, resample=Image.BILINEAR,
-                                   fillcolor=fill)).astype(np.float64)
+    data = {
+        "ShearX": (1, mag, -mag * h / 2, 0, 1, 0),
+        "ShearY": (1, 0, 0, mag, 1, -mag * w / 2),
+        "TranslateX": (1, 0, mag * w, 0, 1, 0),
+        "TranslateY": (1, 0, 0, 0, 1, mag * h),
+    }[name]
+    return np.asarray(im.transform(im.size, Image.AFFINE, data, resample=Image.BILINEAR, fillcolor=fill)).astype(
+        np.float64
+    )
 
 
 @pytest.mark.parametrize("name", AFFINE_OPS)
@@ -260,10 +297,10 @@ def test_torch_affine_matches_pil(name):
 def test_translate_is_an_integer_shift_and_rotate_180_flips():
     img = photo_like(1, seed=13)[0]
     out = q(levels(torch_op("TranslateX", to_torch(img), 0.25)))  # 16 px: content moves left
-    np.testing.assert_array_equal(out[:, :W - 16], img[:, 16:])
-    assert (out[:, W - 16:] == 128).all()
+    np.testing.assert_array_equal(out[:, : W - 16], img[:, 16:])
+    assert (out[:, W - 16 :] == 128).all()
     out = q(levels(torch_op("TranslateY", to_torch(img), -0.25)))  # 12 px: content moves down
-    np.testing.assert_array_equal(out[12:], img[:H - 12])
+    np.testing.assert_array_equal(out[12:], img[: H - 12])
     out = q(levels(torch_op("Rotate", to_torch(img), 180.0)))
     assert np.abs(out - img[::-1, ::-1]).max() <= 1
 
@@ -306,6 +343,7 @@ def _dali_pipe(n_ops: int, batch_size: int, equalize: str = "pil"):
 
 def _run_dali(pipe, imgs: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
     from pipeline.augment.strong_dali import strong_feed
+
     pipe.feed_input("img", imgs)
     for key, arr in strong_feed(params, np.arange(len(imgs)), "s_").items():
         pipe.feed_input(key, arr)
@@ -314,8 +352,16 @@ def _run_dali(pipe, imgs: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarr
 
 
 def _run_torch(imgs: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
-    return np.stack([levels(apply_strong_torch(to_torch(img), params["strong_op"][i], params["strong_on"][i],
-                                               params["strong_mag"][i])) for i, img in enumerate(imgs)])
+    return np.stack(
+        [
+            levels(
+                apply_strong_torch(
+                    to_torch(img), params["strong_op"][i], params["strong_on"][i], params["strong_mag"][i]
+                )
+            )
+            for i, img in enumerate(imgs)
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +371,7 @@ def one_slot_pipe():
 
 def test_strong_feed_convention():
     from pipeline.augment.strong_dali import strong_feed
+
     p = sample_strong(6, 3, "clsa", 0.5, "code", np.random.default_rng(6))
     feed = strong_feed(p, np.array([4, 1]), "v1_")
     assert set(feed) == {"v1_strong_op", "v1_strong_on", "v1_strong_mag"}
@@ -336,8 +383,11 @@ def test_strong_feed_convention():
 @pytest.mark.parametrize("name", OPS)
 def test_dali_matches_torch_per_op(one_slot_pipe, name):
     imgs = photo_like(4, seed=21)
-    params = {"strong_op": np.full((4, 1), OP_ID[name], np.int32), "strong_on": np.ones((4, 1), np.uint8),
-              "strong_mag": np.array(MAGS[name], np.float32)[:, None]}
+    params = {
+        "strong_op": np.full((4, 1), OP_ID[name], np.int32),
+        "strong_on": np.ones((4, 1), np.uint8),
+        "strong_mag": np.array(MAGS[name], np.float32)[:, None],
+    }
     d, t = _run_dali(one_slot_pipe, imgs, params), _run_torch(imgs, params)
     diff = np.abs(d - t)
     if name in AFFINE_OPS:
@@ -351,8 +401,11 @@ def test_dali_matches_torch_per_op(one_slot_pipe, name):
 
 def test_dali_gate_off_is_identity(one_slot_pipe):
     imgs = photo_like(4, seed=22)
-    params = {"strong_op": np.array([[OP_ID[n]] for n in ("Rotate", "Invert", "Equalize", "Sharpness")], np.int32),
-              "strong_on": np.zeros((4, 1), np.uint8), "strong_mag": np.full((4, 1), 10.0, np.float32)}
+    params = {
+        "strong_op": np.array([[OP_ID[n]] for n in ("Rotate", "Invert", "Equalize", "Sharpness")], np.int32),
+        "strong_on": np.zeros((4, 1), np.uint8),
+        "strong_mag": np.full((4, 1), 10.0, np.float32),
+    }
     np.testing.assert_array_equal(_run_dali(one_slot_pipe, imgs, params), imgs.astype(np.float64))
 
 
@@ -372,8 +425,11 @@ def test_dali_native_equalize_is_an_equalisation():
     """fn.equalize (CPU) is available but uses OpenCV's LUT, not PIL's: close, not equal."""
     pipe = _dali_pipe(1, 4, equalize="native")
     imgs = np.concatenate([photo_like(3, seed=24), (photo_like(1, seed=25) // 4 + 90).astype(np.uint8)])
-    params = {"strong_op": np.full((4, 1), OP_ID["Equalize"], np.int32), "strong_on": np.ones((4, 1), np.uint8),
-              "strong_mag": np.zeros((4, 1), np.float32)}
+    params = {
+        "strong_op": np.full((4, 1), OP_ID["Equalize"], np.int32),
+        "strong_on": np.ones((4, 1), np.uint8),
+        "strong_mag": np.zeros((4, 1), np.float32),
+    }
     native, ours = _run_dali(pipe, imgs, params), _run_torch(imgs, params)
     assert native.min() == 0 and native.max() == 255
     assert np.abs(native - ours).mean() < 8 and np.abs(native - ours).max() <= 40

@@ -6,6 +6,7 @@ Measured DALI-vs-torch agreement (PNG and JPEG, 0-255 levels, CPU backend):
   including the exact-HSV hue; the whole image: mean < 0.05, max up to ~18 on the 1-2 px border
   when downscaling strongly (antialias filters treat the image edge differently).
 """
+
 from __future__ import annotations
 
 import io
@@ -52,11 +53,18 @@ def denorm(x: torch.Tensor, recipe: TwoViewRecipe) -> np.ndarray:
 def identity_params(crops: np.ndarray, **over) -> dict[str, np.ndarray]:
     """Params of one view with every op off except the given crop boxes; `over` sets fields."""
     n = len(crops)
-    p = {"crop": np.asarray(crops, np.int32).reshape(n, 4),
-         "flip": np.zeros(n, np.uint8), "jitter_on": np.zeros(n, np.uint8),
-         "brightness": np.ones(n, np.float32), "contrast": np.ones(n, np.float32),
-         "saturation": np.ones(n, np.float32), "hue": np.zeros(n, np.float32),
-         "gray": np.zeros(n, np.uint8), "blur_on": np.zeros(n, np.uint8), "sigma": np.zeros(n, np.float32)}
+    p = {
+        "crop": np.asarray(crops, np.int32).reshape(n, 4),
+        "flip": np.zeros(n, np.uint8),
+        "jitter_on": np.zeros(n, np.uint8),
+        "brightness": np.ones(n, np.float32),
+        "contrast": np.ones(n, np.float32),
+        "saturation": np.ones(n, np.float32),
+        "hue": np.zeros(n, np.float32),
+        "gray": np.zeros(n, np.uint8),
+        "blur_on": np.zeros(n, np.uint8),
+        "sigma": np.zeros(n, np.float32),
+    }
     for k, v in over.items():
         p[k] = np.full(n, v, dtype=p[k].dtype)
     return p
@@ -76,8 +84,9 @@ def executor(kind: str, size: int, n_views: int = 1, batch_size: int = 8):
 
 @pytest.fixture(scope="module")
 def photos() -> list[bytes]:
-    return ([encode(natural(375, 500, s), "JPEG") for s in range(3)]
-            + [encode(natural(150, 200, s), "PNG") for s in range(3, 6)])
+    return [encode(natural(375, 500, s), "JPEG") for s in range(3)] + [
+        encode(natural(150, 200, s), "PNG") for s in range(3, 6)
+    ]
 
 
 # ----------------------------------------------------------------------------- recipe
@@ -170,8 +179,9 @@ def test_blur_window_and_eval_geometry():
 def test_unscaled_crop_is_the_source_window(kind, flip):
     """Output size = crop size: the view must equal the recorded sub-window, pixel for pixel."""
     size = 48
-    recipe = TwoViewRecipe(size=size, ratio=(1.0, 1.0), scale=(size * size / (H * W),) * 2,
-                           p_flip=float(flip), n_views=1, **GEOMETRY_ONLY)
+    recipe = TwoViewRecipe(
+        size=size, ratio=(1.0, 1.0), scale=(size * size / (H * W),) * 2, p_flip=float(flip), n_views=1, **GEOMETRY_ONLY
+    )
     src = coord_image()
     encoded = [encode(src)] * 6
     (params,) = sample_views(encoded, recipe, np.random.default_rng(5))
@@ -180,7 +190,7 @@ def test_unscaled_crop_is_the_source_window(kind, flip):
     assert kept.tolist() == list(range(6))
     got = np.round(denorm(out, recipe)).astype(np.int64)
     for i, (y, x, h, w) in enumerate(params["crop"]):
-        window = src[y:y + h, x:x + w].astype(np.int64)
+        window = src[y : y + h, x : x + w].astype(np.int64)
         np.testing.assert_array_equal(got[i], window[:, ::-1] if flip else window)
 
 
@@ -303,9 +313,15 @@ def _other_formats() -> dict[str, bytes]:
         img.save(buf, format=fmt)
         return buf.getvalue()
 
-    return {"gray_jpeg": enc(im.convert("L"), "JPEG"), "cmyk_jpeg": enc(im.convert("CMYK"), "JPEG"),
-            "palette_png": enc(im.convert("P"), "PNG"), "rgba_png": enc(im.convert("RGBA"), "PNG"),
-            "png16": enc(as16, "PNG"), "webp": enc(im, "WEBP"), "bmp": enc(im, "BMP")}
+    return {
+        "gray_jpeg": enc(im.convert("L"), "JPEG"),
+        "cmyk_jpeg": enc(im.convert("CMYK"), "JPEG"),
+        "palette_png": enc(im.convert("P"), "PNG"),
+        "rgba_png": enc(im.convert("RGBA"), "PNG"),
+        "png16": enc(as16, "PNG"),
+        "webp": enc(im, "WEBP"),
+        "bmp": enc(im, "BMP"),
+    }
 
 
 def test_other_formats_agree():
@@ -410,8 +426,15 @@ def test_class_labels_travel_with_every_view_and_skip_dropped_samples():
     """SupCon and CoCor's labelled loss read params[v]["label"]: aligned with the kept samples when one is corrupt."""
     from pipeline.augment.view_maker import build_view_maker, class_labels
 
-    aug = {"kind": "views", "executor": "torch", "device": "cpu", "mean": [0.5] * 3, "std": [0.25] * 3,
-           "view": {"size": 16}, "views": [{"name": "view", "count": 2}]}
+    aug = {
+        "kind": "views",
+        "executor": "torch",
+        "device": "cpu",
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+        "view": {"size": 16},
+        "views": [{"name": "view", "count": 2}],
+    }
     encoded = [encode(natural(24, 24, s)) for s in range(4)]
     encoded[1] = b"not an image"
     batch = {"png": np.array(encoded, dtype=object), "cls": np.array([b"3", b"7", b"0", b"12"], dtype=object)}

@@ -1,4 +1,5 @@
 """Smoke run of benchmarks/augment.py: every path produces two [B, 3, 224, 224] views and a finite rate."""
+
 import importlib.util
 import math
 from pathlib import Path

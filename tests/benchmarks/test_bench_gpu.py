@@ -1,20 +1,36 @@
 """Smoke run of benchmarks/gpu.py on the CPU (--quick): every framework and plug-in row is measured in both loops,
 with a positive project/bare ratio, and the report carries the command that made it."""
+
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = {"mocov2": None, "simclr": None, "byol": None, "simsiam": None, "mocov3_vit": None, "dino_vit": None,
-        "co2": "mocov2", "clsa": "mocov2", "invclr": "simclr", "cocor": "mocov2"}
+ROWS = {
+    "mocov2": None,
+    "simclr": None,
+    "byol": None,
+    "simsiam": None,
+    "mocov3_vit": None,
+    "dino_vit": None,
+    "co2": "mocov2",
+    "clsa": "mocov2",
+    "invclr": "simclr",
+    "cocor": "mocov2",
+}
 
 
 def test_gpu_benchmark_quick_on_cpu(tmp_path):
     out = tmp_path / "perf.md"
     args = ["--quick", "--device", "cpu", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")]
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = out.read_text()
 

@@ -1,5 +1,6 @@
 """The Photos dataset: its sampling law (balanced classes, crop sides within SCALES, each split from its own strip),
 determinism and resumable generation, and generation on first use through the same checks as Spirograph."""
+
 import io
 from pathlib import Path
 
@@ -60,8 +61,17 @@ def test_near_flat_crops_are_drawn_again():
 
 def test_generated_on_first_use_into_its_own_folder_and_refused_when_the_settings_differ(tmp_path):
     def cfg(n_train, *extra):
-        return compose_config([f"paths.root={tmp_path}", "data=photos", f"data.generate.n_train={n_train}",
-                               "data.generate.n_val=28", "data.generate.maxcount=50", "train.batch_size=28", *extra])
+        return compose_config(
+            [
+                f"paths.root={tmp_path}",
+                "data=photos",
+                f"data.generate.n_train={n_train}",
+                "data.generate.n_val=28",
+                "data.generate.maxcount=50",
+                "train.batch_size=28",
+                *extra,
+            ]
+        )
 
     out = resolve(cfg(56))
     train = Path(out["data"]["train"])

@@ -1,5 +1,6 @@
 """Object-store shards: the manifest, Ray Data's training stream and the eval reader all work on s3://
 (a local moto S3 server on loopback stands in for the cloud)."""
+
 import pytest
 
 from pipeline.data import shards

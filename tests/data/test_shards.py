@@ -73,8 +73,7 @@ def test_shard_writer_encodes_and_rolls_over(tmp_path):
             writer.write({"__key__": f"k{i}", "txt": f"é{i}", "cls": i, "json": {"a": i}, "bin": b"\x00\x01"})
     assert writer.shards == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
     members = read_tar(tmp_path / "shard-000002.tar")
-    assert members == [("k4.bin", b"\x00\x01"), ("k4.cls", b"4"), ("k4.json", b'{"a": 4}'),
-                       ("k4.txt", "é4".encode())]
+    assert members == [("k4.bin", b"\x00\x01"), ("k4.cls", b"4"), ("k4.json", b'{"a": 4}'), ("k4.txt", "é4".encode())]
     for bad in ({"__key__": "a.b", "x": b""}, {"__key__": "", "x": b""}, {"x": b""}):
         with pytest.raises(ValueError):
             shards.ShardWriter(tmp_path / "bad", maxcount=2).write(bad)
@@ -153,8 +152,13 @@ def imagefolder(tmp_path):
     rng = np.random.default_rng(0)
     root = tmp_path / "imagenet" / "train"
     files = {}
-    for cls, name, fmt in [("cat", "a.jpg", "JPEG"), ("cat", "b.png", "PNG"), ("dog", "c1.JPEG", "JPEG"),
-                           ("dog", "d.v2.jpeg", "JPEG"), ("ant", "e.webp", "WEBP")]:
+    for cls, name, fmt in [
+        ("cat", "a.jpg", "JPEG"),
+        ("cat", "b.png", "PNG"),
+        ("dog", "c1.JPEG", "JPEG"),
+        ("dog", "d.v2.jpeg", "JPEG"),
+        ("ant", "e.webp", "WEBP"),
+    ]:
         (root / cls).mkdir(parents=True, exist_ok=True)
         data = image_bytes(rng.integers(0, 256, (8 + len(files), 10, 3), dtype=np.uint8), fmt)
         (root / cls / name).write_bytes(data)
@@ -175,8 +179,13 @@ def test_imagefolder_round_trip(imagefolder, tmp_path):
     assert manifest["image_ext"] == "jpg;png;webp"
     no_leftovers(out)
 
-    expected = [("ant", "e.webp", "webp"), ("cat", "a.jpg", "jpg"), ("cat", "b.png", "png"),
-                ("dog", "c1.JPEG", "jpg"), ("dog", "d.v2.jpeg", "jpg")]
+    expected = [
+        ("ant", "e.webp", "webp"),
+        ("cat", "a.jpg", "jpg"),
+        ("cat", "b.png", "png"),
+        ("dog", "c1.JPEG", "jpg"),
+        ("dog", "d.v2.jpeg", "jpg"),
+    ]
     keys = ["00000000_e", "00000001_a", "00000002_b", "00000003_c1", "00000004_d_v2"]
     classes = manifest["class_names"]
     for samples in (read_split(out), read_wds(out)):
@@ -212,8 +221,10 @@ def cifar10(tmp_path):
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         data = _cifar_rows(rng, 3)
         labels = rng.integers(0, 10, 3).tolist()
-        _dump(folder / name, {b"batch_label": name.encode(), b"data": data, b"labels": labels,
-                              b"filenames": [b"x.png"] * 3})
+        _dump(
+            folder / name,
+            {b"batch_label": name.encode(), b"data": data, b"labels": labels, b"filenames": [b"x.png"] * 3},
+        )
         batches[name] = (data, labels)
     return folder, batches
 
@@ -223,8 +234,10 @@ def cifar100(tmp_path):
     rng = np.random.default_rng(2)
     folder = tmp_path / "cifar-100-python"
     folder.mkdir()
-    _dump(folder / "meta", {"fine_label_names": [f"class{i}" for i in range(100)],
-                            "coarse_label_names": [f"super{i}" for i in range(20)]})
+    _dump(
+        folder / "meta",
+        {"fine_label_names": [f"class{i}" for i in range(100)], "coarse_label_names": [f"super{i}" for i in range(20)]},
+    )
     batches = {}
     for name, n in (("train", 7), ("test", 4)):
         data = _cifar_rows(rng, n)
@@ -279,8 +292,9 @@ def test_cifar100_round_trip(cifar100, tmp_path):
 
 
 def test_spirograph_round_trip(tmp_path):
-    manifests = shards.make_spirograph_splits(tmp_path, n_train=25, n_val=7, seed=3, size=16, maxcount=10,
-                                              progress=False)
+    manifests = shards.make_spirograph_splits(
+        tmp_path, n_train=25, n_val=7, seed=3, size=16, maxcount=10, progress=False
+    )
     assert manifests["train"]["num_samples"] == 25 and len(manifests["train"]["shards"]) == 3
     assert manifests["val"]["num_samples"] == 7 and manifests["val"]["class_names"] is None
 
@@ -383,7 +397,6 @@ def test_read_manifest_from_s3(tmp_path, s3):
         shards.read_manifest(f"s3://shards-test/ds/val{options}")
 
 
-
 # ---------------------------------------------------------------- bad shards (issue #12)
 
 
@@ -418,7 +431,7 @@ def test_truncated_shard_is_named_and_refused_or_skipped(tmp_path):
     big = tmp_path / "big" / "shard-000000.tar"
     data = bytearray(big.read_bytes())
     sample = 512 + 10240 + 512 + 512  # the .bin header and data, the .cls header and data
-    data[5 * sample: 5 * sample + 512] = b"garbage!" * 64
+    data[5 * sample : 5 * sample + 512] = b"garbage!" * 64
     big.write_bytes(bytes(data))
     assert shards.shard_problem(big) is None  # not visible to the cheap check
     with pytest.raises(shards.BadShardError, match="shard-000000.tar: ends after 5 of its 10 samples"):
@@ -433,12 +446,17 @@ def test_prepare_data_applies_on_bad_shard(tmp_path):
     from pipeline.train.prepare import prepare_data
 
     for split in ("train", "val"):
-        shards.write_split(_synthetic(30), tmp_path / split, maxcount=10, class_names=["a", "b", "c"], source="s",
-                           progress=False)
+        shards.write_split(
+            _synthetic(30), tmp_path / split, maxcount=10, class_names=["a", "b", "c"], source="s", progress=False
+        )
     _cut_in_half(tmp_path / "train" / "shard-000002.tar")
     (tmp_path / "val" / "shard-000000.tar").unlink()
-    over = [f"paths.root={tmp_path}", "data=cifar10", f"data.train={tmp_path / 'train'}",
-            f"data.val={tmp_path / 'val'}"]
+    over = [
+        f"paths.root={tmp_path}",
+        "data=cifar10",
+        f"data.train={tmp_path / 'train'}",
+        f"data.val={tmp_path / 'val'}",
+    ]
 
     with pytest.raises(ConfigError) as e:
         prepare_data(compose_config(over))  # data.on_bad_shard=fail, the default
@@ -467,8 +485,16 @@ def test_every_image_format_the_writer_takes_is_read_back(tmp_path):
     assert shards.IMAGE_EXTS is reader.IMAGE_EXTS
     rng = np.random.default_rng(0)
     root = tmp_path / "folder"
-    kinds = {"a.gif": "GIF", "b.tif": "TIFF", "c.tiff": "TIFF", "d.jpeg": "JPEG", "e.bmp": "BMP", "f.ppm": "PPM",
-             "g.webp": "WEBP", "h.png": "PNG"}
+    kinds = {
+        "a.gif": "GIF",
+        "b.tif": "TIFF",
+        "c.tiff": "TIFF",
+        "d.jpeg": "JPEG",
+        "e.bmp": "BMP",
+        "f.ppm": "PPM",
+        "g.webp": "WEBP",
+        "h.png": "PNG",
+    }
     for i, (name, fmt) in enumerate(kinds.items()):
         (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
         (root / f"c{i % 2}" / name).write_bytes(image_bytes(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8), fmt))
@@ -500,8 +526,10 @@ def test_make_shards_imagefolder_mixes_classes_with_a_seed(tmp_path):
     job = _load_job()
     src = _classes_folder(tmp_path / "src")
     for out, seed in (("a", 7), ("b", 7), ("c", 8)):
-        assert job.main(["source=imagefolder", f"input={src}", f"output={tmp_path / out}", "maxcount=10",
-                         f"seed={seed}"]) == 0
+        assert (
+            job.main(["source=imagefolder", f"input={src}", f"output={tmp_path / out}", "maxcount=10", f"seed={seed}"])
+            == 0
+        )
     a = tmp_path / "a" / "train"
     manifest = json.loads((a / "manifest.json").read_text())
     assert manifest["source"]["seed"] == 7 and manifest["num_samples"] == 90 and len(manifest["shards"]) == 9

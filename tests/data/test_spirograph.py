@@ -6,8 +6,18 @@ import torch
 from pipeline.data import spirograph as sp
 
 # Fig. 7 parameters of the paper (sigma = 0.5 as the text says for Fig. 7(b)).
-FIG7 = {"m": 4.0, "b": 0.4, "h": 2.0, "sigma": 0.5, "f_r": 0.9, "f_g": 0.8, "f_b": 0.7,
-        "b_r": 0.3, "b_g": 0.4, "b_b": 0.5}
+FIG7 = {
+    "m": 4.0,
+    "b": 0.4,
+    "h": 2.0,
+    "sigma": 0.5,
+    "f_r": 0.9,
+    "f_g": 0.8,
+    "f_b": 0.7,
+    "b_r": 0.3,
+    "b_g": 0.4,
+    "b_b": 0.5,
+}
 
 
 def _flat(values: dict, dtype=torch.float32) -> dict:
@@ -18,15 +28,23 @@ def _reference_image(p: dict, size: int) -> list[list[list[float]]]:
     """Eqs. 36-39 with plain math: [channel][row][column]."""
     ts = [2 * math.pi * i / 39 for i in range(40)]
     r = p["m"] - p["h"]
-    pts = [(r * math.cos(t) + p["h"] * math.cos(r * t / p["b"]),
-            r * math.sin(t) - p["h"] * math.sin(r * t / p["b"])) for t in ts]
+    pts = [
+        (r * math.cos(t) + p["h"] * math.cos(r * t / p["b"]), r * math.sin(t) - p["h"] * math.sin(r * t / p["b"]))
+        for t in ts
+    ]
     grid = [-6 + 12 * k / (size - 1) for k in range(size)]
-    raw = [[sum(math.exp((-(u - x) ** 2 - (v - y) ** 2) / p["sigma"]) for x, y in pts) / 40 for v in grid]
-           for u in grid]
+    raw = [
+        [sum(math.exp((-((u - x) ** 2) - (v - y) ** 2) / p["sigma"]) for x, y in pts) / 40 for v in grid] for u in grid
+    ]
     peak = max(max(row) for row in raw)
     fg, bg = (p["f_r"], p["f_g"], p["f_b"]), (p["b_r"], p["b_g"], p["b_b"])
-    return [[[raw[i][j] / (peak + 1e-8) * fg[c] + (1 - raw[i][j] / (peak + 1e-8)) * bg[c]
-              for j in range(size)] for i in range(size)] for c in range(3)]
+    return [
+        [
+            [raw[i][j] / (peak + 1e-8) * fg[c] + (1 - raw[i][j] / (peak + 1e-8)) * bg[c] for j in range(size)]
+            for i in range(size)
+        ]
+        for c in range(3)
+    ]
 
 
 def test_curve_points_match_equations():
@@ -102,8 +120,18 @@ def test_all_parameters_receive_gradients():
 
 def test_ranges_match_spec():
     assert sp.PARAM_NAMES == sp.TARGETS + sp.NUISANCE and len(set(sp.PARAM_NAMES)) == 10
-    assert sp.RANGES == {"m": (2, 5), "b": (0.1, 1.1), "sigma": (0.25, 1), "f_r": (0.4, 1), "f_g": (0.4, 1),
-                         "f_b": (0.4, 1), "h": (0.5, 2.5), "b_r": (0, 0.6), "b_g": (0, 0.6), "b_b": (0, 0.6)}
+    assert sp.RANGES == {
+        "m": (2, 5),
+        "b": (0.1, 1.1),
+        "sigma": (0.25, 1),
+        "f_r": (0.4, 1),
+        "f_g": (0.4, 1),
+        "f_b": (0.4, 1),
+        "h": (0.5, 2.5),
+        "b_r": (0, 0.6),
+        "b_g": (0, 0.6),
+        "b_b": (0, 0.6),
+    }
     # spec reference value: mean nuisance variance = (4/12 + 5 * 0.36/12) / 6
     mean_var = sum((sp.RANGES[k][1] - sp.RANGES[k][0]) ** 2 / 12 for k in sp.NUISANCE) / 6
     assert mean_var == pytest.approx(0.0806, abs=1e-4)

@@ -1,5 +1,6 @@
 """Detection transfer: the backbone's names in detectron2's layout, the export job, and detectron2's own
 loading report on the exported file."""
+
 from __future__ import annotations
 
 import json
@@ -52,14 +53,23 @@ def test_names_follow_detectron2():
 
 def test_config_from_the_model():
     assert resnet_config({"backbone": "resnet50", "width": 64}) == {
-        "DEPTH": 50, "STEM_OUT_CHANNELS": 64, "RES2_OUT_CHANNELS": 256, "WIDTH_PER_GROUP": 64, "NUM_GROUPS": 1,
-        "STRIDE_IN_1X1": False, "CIFAR_STEM": False}
+        "DEPTH": 50,
+        "STEM_OUT_CHANNELS": 64,
+        "RES2_OUT_CHANNELS": 256,
+        "WIDTH_PER_GROUP": 64,
+        "NUM_GROUPS": 1,
+        "STRIDE_IN_1X1": False,
+        "CIFAR_STEM": False,
+    }
     r = resnet_config({"backbone": "resnet18", "width": 16, "cifar_stem": True})
     assert (r["DEPTH"], r["STEM_OUT_CHANNELS"], r["RES2_OUT_CHANNELS"], r["CIFAR_STEM"]) == (18, 16, 16, True)
     with pytest.raises(ValueError, match="resnet101"):
         resnet_config({"backbone": "resnet101"})
     assert pixel_config({"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}) == {
-        "PIXEL_MEAN": [123.675, 116.28, 103.53], "PIXEL_STD": [58.395, 57.12, 57.375], "FORMAT": "RGB"}
+        "PIXEL_MEAN": [123.675, 116.28, 103.53],
+        "PIXEL_STD": [58.395, 57.12, 57.375],
+        "FORMAT": "RGB",
+    }
 
 
 @needs_d2
@@ -91,9 +101,20 @@ def _exported(tmp_path: Path, layout: str, fmt: str = "detectron2") -> tuple:
     ckpt.parent.mkdir(parents=True)
     torch.save(src.state, ckpt)
     out = tmp_path / f"backbone.{'pkl' if fmt == 'detectron2' else 'pt'}"
-    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), f"run={ckpt}", f"format={fmt}",
-                        f"out={out}", f"paths.root={tmp_path}"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "export.py"),
+            f"run={ckpt}",
+            f"format={fmt}",
+            f"out={out}",
+            f"paths.root={tmp_path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert str(out) in r.stdout and not list(tmp_path.glob("*.partial"))
     return src, out
@@ -127,8 +148,7 @@ def load_report(model, path: Path) -> str:
 
 
 @needs_d2
-@pytest.mark.parametrize("layout,arch", [("r50", "c4"), ("r50", "fpn"), ("r18-cifar-w16", "fpn"),
-                                         ("r50-narrow", "c4")])
+@pytest.mark.parametrize("layout,arch", [("r50", "c4"), ("r50", "fpn"), ("r18-cifar-w16", "fpn"), ("r50-narrow", "c4")])
 def test_exported_pkl_loads_in_detectron2_with_every_backbone_weight(tmp_path, layout, arch):
     from detectron2.modeling import build_model
 
@@ -150,7 +170,7 @@ def test_exported_pkl_loads_in_detectron2_with_every_backbone_weight(tmp_path, l
     # the weights detectron2 holds now are the pretrained ones, res5 included (in the C4 box head)
     state, want = model.state_dict(), to_detectron2(src.backbone)
     for name, value in want.items():
-        where = (f"roi_heads.{name}" if arch == "c4" and name.startswith("res5") else trunk + name)
+        where = f"roi_heads.{name}" if arch == "c4" and name.startswith("res5") else trunk + name
         assert torch.equal(state[where].cpu(), value.float()), where
     assert list(model.pixel_mean.flatten().tolist()) == pytest.approx(meta["pixel"]["PIXEL_MEAN"])
 
@@ -177,16 +197,25 @@ def test_torchvision_export_loads_into_torchvision(tmp_path):
 
 
 def test_export_refuses_bad_input_in_one_line(tmp_path):
-    for args, needle in ((["run=nope"], "error: checkpoint 'nope' is neither"),
-                         (["run=x", "format=onnx"], "error: format=onnx"),
-                         (["run=x", "out=a.pt"], "error: out=a.pt: format=detectron2 writes a .pkl")):
-        r = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), *args, f"paths.root={tmp_path}"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=job_env())
+    for args, needle in (
+        (["run=nope"], "error: checkpoint 'nope' is neither"),
+        (["run=x", "format=onnx"], "error: format=onnx"),
+        (["run=x", "out=a.pt"], "error: out=a.pt: format=detectron2 writes a .pkl"),
+    ):
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "export.py"), *args, f"paths.root={tmp_path}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=job_env(),
+        )
         assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
         assert len(r.stderr.strip().splitlines()) == 1
 
 
 # --- the embedded detection set, COCO AP, the detection job ---------------------------------------------------
+
 
 def test_shapes_set_boxes_follow_the_drawn_shapes(tmp_path):
     import json
@@ -209,12 +238,12 @@ def test_shapes_set_boxes_follow_the_drawn_shapes(tmp_path):
         px = np.asarray(Image.open(root / "train" / "images" / im["file_name"]).convert("L"), dtype=float)
         for x, y, w, h in per_image[im["id"]]:
             assert 0 <= x and 0 <= y and x + w <= 96 and y + h <= 96 and 16 <= w <= 32 and w == h
-            inside = px[int(y) + 1:int(y + h) - 1, int(x) + 1:int(x + w) - 1]
+            inside = px[int(y) + 1 : int(y + h) - 1, int(x) + 1 : int(x + w) - 1]
             contrast.append(inside.max() - np.median(px))
         boxes = per_image[im["id"]]
         from pipeline.detect.shapes import _iou
 
-        assert all(_iou(a, b) <= 0.2 + 1e-9 for i, a in enumerate(boxes) for b in boxes[i + 1:])
+        assert all(_iou(a, b) <= 0.2 + 1e-9 for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     assert min(contrast) > 40  # every box holds its bright shape on the dark canvas
     manifest = root / "manifest.json"
     stamp = manifest.stat().st_mtime_ns
@@ -233,8 +262,9 @@ def test_coco_ap_of_perfect_shifted_and_no_detections(tmp_path):
     root = make_shapes(tmp_path, {"n_train": 4, "n_val": 12, "size": 96, "min_side": 16, "max_side": 32})
     ann = root / "val" / "annotations.json"
     gt = json.loads(ann.read_text())["annotations"]
-    perfect = [{"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0}
-               for a in gt]
+    perfect = [
+        {"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0} for a in gt
+    ]
     assert coco_ap(ann, perfect) == pytest.approx({"AP": 100.0, "AP50": 100.0, "AP75": 100.0}, abs=1e-6)
     # shifted by 30 % of the side: IoU 0.54 -> found at IoU .50, missed at .75
     shifted = [{**r, "bbox": [r["bbox"][0] + 0.3 * r["bbox"][2], *r["bbox"][1:]]} for r in perfect]
@@ -245,29 +275,50 @@ def test_coco_ap_of_perfect_shifted_and_no_detections(tmp_path):
 
 
 def _detect(tmp_path: Path, *args: str, timeout: int = 900):
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "detect.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "detect.py"), f"paths.root={tmp_path}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(),
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["engine=mmdet"], "error: engine=mmdet: expected one of torchvision, detectron2"),
-    (["detect.anchor_sizes=[16,32]"], "error: detect.anchor_sizes=[16, 32]: one size per FPN level, 4"),
-    (["detect.steps=[500]"], "error: detect.steps=[500]: increasing iterations between 1 and"),
-    (["detect.arch=c4"], "error: detect.arch=c4: torchvision's engine builds FPN detectors"),
-    (["detect.in_features=[res3,res5]"], "error: detect.in_features=['res3', 'res5']: consecutive stages"),
-    (["detect=coco", "detect.data.root=/nowhere"], "error: detect.data.train_json=/nowhere/annotations"),
-    (["detect.iterations=abc"], "error: detect.iterations=abc: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["engine=mmdet"], "error: engine=mmdet: expected one of torchvision, detectron2"),
+        (["detect.anchor_sizes=[16,32]"], "error: detect.anchor_sizes=[16, 32]: one size per FPN level, 4"),
+        (["detect.steps=[500]"], "error: detect.steps=[500]: increasing iterations between 1 and"),
+        (["detect.arch=c4"], "error: detect.arch=c4: torchvision's engine builds FPN detectors"),
+        (["detect.in_features=[res3,res5]"], "error: detect.in_features=['res3', 'res5']: consecutive stages"),
+        (["detect=coco", "detect.data.root=/nowhere"], "error: detect.data.train_json=/nowhere/annotations"),
+        (["detect.iterations=abc"], "error: detect.iterations=abc: expected an integer >= 1"),
+    ],
+)
 def test_detect_refuses_bad_input_in_one_line_before_mlflow(tmp_path, args, needle):
     r = _detect(tmp_path, "run=x", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
 
-TINY = ["detect.data.generate.n_train=16", "detect.data.generate.n_val=6", "detect.data.generate.size=64",
-        "detect.data.generate.min_side=12", "detect.data.generate.max_side=24", "detect.min_size=64",
-        "detect.max_size=64", "detect.anchor_sizes=[8,16,32,64]", "detect.iterations=4", "detect.batch_size=4",
-        "detect.warmup=2", "detect.steps=[3]", "detect.log_every=2", "detect.fpn_channels=16"]
+TINY = [
+    "detect.data.generate.n_train=16",
+    "detect.data.generate.n_val=6",
+    "detect.data.generate.size=64",
+    "detect.data.generate.min_side=12",
+    "detect.data.generate.max_side=24",
+    "detect.min_size=64",
+    "detect.max_size=64",
+    "detect.anchor_sizes=[8,16,32,64]",
+    "detect.iterations=4",
+    "detect.batch_size=4",
+    "detect.warmup=2",
+    "detect.steps=[3]",
+    "detect.log_every=2",
+    "detect.fpn_channels=16",
+]
 
 
 @pytest.mark.slow
@@ -294,8 +345,10 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     assert run.info.status == "FINISHED" and run.data.tags["job"] == "detect"
     assert all(0.0 <= m[f"{b}_{k}"] <= 100.0 for b in ("pretrained", "random") for k in ("AP", "AP50", "AP75"))
     assert len(client.get_metric_history(run.info.run_id, "pretrained_loss")) == 2  # every 2 of 4 iterations
-    assert [a.path for a in client.list_artifacts(run.info.run_id, "detect")] == ["detect/predictions.png",
-                                                                                  "detect/table.md"]
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "detect")] == [
+        "detect/predictions.png",
+        "detect/table.md",
+    ]
     assert run.data.params["engine"] == engine and run.data.params["detect.iterations"] == "4"
     again = _detect(tmp_path, f"run={ckpt}", f"engine={engine}", *TINY, timeout=120)
     assert again.returncode == 0 and "finished before" in again.stdout
@@ -313,13 +366,13 @@ def test_detectron2_load_report_fails_on_a_missing_trunk_weight(capsys):
 
         def resume_or_load(self, resume):
             logging.getLogger("fvcore.common.checkpoint").warning(
-                "Some model parameters or buffers are not found in the checkpoint:\n" + "\n".join(self.missing))
+                "Some model parameters or buffers are not found in the checkpoint:\n" + "\n".join(self.missing)
+            )
 
     _load(Reports("backbone.fpn_lateral3.{bias, weight}", "roi_heads.box_head.fc1.{bias, weight}"), "w.pkl", False)
     assert "loaded every backbone weight" in capsys.readouterr().out
     with pytest.raises(RuntimeError, match="did not load every backbone weight"):
-        _load(Reports("backbone.fpn_lateral3.{bias, weight}", "backbone.bottom_up.res3.0.conv1.weight"), "w.pkl",
-              False)
+        _load(Reports("backbone.fpn_lateral3.{bias, weight}", "backbone.bottom_up.res3.0.conv1.weight"), "w.pkl", False)
     with pytest.raises(RuntimeError, match="did not load every backbone weight"):
         _load(Reports("roi_heads.res5.2.conv3.norm.{bias, weight}"), "w.pkl", False)
 
@@ -346,8 +399,15 @@ def test_non_contiguous_category_ids_train_as_labels_and_come_back_as_ids(tmp_pa
     _, target = ds[0]
     want = sorted(ds.label_of[a["category_id"]] for a in coco["annotations"] if a["image_id"] == 1)
     assert sorted(target["labels"].tolist()) == want
-    d = {"in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 16,
-         "min_size": 64, "max_size": 64, "norm": "bn", "roi_batch_per_image": 32}
+    d = {
+        "in_features": ["res3", "res4", "res5"],
+        "anchor_sizes": [8, 16, 32, 64],
+        "fpn_channels": 16,
+        "min_size": 64,
+        "max_size": 64,
+        "norm": "bn",
+        "roi_batch_per_image": 32,
+    }
     backbone = build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8})
     model = tv_engine.build_detector(backbone, 3, d, [0.0] * 3, [1.0] * 3)
     model.roi_heads.score_thresh = 0.0  # an untrained detector: keep whatever it finds
@@ -361,9 +421,23 @@ def test_detectron2_syncs_bn_over_its_processes_and_keeps_plain_bn_in_one():
     from pipeline.detect.export import backbone_meta
 
     meta = backbone_meta(fake_source(*LAYOUTS["r18-cifar-w16"]))
-    d = {"arch": "fpn", "in_features": ["res3", "res4", "res5"], "anchor_sizes": [8, 16, 32, 64], "fpn_channels": 8,
-         "roi_batch_per_image": 8, "min_size": 64, "max_size": 64, "batch_size": 4, "lr": 0.01, "iterations": 2,
-         "steps": [1], "warmup": 1, "weight_decay": 1e-4, "seed": 0, "norm": "bn"}
+    d = {
+        "arch": "fpn",
+        "in_features": ["res3", "res4", "res5"],
+        "anchor_sizes": [8, 16, 32, 64],
+        "fpn_channels": 8,
+        "roi_batch_per_image": 8,
+        "min_size": 64,
+        "max_size": 64,
+        "batch_size": 4,
+        "lr": 0.01,
+        "iterations": 2,
+        "steps": [1],
+        "warmup": 1,
+        "weight_decay": 1e-4,
+        "seed": 0,
+        "norm": "bn",
+    }
     data = {"train_json": "unused.json", "train_images": ".", "val_json": "unused.json", "val_images": "."}
 
     def norm(workers, device, frozen=False):
@@ -398,8 +472,17 @@ def test_detectron2_trains_in_two_processes(tmp_path):
 
 
 def test_make_shards_writes_the_shapes_set_the_detect_job_reads_as_coco(tmp_path):
-    cmd = [sys.executable, str(ROOT / "jobs" / "make_shards.py"), "source=shapes", f"output={tmp_path}",
-           "+shapes.n_train=5", "+shapes.n_val=2", "+shapes.size=64", "+shapes.min_side=12", "+shapes.max_side=24"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "jobs" / "make_shards.py"),
+        "source=shapes",
+        f"output={tmp_path}",
+        "+shapes.n_train=5",
+        "+shapes.n_val=2",
+        "+shapes.size=64",
+        "+shapes.min_side=12",
+        "+shapes.max_side=24",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=job_env())
     assert r.returncode == 0, r.stderr[-2000:]
     (out,) = tmp_path.glob("shapes-*")
@@ -411,11 +494,20 @@ def test_make_shards_writes_the_shapes_set_the_detect_job_reads_as_coco(tmp_path
     from pipeline.detect.job import check
     from pipeline.detect.shapes import make_shapes
 
-    check(compose_config(["run=x", "detect=coco", f"detect.data.root={out}",
-                          f"detect.data.train_json={out}/train/annotations.json",
-                          f"detect.data.train_images={out}/train/images",
-                          f"detect.data.val_json={out}/val/annotations.json",
-                          f"detect.data.val_images={out}/val/images"], "detection"))
+    check(
+        compose_config(
+            [
+                "run=x",
+                "detect=coco",
+                f"detect.data.root={out}",
+                f"detect.data.train_json={out}/train/annotations.json",
+                f"detect.data.train_images={out}/train/images",
+                f"detect.data.val_json={out}/val/annotations.json",
+                f"detect.data.val_images={out}/val/images",
+            ],
+            "detection",
+        )
+    )
     assert make_shapes(tmp_path, manifest["settings"]) == out
     bad = subprocess.run([*cmd[:4], "+shapes.size=10"], capture_output=True, text=True, timeout=120, env=job_env())
     assert bad.returncode == 2 and bad.stderr.startswith("error: shapes: shapes settings out of range")

@@ -40,8 +40,9 @@ def test_probe_regression_fits_linear_targets_and_not_noise():
     y = x @ w + 0.01 * torch.randn(400, 2, generator=g)
     res = probe(x[:300], y[:300], x[300:], y[300:], "regression", names=["a", "b"], steps=50)
     assert res["r2_a"] > 0.99 and res["r2_b"] > 0.99
-    noise = probe(torch.randn(300, 10, generator=g), y[:300], torch.randn(100, 10, generator=g), y[300:],
-                  "regression", steps=50)
+    noise = probe(
+        torch.randn(300, 10, generator=g), y[:300], torch.randn(100, 10, generator=g), y[300:], "regression", steps=50
+    )
     assert noise["r2"] < 0.2
 
 
@@ -65,8 +66,8 @@ def test_probe_is_not_blown_up_by_near_constant_features():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 8, generator=g)
     y = (x[:, :2] @ torch.tensor([[1.0], [0.5]])).squeeze(1) + 0.01 * torch.randn(400, generator=g)
-    dead_train = 1e-7 * torch.randn(300, 1, generator=g)   # a unit that is (almost) constant in training
-    dead_test = 1e-3 * torch.randn(100, 1, generator=g)    # and merely small at test time
+    dead_train = 1e-7 * torch.randn(300, 1, generator=g)  # a unit that is (almost) constant in training
+    dead_test = 1e-3 * torch.randn(100, 1, generator=g)  # and merely small at test time
     xtr, xte = torch.cat([x[:300], dead_train], 1), torch.cat([x[300:], dead_test], 1)
     res = probe(xtr, y[:300, None], xte, y[300:, None], "regression", ["t"], steps=100, weight_decay=1e-5)
     assert res["r2"] > 0.95

@@ -1,4 +1,5 @@
 """jobs/evaluate.py: suites of downstream evaluations, picked by the run's method, resumable."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_paper_picks_the_suite_of_the_runs_method():
     assert pick("paper", {"plugin": {"co2": {"alpha": None}}}) == "co2"
     assert pick("paper", {"plugin": {"invclr": {}}}) == "invclr"
-    assert pick("paper", {"plugin": {}, "augment": {"joint": {"crop": {"beta": 1}, "blur": {"beta": None}}}}) == \
-        "jointcrop"
+    assert (
+        pick("paper", {"plugin": {}, "augment": {"joint": {"crop": {"beta": 1}, "blur": {"beta": None}}}})
+        == "jointcrop"
+    )
     assert pick("paper", {"plugin": {}, "augment": {"joint": {"crop": {"beta": None}}}}) == "standard"
     assert pick("clsa", {"plugin": {"co2": {}}}) == "clsa"  # asked for by name
 
@@ -71,17 +74,28 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
 
 
 def _evaluate(tmp_path: Path, *args: str, timeout: int = 900):
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "evaluate.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "evaluate.py"), f"paths.root={tmp_path}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(),
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    ([], "error: pick the evaluations with +suite=<name>: one of clsa, co2"),
-    (["+suite=standard", "size=huge"], "error: size=huge: expected one of cpu, paper"),
-    (["+suite=standard", "+extra.fit.a=1"],
-     "error: extra={'linear_probe': {}, 'knn': {}, 'finetune': {}, 'detect': {}, 'fit': {'a': 1}}: expected settings "
-     "under extra.linear_probe"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ([], "error: pick the evaluations with +suite=<name>: one of clsa, co2"),
+        (["+suite=standard", "size=huge"], "error: size=huge: expected one of cpu, paper"),
+        (
+            ["+suite=standard", "+extra.fit.a=1"],
+            "error: extra={'linear_probe': {}, 'knn': {}, 'finetune': {}, 'detect': {}, 'fit': {'a': 1}}: "
+            "expected settings under extra.linear_probe",
+        ),
+    ],
+)
 def test_evaluate_refuses_bad_input_in_one_line(tmp_path, args, needle):
     r = _evaluate(tmp_path, "run=x", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
@@ -94,9 +108,18 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     from test_finetune import colour_shards
 
     root = colour_shards(tmp_path / "shards", {"train": 10, "val": 3})
-    cfg = compose_config(["data=cifar10", f"data.train={root / 'train'}", f"data.val={root / 'val'}",
-                          "data.name=colours", "model.width=4", f"paths.root={tmp_path}", "run.name=colour-run",
-                          "plugin=[co2]"])
+    cfg = compose_config(
+        [
+            "data=cifar10",
+            f"data.train={root / 'train'}",
+            f"data.val={root / 'val'}",
+            "data.name=colours",
+            "model.width=4",
+            f"paths.root={tmp_path}",
+            "run.name=colour-run",
+            "plugin=[co2]",
+        ]
+    )
     ckpt = tmp_path / "ckpt" / "state.pt"
     ckpt.parent.mkdir(parents=True)
     torch.save(fake_source("resnet18", True, 4, cfg=cfg).state, ckpt)
@@ -111,13 +134,25 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     client.log_artifact(ref, str(ckpt), "checkpoint")
     client.log_text(ref, to_yaml(cfg), "config.yaml")
     client.set_terminated(ref)
-    small = ["+extra.linear_probe.eval.probe.steps=5", "+extra.finetune.epochs=2", "+extra.finetune.milestones=[1]",
-             "+extra.finetune.batch_size=8"]
-    tiny = ["+extra.detect.engine=torchvision", "+extra.detect.detect.iterations=2", "+extra.detect.detect.steps=[1]",
-            "+extra.detect.detect.warmup=1", "+extra.detect.detect.batch_size=2",
-            "+extra.detect.detect.data.generate.n_train=4", "+extra.detect.detect.data.generate.n_val=2",
-            "+extra.detect.detect.data.generate.size=64", "+extra.detect.detect.min_size=64",
-            "+extra.detect.detect.max_size=64", "+extra.detect.detect.fpn_channels=8"]
+    small = [
+        "+extra.linear_probe.eval.probe.steps=5",
+        "+extra.finetune.epochs=2",
+        "+extra.finetune.milestones=[1]",
+        "+extra.finetune.batch_size=8",
+    ]
+    tiny = [
+        "+extra.detect.engine=torchvision",
+        "+extra.detect.detect.iterations=2",
+        "+extra.detect.detect.steps=[1]",
+        "+extra.detect.detect.warmup=1",
+        "+extra.detect.detect.batch_size=2",
+        "+extra.detect.detect.data.generate.n_train=4",
+        "+extra.detect.detect.data.generate.n_val=2",
+        "+extra.detect.detect.data.generate.size=64",
+        "+extra.detect.detect.min_size=64",
+        "+extra.detect.detect.max_size=64",
+        "+extra.detect.detect.fpn_channels=8",
+    ]
     # a bad value for the last step: refused before the first step runs
     bad = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, "+extra.detect.detect.iterations=0", timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr[-3000:]
@@ -128,9 +163,11 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     # the last step fails when it runs (no CUDA here): the suite stops there, naming it, after three finished steps
     stopped = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, *tiny, "+extra.detect.device=cuda")
     assert stopped.returncode == 2, stopped.stderr[-3000:]
-    assert stopped.stderr.strip().splitlines()[-1] == ("error: step 4/4 (detection) failed: device=cuda: torch sees "
-                                                        "no CUDA device here (device=auto picks what there is); "
-                                                        "rerun the same command to resume there")
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        "error: step 4/4 (detection) failed: device=cuda: torch sees "
+        "no CUDA device here (device=auto picks what there is); "
+        "rerun the same command to resume there"
+    )
     assert "[evaluate] suite co2 (CO2, Tables 1-3) at size cpu" in stopped.stdout
     r = _evaluate(tmp_path, f"run={ref}", "+suite=paper", *small, *tiny)
     assert r.returncode == 0, r.stderr[-4000:]

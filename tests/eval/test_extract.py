@@ -1,4 +1,5 @@
 """The probe that scales: Ray Data feature extraction to disk, MoCo's SGD probe, the streamed kNN, the kNN job."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,13 +24,32 @@ def test_streamed_knn_reads_the_bank_in_chunks_and_votes_as_the_in_memory_one():
     bank, query = torch.randn(300, 16, generator=g), torch.randn(50, 16, generator=g)
     y, qy = torch.randint(0, 7, (300,), generator=g), torch.randint(0, 7, (50,), generator=g)
     whole = knn_metrics(bank, y, query, qy, "classification", k=20, temperature=0.07)
-    streamed = knn_streamed(bank.numpy(), y.numpy(), query.numpy(), qy.numpy(), "classification", k=20,
-                            temperature=0.07, num_classes=7, chunk=37, block=16)
+    streamed = knn_streamed(
+        bank.numpy(),
+        y.numpy(),
+        query.numpy(),
+        qy.numpy(),
+        "classification",
+        k=20,
+        temperature=0.07,
+        num_classes=7,
+        chunk=37,
+        block=16,
+    )
     assert streamed == pytest.approx(whole)
     yr, qyr = torch.randn(300, 2, generator=g), torch.randn(50, 2, generator=g)
     whole = knn_metrics(bank, yr, query, qyr, "regression", k=10, temperature=0.1, names=["a", "b"])
-    streamed = knn_streamed(bank.numpy(), yr.numpy(), query.numpy(), qyr.numpy(), "regression", k=10,
-                            temperature=0.1, names=["a", "b"], chunk=64)
+    streamed = knn_streamed(
+        bank.numpy(),
+        yr.numpy(),
+        query.numpy(),
+        qyr.numpy(),
+        "regression",
+        k=10,
+        temperature=0.1,
+        names=["a", "b"],
+        chunk=64,
+    )
     assert streamed == pytest.approx(whole, rel=1e-5)
 
 
@@ -64,16 +84,22 @@ def test_sgd_probe_separates_separable_classes_and_scores_regression_by_hand():
         err = ((lin(x[:100]) - t) ** 2).mean(0)
     assert res["mse_m"] == pytest.approx(float(err[0]), rel=1e-5) and res["mse"] == pytest.approx(float(err.mean()))
     with pytest.raises(FloatingPointError, match="lower eval.probe.sgd.lr"):
-        fit_sgd(x.numpy(), (t.repeat(4, 1) * 1e6).numpy(), "regression", 2,
-                SgdSchedule(epochs=40, lr=1e3, milestones=[], gamma=0.1, momentum=0.9, weight_decay=0.0,
-                            batch_size=400))
+        fit_sgd(
+            x.numpy(),
+            (t.repeat(4, 1) * 1e6).numpy(),
+            "regression",
+            2,
+            SgdSchedule(epochs=40, lr=1e3, milestones=[], gamma=0.1, momentum=0.9, weight_decay=0.0, batch_size=400),
+        )
 
 
 def _shards(root: Path, n: int, corrupt_at: int | None = None) -> Path:
     """32 px images (no resize in the eval view) of 4 classes; one undecodable JPEG where asked."""
     rng = np.random.default_rng(0)
-    samples = [{"__key__": f"{i:08d}_s{i}", "png": encode(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)),
-                "cls": i % 4} for i in range(n)]
+    samples = [
+        {"__key__": f"{i:08d}_s{i}", "png": encode(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)), "cls": i % 4}
+        for i in range(n)
+    ]
     if corrupt_at is not None:
         samples[corrupt_at] = {"__key__": "broken", "jpg": b"\xff\xd8\xff\xe0 not a jpeg", "cls": 0}
     write_split(iter(samples), root, maxcount=16, class_names=list("abcd"), source="test", progress=False)
@@ -100,8 +126,19 @@ def test_ray_extraction_matches_the_in_memory_features_and_is_reused(tmp_path, r
     net = build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4}).eval()
     model = {"backbone": "resnet18", "cifar_stem": True, "width": 4}
     mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
-    meta = extract_split(net.state_dict(), model, str(split), tmp_path / "f", 32, mean, std, "classification", None,
-                         batch_size=8, actors=1)
+    meta = extract_split(
+        net.state_dict(),
+        model,
+        str(split),
+        tmp_path / "f",
+        32,
+        mean,
+        std,
+        "classification",
+        None,
+        batch_size=8,
+        actors=1,
+    )
     assert meta["n"] == 49 and meta["dim"] == net.feat_dim and meta["images_per_s"] > 0
     feat, y = load_features(tmp_path / "f")
     keys = (tmp_path / "f" / "keys.txt").read_text().split()
@@ -129,15 +166,24 @@ def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
 
 
 def _job(tmp_path: Path, job: str, *args: str, timeout: int = 600):
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / f"{job}.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), f"paths.root={tmp_path}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(),
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["k=0"], "error: k=0: expected an integer >= 1"),
-    (["temperature=-1"], "error: temperature=-1: expected a number > 0"),
-    (["run=nowhere"], "error: checkpoint 'nowhere' is neither a path nor an MLflow run"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["k=0"], "error: k=0: expected an integer >= 1"),
+        (["temperature=-1"], "error: temperature=-1: expected a number > 0"),
+        (["run=nowhere"], "error: checkpoint 'nowhere' is neither a path nor an MLflow run"),
+    ],
+)
 def test_knn_refuses_bad_input_in_one_line(tmp_path, args, needle):
     r = _job(tmp_path, "knn", "run=x", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
@@ -153,8 +199,17 @@ def test_knn_job_and_the_sgd_probe_on_a_checkpoint(tmp_path):
     from pipeline.config import compose_config
 
     train, val = _shards(tmp_path / "d" / "train", 64), _shards(tmp_path / "d" / "val", 24)
-    cfg = compose_config(["data=cifar10", f"data.train={train}", f"data.val={val}", "data.name=noise",
-                          "model.width=4", f"paths.root={tmp_path}", "run.name=noise-run"])
+    cfg = compose_config(
+        [
+            "data=cifar10",
+            f"data.train={train}",
+            f"data.val={val}",
+            "data.name=noise",
+            "model.width=4",
+            f"paths.root={tmp_path}",
+            "run.name=noise-run",
+        ]
+    )
     ckpt = tmp_path / "ckpt" / "state.pt"
     ckpt.parent.mkdir(parents=True)
     torch.save(fake_source("resnet18", True, 4, cfg=cfg).state, ckpt)
@@ -169,8 +224,15 @@ def test_knn_job_and_the_sgd_probe_on_a_checkpoint(tmp_path):
     assert len(list((tmp_path / "runs" / "features").glob("*/meta.json"))) == 4  # 2 backbones x 2 splits
     again = _job(tmp_path, "knn", f"run={ckpt}", "k=5", "batch_size=16", timeout=120)
     assert again.returncode == 0 and "finished before" in again.stdout
-    probe = _job(tmp_path, "linear_probe", f"run={ckpt}", "eval.probe.solver=sgd", "eval.probe.sgd.epochs=3",
-                 "eval.probe.sgd.milestones=[2]", "eval.probe.batch_size=16")
+    probe = _job(
+        tmp_path,
+        "linear_probe",
+        f"run={ckpt}",
+        "eval.probe.solver=sgd",
+        "eval.probe.sgd.epochs=3",
+        "eval.probe.sgd.milestones=[2]",
+        "eval.probe.batch_size=16",
+    )
     assert probe.returncode == 0, probe.stderr[-4000:]
     assert "SGD, MoCo's protocol, on features extracted by Ray Data" in probe.stdout
     assert len(list((tmp_path / "runs" / "features").glob("*/meta.json"))) == 4  # the kNN's features, reused

@@ -1,4 +1,5 @@
 """Semi-supervised fine-tuning (jobs/finetune.py): the subset's law, the schedule, the metrics, resume, the job."""
+
 from __future__ import annotations
 
 import subprocess
@@ -29,10 +30,18 @@ def colour_shards(root: Path, per_class: dict[str, int], seed: int = 0) -> Path:
     """Six colour classes (unbalanced counts allowed) as train/ and val/ shards: ImageFolder-style keys."""
     rng = np.random.default_rng(seed)
     for split, n in per_class.items():
-        samples = [{"__key__": f"{k:08d}_img{c}_{i}", "png": _image(c, i, rng), "cls": c}
-                   for k, (c, i) in enumerate((c, i) for c in range(6) for i in range(n + c * (split == "train")))]
-        write_split(iter(samples), root / split, maxcount=50, class_names=[f"c{c}" for c in range(6)],
-                    source="test", progress=False)
+        samples = [
+            {"__key__": f"{k:08d}_img{c}_{i}", "png": _image(c, i, rng), "cls": c}
+            for k, (c, i) in enumerate((c, i) for c in range(6) for i in range(n + c * (split == "train")))
+        ]
+        write_split(
+            iter(samples),
+            root / split,
+            maxcount=50,
+            class_names=[f"c{c}" for c in range(6)],
+            source="test",
+            progress=False,
+        )
     return root
 
 
@@ -69,8 +78,18 @@ def test_a_file_name_in_two_class_folders_must_be_listed_by_its_key(tmp_path):
 
 
 def _schedule(**kw) -> Schedule:
-    base = dict(epochs=4, batch_size=8, lr_backbone=0.01, lr_head=1.0, milestones=[2, 3], gamma=0.2, momentum=0.9,
-                weight_decay=1e-4, crop_scale=[0.5, 1.0], flip=True)
+    base = dict(
+        epochs=4,
+        batch_size=8,
+        lr_backbone=0.01,
+        lr_head=1.0,
+        milestones=[2, 3],
+        gamma=0.2,
+        momentum=0.9,
+        weight_decay=1e-4,
+        crop_scale=[0.5, 1.0],
+        flip=True,
+    )
     return Schedule(**{**base, **kw})
 
 
@@ -118,7 +137,7 @@ class _Fixed(torch.nn.Module):
         self.out, self.i = out, 0
 
     def forward(self, x):
-        o = self.out[self.i:self.i + len(x)]
+        o = self.out[self.i : self.i + len(x)]
         self.i += len(x)
         return o
 
@@ -129,15 +148,15 @@ def test_top1_top5_and_regression_scores_match_a_direct_count():
     enc = [_image(0, i, rng) for i in range(n)]
     y = rng.integers(0, 8, n)
     out = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
-    res = scores(_Fixed(out), Split(enc, y, []), 16, [0.5] * 3, [0.25] * 3, "classification", torch.device("cpu"),
-                 batch_size=16)
+    res = scores(
+        _Fixed(out), Split(enc, y, []), 16, [0.5] * 3, [0.25] * 3, "classification", torch.device("cpu"), batch_size=16
+    )
     ranks = [(out[i] > out[i, y[i]]).sum().item() for i in range(n)]  # classes scored above the true one
     assert res["top1"] == pytest.approx(np.mean([r == 0 for r in ranks]))
     assert res["top5"] == pytest.approx(np.mean([r < 5 for r in ranks]))
     yr = rng.normal(size=(n, 2)).astype(np.float32)
     pred = torch.as_tensor(yr) + torch.tensor([0.5, -1.0])
-    res = scores(_Fixed(pred), Split(enc, yr, ["m", "b"]), 16, [0.5] * 3, [0.25] * 3, "regression",
-                 torch.device("cpu"))
+    res = scores(_Fixed(pred), Split(enc, yr, ["m", "b"]), 16, [0.5] * 3, [0.25] * 3, "regression", torch.device("cpu"))
     assert res["mse_m"] == pytest.approx(0.25, rel=1e-5) and res["mse_b"] == pytest.approx(1.0, rel=1e-5)
     r2_b = 1 - 1.0 * n / ((yr[:, 1] - yr[:, 1].mean()) ** 2).sum()
     assert res["r2_b"] == pytest.approx(r2_b, rel=1e-4) and res["mse"] == pytest.approx(0.625, rel=1e-5)
@@ -147,8 +166,17 @@ def test_an_interrupted_finetuning_resumes_to_the_same_result(tmp_path):
     root = colour_shards(tmp_path, {"train": 6, "val": 3})
     train, _ = select(str(root / "train"), "classification", None, 1.0, seed=0)
     val, _ = select(str(root / "val"), "classification", None, 1.0, seed=0)
-    args = dict(train=train, val=val, task="classification", out_dim=6, size=16, mean=[0.5] * 3, std=[0.25] * 3,
-                device=torch.device("cpu"), seed=0)
+    args = dict(
+        train=train,
+        val=val,
+        task="classification",
+        out_dim=6,
+        size=16,
+        mean=[0.5] * 3,
+        std=[0.25] * 3,
+        device=torch.device("cpu"),
+        seed=0,
+    )
 
     def net():
         torch.manual_seed(0)
@@ -170,19 +198,28 @@ def test_an_interrupted_finetuning_resumes_to_the_same_result(tmp_path):
 
 
 def _finetune(tmp_path: Path, *args: str, timeout: int = 600):
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "finetune.py"), f"paths.root={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=job_env())
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "finetune.py"), f"paths.root={tmp_path}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=job_env(),
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["label_fraction=0"], "error: label_fraction=0: expected a number > 0 and <= 1"),
-    (["milestones=[30]"], "error: milestones=[30]: increasing epochs between 1 and epochs=20 - 1"),
-    (["crop_scale=[0.5,0.1]"], "error: crop_scale=[0.5, 0.1]: auto or [lo, hi]"),
-    (["lr_head=fast"], "error: lr_head=fast: auto or a number > 0"),
-    (["subset=/no/such/list.txt"], "error: subset=/no/such/list.txt: no such file"),
-    (["device=tpu"], "error: device=tpu: expected one of auto, cpu, cuda"),
-    (["run=no-such-run"], "error: checkpoint 'no-such-run' is neither a path nor an MLflow run"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["label_fraction=0"], "error: label_fraction=0: expected a number > 0 and <= 1"),
+        (["milestones=[30]"], "error: milestones=[30]: increasing epochs between 1 and epochs=20 - 1"),
+        (["crop_scale=[0.5,0.1]"], "error: crop_scale=[0.5, 0.1]: auto or [lo, hi]"),
+        (["lr_head=fast"], "error: lr_head=fast: auto or a number > 0"),
+        (["subset=/no/such/list.txt"], "error: subset=/no/such/list.txt: no such file"),
+        (["device=tpu"], "error: device=tpu: expected one of auto, cpu, cuda"),
+        (["run=no-such-run"], "error: checkpoint 'no-such-run' is neither a path nor an MLflow run"),
+    ],
+)
 def test_finetune_refuses_bad_input_in_one_line(tmp_path, args, needle):
     r = _finetune(tmp_path, "run=x", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
@@ -196,8 +233,17 @@ def test_finetune_job_on_a_checkpoint_logs_both_backbones_and_a_rerun_trains_not
     from pipeline.config import compose_config
 
     root = colour_shards(tmp_path / "shards", {"train": 20, "val": 4})
-    cfg = compose_config(["data=cifar10", f"data.train={root / 'train'}", f"data.val={root / 'val'}",
-                          "data.name=colours", "model.width=4", f"paths.root={tmp_path}", "run.name=colour-run"])
+    cfg = compose_config(
+        [
+            "data=cifar10",
+            f"data.train={root / 'train'}",
+            f"data.val={root / 'val'}",
+            "data.name=colours",
+            "model.width=4",
+            f"paths.root={tmp_path}",
+            "run.name=colour-run",
+        ]
+    )
     src = fake_source("resnet18", True, 4, cfg=cfg)
     ckpt = tmp_path / "ckpt" / "state.pt"
     ckpt.parent.mkdir(parents=True)

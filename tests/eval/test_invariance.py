@@ -1,5 +1,6 @@
 """Invariance metrics and feature averaging (docs/methods/invclr.md §1.3, §4.2, §4.4): pipeline/eval/invariance.py
 and the feature-averaged linear probe of pipeline/eval/run_probe.py."""
+
 import numpy as np
 import pytest
 import torch
@@ -39,8 +40,9 @@ class SmallNet(nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.body = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
-                                  nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten()
+        )
         with torch.no_grad():  # running statistics far from any batch's, so train mode would differ
             self.body[1].running_mean.fill_(0.3)
             self.body[1].running_var.fill_(4.0)
@@ -66,8 +68,9 @@ class MeanColour(nn.Module):
 def test_features_are_per_copy_renders_and_their_mean_is_the_feature_average(capsys):
     net = SmallNet().train()
     split = spiro_split(10)
-    feats, alpha, kept = transformed_features(net, split, SPIRO_CFG, 4, seed=5, batch_size=4, return_kept=True,
-                                              progress=True)
+    feats, alpha, kept = transformed_features(
+        net, split, SPIRO_CFG, 4, seed=5, batch_size=4, return_kept=True, progress=True
+    )
     assert "10/10 samples (100%" in capsys.readouterr().out
     assert feats.shape == (10, 4, 24) and alpha.shape == (10, 4, 6) and kept.tolist() == list(range(10))
     assert net.training  # mode restored
@@ -98,8 +101,10 @@ def test_conditional_variance_is_zero_for_a_nuisance_blind_backbone_only():
     assert conditional_variance_of(colour, torch.Generator().manual_seed(0)) > 1e-3
     # averaging m copies divides the within-sample variance by m (Eq. 15): fewer spread across samples' draws
     many, _ = transformed_features(MeanColour(), split, SPIRO_CFG, 16, seed=0)
-    assert feature_average(many[:, :8]).sub(feature_average(many[:, 8:])).abs().mean() < \
-        (many[:, 0] - many[:, 1]).abs().mean()
+    assert (
+        feature_average(many[:, :8]).sub(feature_average(many[:, 8:])).abs().mean()
+        < (many[:, 0] - many[:, 1]).abs().mean()
+    )
 
 
 def test_conditional_variance_of_equals_a_direct_loop_of_eq7():
@@ -132,8 +137,15 @@ def test_alpha_regression_recovers_linear_alpha_and_scores_noise_at_the_referenc
     # z linear in alpha (plus tiny noise): alpha is read back almost exactly
     w, b = torch.randn(6, 16, generator=g), torch.randn(16, generator=g)
     atr, ate = alphas(600), alphas(300)
-    lin = alpha_regression(atr @ w + b + 1e-4 * torch.randn(600, 16, generator=g), atr,
-                           ate @ w + b + 1e-4 * torch.randn(300, 16, generator=g), ate, ref, NUISANCE, steps=50)
+    lin = alpha_regression(
+        atr @ w + b + 1e-4 * torch.randn(600, 16, generator=g),
+        atr,
+        ate @ w + b + 1e-4 * torch.randn(300, 16, generator=g),
+        ate,
+        ref,
+        NUISANCE,
+        steps=50,
+    )
     assert lin["mse"] < 1e-3 * ref and lin["reference"] == ref
     # z independent of alpha: the best linear predictor is the constant one, so the test MSE is the law's
     # Mean_i Var(alpha_i). Tolerance 5%: the fitted weights add ~D/n_train = 0.2% (OLS on pure noise), and
@@ -141,15 +153,20 @@ def test_alpha_regression_recovers_linear_alpha_and_scores_noise_at_the_referenc
     # ~0.6% averaged over 6 independent dimensions; 5% is > 5 s.e. A standardised or mis-scaled target, or
     # a regression on the wrong rows, is off by far more.
     atr, ate = alphas(4000), alphas(4000)
-    noise = alpha_regression(torch.randn(4000, 8, generator=g), atr, torch.randn(4000, 8, generator=g), ate, ref,
-                             NUISANCE, steps=50)
+    noise = alpha_regression(
+        torch.randn(4000, 8, generator=g), atr, torch.randn(4000, 8, generator=g), ate, ref, NUISANCE, steps=50
+    )
     assert noise["mse"] == pytest.approx(ref, rel=0.05)
     assert noise["reference_empirical"] == pytest.approx(ref, rel=0.05)
     assert abs(noise["r2"]) < 0.02
     # [N, copies, D] inputs are flattened into rows
-    again = alpha_regression(torch.randn(4000, 8, generator=g).reshape(1000, 4, 8), atr.reshape(1000, 4, 6),
-                             torch.randn(4000, 8, generator=g).reshape(1000, 4, 8), ate.reshape(1000, 4, 6),
-                             steps=10)
+    again = alpha_regression(
+        torch.randn(4000, 8, generator=g).reshape(1000, 4, 8),
+        atr.reshape(1000, 4, 6),
+        torch.randn(4000, 8, generator=g).reshape(1000, 4, 8),
+        ate.reshape(1000, 4, 6),
+        steps=10,
+    )
     assert again["mse"] == pytest.approx(ref, rel=0.05) and again["reference"] == again["reference_empirical"]
 
 
@@ -183,10 +200,24 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline.data.shards import make_spirograph_splits
     from pipeline.eval.run_probe import compare_with_random
 
-    small = [f"paths.root={tmp_path}", "model.width=8", "method.bn_splits=1", "eval.probe.steps=10",
-             "eval.probe.batch_size=100", "data.generate.n_train=300", "data.generate.n_val=100"]
-    cfg = compose_config(small + ["eval.feature_averaging.m=4", "eval.invariance.enabled=true",
-                                  "eval.invariance.copies=3", "eval.invariance.samples=40"])
+    small = [
+        f"paths.root={tmp_path}",
+        "model.width=8",
+        "method.bn_splits=1",
+        "eval.probe.steps=10",
+        "eval.probe.batch_size=100",
+        "data.generate.n_train=300",
+        "data.generate.n_val=100",
+    ]
+    cfg = compose_config(
+        small
+        + [
+            "eval.feature_averaging.m=4",
+            "eval.invariance.enabled=true",
+            "eval.invariance.copies=3",
+            "eval.invariance.samples=40",
+        ]
+    )
     # the managed folder of these data.generate settings (named by their hash)
     make_spirograph_splits(Path(cfg["data"]["train"]).parent, 300, 100, seed=0, size=32, progress=False)
     method = build_method(cfg)
@@ -228,9 +259,13 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     assert logged["probe_random_fa_mse"] == pytest.approx(results["random_fa"]["mse"])
     assert logged["probe_pretrained_r2_m"] == pytest.approx(results["pretrained"]["r2_m"])
     assert logged["probe_fa_m"] == 4
-    for name in ("invariance_pretrained_conditional_variance", "invariance_pretrained_alpha_mse",
-                 "invariance_random_conditional_variance", "invariance_random_alpha_mse",
-                 "invariance_alpha_reference"):
+    for name in (
+        "invariance_pretrained_conditional_variance",
+        "invariance_pretrained_alpha_mse",
+        "invariance_random_conditional_variance",
+        "invariance_random_alpha_mse",
+        "invariance_alpha_reference",
+    ):
         assert logged[name] == pytest.approx(inv[name])
     arts = {a.path for a in client.list_artifacts(run_id, "probe")}
     assert {"probe/probe.png", "probe/table.txt", "probe/invariance.txt"} <= arts

@@ -1,4 +1,5 @@
 """jobs/reproductions.py's report: the paper's optimum against the sweep's, and sections rewritten one at a time."""
+
 from __future__ import annotations
 
 import sys
@@ -32,10 +33,21 @@ def test_every_shipped_sweep_has_the_papers_optimum_on_its_searched_keys():
 def _sweep(tmp_path: Path, best_metric: float, baseline: float, params: dict) -> dict:
     plot = tmp_path / "s.png"
     plot.write_bytes(b"png")
-    return {"name": "invclr_lambda", "argv": ["+sweep=invclr_lambda"], "run_id": "abc", "minutes": 5.0,
-            "metric": "probe_pretrained_mse", "mode": "min", "paper": {"plugin.invclr.lam": 1e-3},
-            "where": "InvCLR Fig. 6", "best": {"params": params, "metric": best_metric}, "baseline": baseline,
-            "agree": params == {"plugin.invclr.lam": 1e-3}, "plot": plot, "text": "| trial | lam |\n"}
+    return {
+        "name": "invclr_lambda",
+        "argv": ["+sweep=invclr_lambda"],
+        "run_id": "abc",
+        "minutes": 5.0,
+        "metric": "probe_pretrained_mse",
+        "mode": "min",
+        "paper": {"plugin.invclr.lam": 1e-3},
+        "where": "InvCLR Fig. 6",
+        "best": {"params": params, "metric": best_metric},
+        "baseline": baseline,
+        "agree": params == {"plugin.invclr.lam": 1e-3},
+        "plot": plot,
+        "text": "| trial | lam |\n",
+    }
 
 
 def test_sweep_section_says_where_it_disagrees(tmp_path):
@@ -51,8 +63,10 @@ def test_sweep_section_says_where_it_disagrees(tmp_path):
 def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeypatch):
     path = tmp_path / "reproductions.md"
     (tmp_path / "reproductions_notes.md").write_text("## What reproduces\n\nby hand\n")
-    path.write_text("# old header\n\n## co2\n\n_Made by x._\n\nold co2 table\n\n## Sweeps\n\nold sweeps\n\n"
-                    "## What reproduces\n\nby hand\n")
+    path.write_text(
+        "# old header\n\n## co2\n\n_Made by x._\n\nold co2 table\n\n## Sweeps\n\nold sweeps\n\n"
+        "## What reproduces\n\nby hand\n"
+    )
     monkeypatch.setattr(sys, "argv", ["reproductions.py", "suites=[]"])
     rep.write_report({}, [], path, [_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3})])
     text = path.read_text()
@@ -62,14 +76,23 @@ def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeyp
     assert text.count("## What reproduces") == 1 and text.count("by hand") == 1 and "old header" not in text
 
 
-@pytest.mark.parametrize("args,needle", [(["sweeps=[nope]"], "error: unknown sweeps ['nope']"),
-                                         (["suites=[]", 'sweep_args=["sweep.metric=nope"]'],
-                                          "error: sweep invclr_lambda: sweep.metric=nope")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["sweeps=[nope]"], "error: unknown sweeps ['nope']"),
+        (["suites=[]", 'sweep_args=["sweep.metric=nope"]'], "error: sweep invclr_lambda: sweep.metric=nope"),
+    ],
+)
 def test_bad_sweeps_fail_before_anything_runs(args, needle):
     import subprocess
 
-    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "reproductions.py"), *args], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "reproductions.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.strip().startswith(needle), r.stderr[-2000:]
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -109,9 +132,16 @@ def test_classification_suites_report_top1_against_the_baseline_and_each_runs_ow
 
 
 def test_a_run_without_detection_shows_a_dash_and_drops_out_of_the_comparison():
-    runs = [{"label": "MoCo v3", "downstream": {"finetune": {"pretrained": {"top1": 0.5}, "random": {"top1": 0.3}},
-                                                "detect": {"pretrained": {"AP": 40.0}, "random": {"AP": 30.0}}}},
-            {"label": "MoCo v3, ViT", "downstream": {"finetune": {"pretrained": {"top1": 0.6}}}}]
+    runs = [
+        {
+            "label": "MoCo v3",
+            "downstream": {
+                "finetune": {"pretrained": {"top1": 0.5}, "random": {"top1": 0.3}},
+                "detect": {"pretrained": {"AP": 40.0}, "random": {"AP": 30.0}},
+            },
+        },
+        {"label": "MoCo v3, ViT", "downstream": {"finetune": {"pretrained": {"top1": 0.6}}}},
+    ]
     text = "\n".join(rep.downstream_table("jointcrop", runs, {"finetune": [], "detect": []}))
     assert "| MoCo v3, ViT | 0.600 | — |" in text and "| random init | 0.300 | 30.0 |" in text
     assert "semi-supervised 10 %: MoCo v3, ViT" in text and "detection: MoCo v3, ViT" not in text

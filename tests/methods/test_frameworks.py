@@ -1,6 +1,7 @@
 """BYOL, SimSiam and SupCon: losses against direct float64 computations of their equations, stop-gradients, the
 BYOL target EMA and its schedule, training steps on a tiny ResNet, the CoCor embeddings, and SupCon and BYOL on one
 process vs two gloo processes (BN-free encoders, so per-rank batch statistics cannot differ)."""
+
 import math
 from pathlib import Path
 
@@ -23,14 +24,33 @@ CONF = Path(__file__).resolve().parents[2] / "conf" / "method"
 MODEL = {"backbone": "resnet18", "cifar_stem": True, "width": 8}
 HEAD = {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True}
 CFGS = {
-    "byol": {"seed": 0, "model": MODEL, "method": {"kind": "byol", "name": "byol", "momentum": 0.9,
-                                                   "momentum_cosine": True, "head": HEAD,
-                                                   "predictor": {"num_layers": 2, "hidden_dim": 32, "bn": True}}},
-    "simsiam": {"seed": 0, "model": MODEL, "method": {"kind": "simsiam", "name": "simsiam",
-                                                      "head": {**HEAD, "num_layers": 3},
-                                                      "predictor": {"num_layers": 2, "hidden_dim": None}}},
-    "supcon": {"seed": 0, "model": MODEL, "method": {"kind": "supcon", "name": "supcon", "temperature": 0.1,
-                                                     "head": {**HEAD, "bn": False}}},
+    "byol": {
+        "seed": 0,
+        "model": MODEL,
+        "method": {
+            "kind": "byol",
+            "name": "byol",
+            "momentum": 0.9,
+            "momentum_cosine": True,
+            "head": HEAD,
+            "predictor": {"num_layers": 2, "hidden_dim": 32, "bn": True},
+        },
+    },
+    "simsiam": {
+        "seed": 0,
+        "model": MODEL,
+        "method": {
+            "kind": "simsiam",
+            "name": "simsiam",
+            "head": {**HEAD, "num_layers": 3},
+            "predictor": {"num_layers": 2, "hidden_dim": None},
+        },
+    },
+    "supcon": {
+        "seed": 0,
+        "model": MODEL,
+        "method": {"kind": "supcon", "name": "supcon", "temperature": 0.1, "head": {**HEAD, "bn": False}},
+    },
 }
 LABELS = torch.tensor([0, 1, 0, 2, 1, 1, 3, 2])
 
@@ -102,9 +122,16 @@ def test_supcon_anchor_slices_average_to_the_full_loss():
     for r in range(2):
         s = slice(r * b, (r + 1) * b)
         local = torch.arange(b) + r * b
-        parts.append(supcon_loss(torch.cat([c1[s], c2[s]]), torch.cat([LABELS[s], LABELS[s]]), 0.2,
-                                 candidates=torch.cat([c1, c2]), candidate_labels=torch.cat([LABELS, LABELS]),
-                                 self_index=torch.cat([local, local + n])))
+        parts.append(
+            supcon_loss(
+                torch.cat([c1[s], c2[s]]),
+                torch.cat([LABELS[s], LABELS[s]]),
+                0.2,
+                candidates=torch.cat([c1, c2]),
+                candidate_labels=torch.cat([LABELS, LABELS]),
+                self_index=torch.cat([local, local + n]),
+            )
+        )
     assert (sum(parts) / 2).item() == pytest.approx(full.item(), rel=1e-12)
 
 
@@ -255,8 +282,10 @@ def _worker(rank, world, port, q):
 
 
 def test_supcon_and_byol_same_on_one_and_two_workers():
-    results = [{k: (loss, [torch.from_numpy(g) for g in grads]) for k, (loss, grads) in res.items()}
-               for _, res in run_process_group(_worker, 2)]
+    results = [
+        {k: (loss, [torch.from_numpy(g) for g in grads]) for k, (loss, grads) in res.items()}
+        for _, res in run_process_group(_worker, 2)
+    ]
     for kind in ("supcon", "byol"):
         loss1, grads1 = _step(kind, _images(size=4), LABELS, False)
         # each rank's loss covers its own anchors (SupCon: against every rank's views); their mean is the

@@ -1,5 +1,6 @@
 """Methods on one process and on two gloo processes: the same global batch must give the same loss
 gradients, keys and queue (BN-free encoders, so per-rank batch statistics cannot differ)."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,12 +13,25 @@ from pipeline.methods.base import Encoder
 CFG = {
     "seed": 0,
     "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
-    "method": {"kind": "simclr", "name": "simclr", "temperature": 0.5,
-               "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True}},
+    "method": {
+        "kind": "simclr",
+        "name": "simclr",
+        "temperature": 0.5,
+        "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True},
+    },
 }
-MOCO = {**CFG, "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.9,
-                          "queue_size": 32, "bn_splits": 1,
-                          "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": False}}}
+MOCO = {
+    **CFG,
+    "method": {
+        "kind": "moco",
+        "name": "mocov2",
+        "temperature": 0.2,
+        "momentum": 0.9,
+        "queue_size": 32,
+        "bn_splits": 1,
+        "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": False},
+    },
+}
 
 
 def _linear_encoder():

@@ -1,5 +1,6 @@
 """ViT backbones, MoCo v3 and DINO: their losses against direct float64 computations of the papers' equations, the
 schedules, the methods' structure and gradient hooks, and the plug-in contract that decides what composes."""
+
 import math
 
 import pytest
@@ -82,7 +83,7 @@ def test_mocov3_loss_matches_its_equation(t):
 def test_mocov3_loss_on_rank_slices_averages_to_the_global_loss():
     q, k = _unit(8, 5, seed=2), _unit(8, 5, seed=3)
     full = mocov3_loss(q, k, 0, 0.2)
-    parts = [mocov3_loss(q[r * 4:(r + 1) * 4], k, r * 4, 0.2) for r in range(2)]
+    parts = [mocov3_loss(q[r * 4 : (r + 1) * 4], k, r * 4, 0.2) for r in range(2)]
     assert (sum(parts) / 2).item() == pytest.approx(full.item(), rel=1e-12)
 
 
@@ -156,8 +157,9 @@ def _cfg(*over):
 
 def _views(n=2, size=16, local=0, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(8, 3, size, size, generator=g) for _ in range(n)] + \
-        [torch.randn(8, 3, size // 2, size // 2, generator=g) for _ in range(local)]
+    return [torch.randn(8, 3, size, size, generator=g) for _ in range(n)] + [
+        torch.randn(8, 3, size // 2, size // 2, generator=g) for _ in range(local)
+    ]
 
 
 @pytest.mark.parametrize("backbone, tau, layers", [("vit_tiny", 0.2, 3), ("resnet18", 1.0, 2)])
@@ -193,9 +195,19 @@ def test_mocov3_step_is_the_symmetrised_loss_and_trains_the_online_network_only(
 
 
 def _dino(*over):
-    return build_method(_cfg("method=dino", "model.backbone=vit_tiny", "model.image_size=16", "method.head.out_dim=32",
-                             "method.head.hidden_dim=16", "method.head.bottleneck_dim=8", "train.epochs=10",
-                             "method.warmup_teacher_epochs=5", *over))
+    return build_method(
+        _cfg(
+            "method=dino",
+            "model.backbone=vit_tiny",
+            "model.image_size=16",
+            "method.head.out_dim=32",
+            "method.head.hidden_dim=16",
+            "method.head.bottleneck_dim=8",
+            "train.epochs=10",
+            "method.warmup_teacher_epochs=5",
+            *over,
+        )
+    )
 
 
 def test_dino_head_normalises_its_last_layer():
@@ -253,13 +265,18 @@ def test_every_method_provides_only_context_fields_and_every_plugin_needs_only_t
 
 
 def test_a_method_without_the_fields_a_plugin_reads_fails_in_one_line():
-    with pytest.raises(ValueError, match=r"^plugin co2 needs pairs\+queue or key_bank\+pairs or gathered\+projections "
-                                         r"from the method's step; method kind 'simsiam' provides features$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^plugin co2 needs pairs\+queue or key_bank\+pairs or gathered\+projections "
+        r"from the method's step; method kind 'simsiam' provides features$",
+    ):
         check_contract("simsiam", METHODS["simsiam"].provides, "co2", PLUGINS["co2"].needs)
 
 
-@pytest.mark.parametrize("plugin, recipe, ok", [("co2", "mocov3", True), ("clsa", "clsa", True),
-                                                ("cocor", "cocor", True), ("invclr", "invclr", False)])
+@pytest.mark.parametrize(
+    "plugin, recipe, ok",
+    [("co2", "mocov3", True), ("clsa", "clsa", True), ("cocor", "cocor", True), ("invclr", "invclr", False)],
+)
 def test_mocov3_takes_the_plugins_its_papers_define(plugin, recipe, ok):
     cfg = _cfg("method=mocov3", f"augment={recipe}", f"plugin=[{plugin}]")
     if ok:

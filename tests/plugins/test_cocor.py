@@ -1,5 +1,6 @@
 """CoCor's parts (docs/methods/cocor.md): the monotone target network, the consistency loss forms, the finite-difference
 hypergradient of the target network."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -126,9 +127,9 @@ def test_surrogate_follows_the_exact_hypergradient(seed, form):
     gen = torch.Generator().manual_seed(seed)
     a, t, c0, theta_e = (torch.randn(4, generator=gen, dtype=torch.float64)).unbind()
     eta = 1e-3
-    sim = lambda th: torch.tanh(a * th)                          # noqa: E731  latent similarity s(θe)
-    ce = lambda th: (th - t) ** 2                                # noqa: E731  labelled loss CE(θe)
-    contrast = lambda th: (th - c0) ** 2                         # noqa: E731
+    sim = lambda th: torch.tanh(a * th)  # noqa: E731  latent similarity s(θe)
+    ce = lambda th: (th - t) ** 2  # noqa: E731  labelled loss CE(θe)
+    contrast = lambda th: (th - c0) ** 2  # noqa: E731
 
     def lu(th, g):
         k = g - sim(th) if form == "code" else sim(th) - g
@@ -136,9 +137,9 @@ def test_surrogate_follows_the_exact_hypergradient(seed, form):
 
     theta_d = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     th = theta_e.clone().requires_grad_(True)
-    grad_e, = torch.autograd.grad(lu(th, theta_d), th, create_graph=True)
+    (grad_e,) = torch.autograd.grad(lu(th, theta_d), th, create_graph=True)
     th1 = th - eta * grad_e
-    exact, = torch.autograd.grad(ce(th1), theta_d)
+    (exact,) = torch.autograd.grad(ce(th1), theta_d)
 
     with torch.no_grad():
         s_before, s_after = sim(theta_e), sim(th1)
@@ -146,8 +147,17 @@ def test_surrogate_follows_the_exact_hypergradient(seed, form):
         after = (float(ce(th1)), float(lu(th1, theta_d)))
     theta_d.grad = None
     g_bar = theta_d.reshape(1) * 1.0
-    cocor_target_surrogate(g_bar, s_before.reshape(1), s_after.reshape(1), before[0], after[0], before[1], after[1],
-                           min_denominator=0.0, sign=-1.0).backward()
+    cocor_target_surrogate(
+        g_bar,
+        s_before.reshape(1),
+        s_after.reshape(1),
+        before[0],
+        after[0],
+        before[1],
+        after[1],
+        min_denominator=0.0,
+        sign=-1.0,
+    ).backward()
     # the secants carry the encoder step's η (Δθe = −η∇L_u), so the surrogate estimates the hypergradient itself
     assert float(theta_d.grad) == pytest.approx(float(exact), rel=0.05, abs=1e-9)
     assert float(theta_d.grad) * float(exact) >= 0
@@ -173,8 +183,18 @@ def _linear_encoder():
 
 
 def _cfg(*overrides):
-    cfg = compose_config(["+experiment=cocor_mocov2", "data=spirograph", "model.width=8", "method.queue_size=32",
-                          "method.head.out_dim=16", "method.bn_splits=1", "method.symmetric=false", *overrides])
+    cfg = compose_config(
+        [
+            "+experiment=cocor_mocov2",
+            "data=spirograph",
+            "model.width=8",
+            "method.queue_size=32",
+            "method.head.out_dim=16",
+            "method.bn_splits=1",
+            "method.symmetric=false",
+            *overrides,
+        ]
+    )
     cfg["runtime"] = {"steps_per_epoch": 1, "lr": 0.1}
     return cfg
 
@@ -207,8 +227,7 @@ def test_fixed_targets_add_the_consistency_of_table_9_to_moco():
 
 
 def _learned(*overrides):
-    m = build_method(_cfg("plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0",
-                          *overrides))
+    m = build_method(_cfg("plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0", *overrides))
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
     plugin = m.plugins[0]
     plugin.attach(m)
@@ -276,8 +295,13 @@ def _two_rank_worker(rank, world, port, q):
     opt.step()  # θe -> θe': without an encoder step the hypergradient is zero (s' = s)
     m.after_update(images, params, out, progress=0.5)
     # numpy arrays travel by value (tensors would be shared with a process that is about to exit)
-    q.put((rank, [p.detach().numpy().copy() for p in plugin.target.parameters()],
-           [p.detach().numpy().copy() for p in plugin.classifier.parameters()]))
+    q.put(
+        (
+            rank,
+            [p.detach().numpy().copy() for p in plugin.target.parameters()],
+            [p.detach().numpy().copy() for p in plugin.classifier.parameters()],
+        )
+    )
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -286,8 +310,9 @@ def test_target_network_and_head_stay_identical_across_workers():
     from helpers import run_process_group
 
     results = run_process_group(_two_rank_worker, 2)
-    (_, t0, h0), (_, t1, h1) = [(r, [torch.from_numpy(a) for a in t], [torch.from_numpy(a) for a in h])
-                                for r, t, h in results]
+    (_, t0, h0), (_, t1, h1) = [
+        (r, [torch.from_numpy(a) for a in t], [torch.from_numpy(a) for a in h]) for r, t, h in results
+    ]
     assert all(torch.equal(a, b) for a, b in zip(t0, t1)), [float((a - b).abs().max()) for a, b in zip(t0, t1)]
     assert all(torch.equal(a, b) for a, b in zip(h0, h1)), [float((a - b).abs().max()) for a, b in zip(h0, h1)]
     # and they did move (the average of two different updates)

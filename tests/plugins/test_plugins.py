@@ -1,5 +1,6 @@
 """Plug-ins on their frameworks: each adds exactly its paper's term to the framework's loss, on 1 worker and on
 N, and the InvCLR penalty differentiates through the views' augmentation parameters."""
+
 import numpy as np
 import pytest
 import torch
@@ -13,12 +14,29 @@ from pipeline.config import ConfigError, compose_config
 from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
 from pipeline.methods.base import Encoder
 
-MOCO = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
-        "method": {"kind": "moco", "name": "mocov2", "temperature": 0.2, "momentum": 0.9, "queue_size": 32,
-                   "bn_splits": 1, "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": False}}}
-SIMCLR = {"seed": 0, "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
-          "method": {"kind": "simclr", "name": "simclr", "temperature": 0.5,
-                     "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True}}}
+MOCO = {
+    "seed": 0,
+    "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
+    "method": {
+        "kind": "moco",
+        "name": "mocov2",
+        "temperature": 0.2,
+        "momentum": 0.9,
+        "queue_size": 32,
+        "bn_splits": 1,
+        "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": False},
+    },
+}
+SIMCLR = {
+    "seed": 0,
+    "model": {"backbone": "resnet18", "cifar_stem": True, "width": 8},
+    "method": {
+        "kind": "simclr",
+        "name": "simclr",
+        "temperature": 0.5,
+        "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 16, "bn": True},
+    },
+}
 
 
 def _linear_encoder():
@@ -118,7 +136,7 @@ def test_clsa_on_byol_uses_the_batch_targets_as_support():
 
     plugin.loss = spy
     out = m.total_loss([x1, x2, s1])
-    (q, k), = captured["ctx"].pairs
+    ((q, k),) = captured["ctx"].pairs
     assert captured["ctx"].queue is None
     qs = m.query(s1)  # train-mode BN on the same batch: the same strong prediction the step used
     logits = lambda z: z @ k.t() / 0.2  # noqa: E731
@@ -128,8 +146,17 @@ def test_clsa_on_byol_uses_the_batch_targets_as_support():
 
 # ----------------------------------------------------------------------------- InvCLR
 def _invclr_cfg(**over):
-    cfg = compose_config(["method=simclr", "augment=invclr", "data=cifar10", "plugin=[invclr]", "model.width=8",
-                          "data.image_size=16", *[f"{k}={v}" for k, v in over.items()]])
+    cfg = compose_config(
+        [
+            "method=simclr",
+            "augment=invclr",
+            "data=cifar10",
+            "plugin=[invclr]",
+            "model.width=8",
+            "data.image_size=16",
+            *[f"{k}={v}" for k, v in over.items()],
+        ]
+    )
     cfg["method"]["head"]["bn"] = False
     return cfg
 
@@ -142,8 +169,10 @@ def _colour_batch(cfg, n=6, seed=0):
     rng = np.random.default_rng(seed)
     g = torch.Generator().manual_seed(seed)
     images = [torch.rand(n, 3, 16, 16, generator=g) for _ in range(2)]
-    params = [{k: torch.from_numpy(v) for k, v in sample_view_params([(16, 16)] * n, spec, rng).items()}
-              for spec in recipe.views]
+    params = [
+        {k: torch.from_numpy(v) for k, v in sample_view_params([(16, 16)] * n, spec, rng).items()}
+        for spec in recipe.views
+    ]
     for p in params:
         p["jitter_on"][:] = 1  # every sample jittered, so every alpha matters
     return images, params
@@ -220,11 +249,14 @@ def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
 
 
 # ----------------------------------------------------------------------------- config checks
-@pytest.mark.parametrize("overrides, message", [
-    (["plugin=[clsa]"], "plugin clsa needs strong views"),
-    (["plugin=[invclr]", "augment=mocov2", "data=cifar10"], "colour stage runs in the model"),
-    (["method=simclr", "plugin=[clsa]", "augment=clsa"], "does not plug into method kind 'simclr'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["plugin=[clsa]"], "plugin clsa needs strong views"),
+        (["plugin=[invclr]", "augment=mocov2", "data=cifar10"], "colour stage runs in the model"),
+        (["method=simclr", "plugin=[clsa]", "augment=clsa"], "does not plug into method kind 'simclr'"),
+    ],
+)
 def test_plugin_misfits_fail_before_work(overrides, message, tmp_path):
     from pipeline.train.prepare import resolve
 

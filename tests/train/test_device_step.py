@@ -1,6 +1,7 @@
 """One bf16 training step of every framework x plug-in, through the project's own step function, on the CPU and
 (marked `gpu`) on CUDA: real views from the view maker with their parameters, the optimiser the trainer builds, the
 post-update work (CoCor's bi-level step). Also the device helpers of the loop and of the collectives."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,31 @@ from pipeline.train.loop import memory_format, optimisation_step, to_device
 from pipeline.train.optim import build_optimizer
 from pipeline.train.precision import bf16_supported
 
-FRAMEWORKS = {"mocov1": "moco", "mocov2": "moco", "simclr": "simclr", "byol": "byol", "simsiam": "simsiam",
-              "supcon": "supcon", "mocov3": "mocov3", "dino": "dino"}
-RECIPE_OF = {None: "mocov2", "co2": "mocov2", "clsa": "clsa", "cocor": "cocor", "invclr": "invclr",
-             "jointcrop": "mocov2"}
+FRAMEWORKS = {
+    "mocov1": "moco",
+    "mocov2": "moco",
+    "simclr": "simclr",
+    "byol": "byol",
+    "simsiam": "simsiam",
+    "supcon": "supcon",
+    "mocov3": "mocov3",
+    "dino": "dino",
+}
+RECIPE_OF = {
+    None: "mocov2",
+    "co2": "mocov2",
+    "clsa": "clsa",
+    "cocor": "cocor",
+    "invclr": "invclr",
+    "jointcrop": "mocov2",
+}
 OWN_RECIPE = {"mocov3": "mocov3", "dino": "dino"}  # the frameworks' own recipes where the plug-in needs none
-CASES = [(m, p, OWN_RECIPE.get(m, r) if r == "mocov2" else r) for m, kind in FRAMEWORKS.items()
-         for p, r in RECIPE_OF.items() if p in (None, "jointcrop") or kind in PLUGINS[p].frameworks] + \
-    [("simclr", "invclr", "spirograph"), ("mocov3-resnet", None, "mocov3"), ("dino-resnet", None, "dino")]
+CASES = [
+    (m, p, OWN_RECIPE.get(m, r) if r == "mocov2" else r)
+    for m, kind in FRAMEWORKS.items()
+    for p, r in RECIPE_OF.items()
+    if p in (None, "jointcrop") or kind in PLUGINS[p].frameworks
+] + [("simclr", "invclr", "spirograph"), ("mocov3-resnet", None, "mocov3"), ("dino-resnet", None, "dino")]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])]
 N = 8
@@ -40,8 +58,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def _cfg(method: str, plugin: str | None, recipe: str, device: str) -> dict:
     data = "spirograph" if recipe == "spirograph" else "cifar10"
     method, _, backbone = method.partition("-")
-    over = [f"method={method}", f"data={data}", "model.width=4", "train.batch_size=8",
-            f"plugin=[{plugin}]" if plugin and plugin != "jointcrop" else "plugin=[]"]
+    over = [
+        f"method={method}",
+        f"data={data}",
+        "model.width=4",
+        "train.batch_size=8",
+        f"plugin=[{plugin}]" if plugin and plugin != "jointcrop" else "plugin=[]",
+    ]
     if recipe != "spirograph":
         over.append(f"augment={recipe}")
     if FRAMEWORKS[method] in ("mocov3", "dino") and backbone != "resnet":  # their papers' backbone, small
@@ -62,10 +85,15 @@ def _cfg(method: str, plugin: str | None, recipe: str, device: str) -> dict:
 def _raw_batch(recipe: str) -> dict:
     if recipe == "spirograph":
         p = sample_params(N, torch.Generator().manual_seed(0))
-        return {"json": np.array([json.dumps({k: float(v[i]) for k, v in p.items()}).encode() for i in range(N)],
-                                 dtype=object)}
-    return {"png": np.array([encode(natural(40, 48, seed=i)) for i in range(N)], dtype=object),
-            "cls": np.array([str(i % 3).encode() for i in range(N)], dtype=object)}
+        return {
+            "json": np.array(
+                [json.dumps({k: float(v[i]) for k, v in p.items()}).encode() for i in range(N)], dtype=object
+            )
+        }
+    return {
+        "png": np.array([encode(natural(40, 48, seed=i)) for i in range(N)], dtype=object),
+        "cls": np.array([str(i % 3).encode() for i in range(N)], dtype=object),
+    }
 
 
 def _labelled_in_memory(plugin, size: int) -> None:
@@ -73,8 +101,11 @@ def _labelled_in_memory(plugin, size: int) -> None:
     g = torch.Generator().manual_seed(5)
     x_all = torch.randn(16, 3, size, size, generator=g)
     split = Split([bytes([i]) for i in range(16)], np.arange(16) % 3, None)
-    plugin._labelled = (split, lambda enc: (x_all[[e[0] for e in enc]], np.arange(len(enc))),
-                        torch.Generator().manual_seed(0))
+    plugin._labelled = (
+        split,
+        lambda enc: (x_all[[e[0] for e in enc]], np.arange(len(enc))),
+        torch.Generator().manual_seed(0),
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -170,9 +201,15 @@ def test_no_collective_is_called_outside_the_dist_helpers():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "pipeline"
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "dist.py"
-                 and any(c in p.read_text() for c in ("distributed.all_reduce", "distributed.all_gather",
-                                                        "distributed.broadcast", "distributed.reduce"))]
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "dist.py"
+        and any(
+            c in p.read_text()
+            for c in ("distributed.all_reduce", "distributed.all_gather", "distributed.broadcast", "distributed.reduce")
+        )
+    ]
     assert offenders == []
 
 
@@ -200,11 +237,13 @@ def _loss_cases():
     q, k, z = (torch.nn.functional.normalize(torch.randn(8, 16, generator=g), dim=1) for _ in range(3))
     queue = torch.nn.functional.normalize(torch.randn(32, 16, generator=g), dim=1)
     y = torch.tensor([0, 1, 0, 2, 1, 1, 3, 2])
-    return {"info_nce": lambda: losses.info_nce(q, k, queue, 0.2),
-            "nt_xent": lambda: losses.nt_xent(q, k, 0.1),
-            "supcon": lambda: losses.supcon_loss(torch.cat([q, k]), torch.cat([y, y]), 0.1),
-            "co2": lambda: losses.co2_consistency(q, k, queue, 0.05),
-            "byol": lambda: losses.byol_loss(q, k)}
+    return {
+        "info_nce": lambda: losses.info_nce(q, k, queue, 0.2),
+        "nt_xent": lambda: losses.nt_xent(q, k, 0.1),
+        "supcon": lambda: losses.supcon_loss(torch.cat([q, k]), torch.cat([y, y]), 0.1),
+        "co2": lambda: losses.co2_consistency(q, k, queue, 0.05),
+        "byol": lambda: losses.byol_loss(q, k),
+    }
 
 
 @pytest.mark.parametrize("name", list(_loss_cases()))
@@ -236,10 +275,13 @@ def test_colour_stage_stays_float32_when_autocast_would_lower_its_matmul(monkeyp
     monkeypatch.setattr(torch, "einsum", cuda_like_einsum)
     g = torch.Generator().manual_seed(0)
     x = torch.rand(6, 3, 8, 8, generator=g)
-    p = {"jitter_on": torch.tensor([1, 1, 0, 1, 1, 0]), "gray": torch.tensor([0, 1, 0, 0, 1, 0]),
-         **{k: torch.rand(6, generator=g) + 0.5 for k in ("brightness", "contrast", "saturation")},
-         "hue": torch.rand(6, generator=g) * 0.2 - 0.1,
-         "jitter_order": torch.stack([torch.randperm(4, generator=g) for _ in range(6)])}
+    p = {
+        "jitter_on": torch.tensor([1, 1, 0, 1, 1, 0]),
+        "gray": torch.tensor([0, 1, 0, 0, 1, 0]),
+        **{k: torch.rand(6, generator=g) + 0.5 for k in ("brightness", "contrast", "saturation")},
+        "hue": torch.rand(6, generator=g) * 0.2 - 0.1,
+        "jitter_order": torch.stack([torch.randperm(4, generator=g) for _ in range(6)]),
+    }
     exact = colour.colour_distort(x, p, "yiq")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = colour.colour_distort(x, p, "yiq")
@@ -264,8 +306,12 @@ def test_compiled_backbones_give_the_eager_step_and_keep_checkpoint_keys():
             assert list(m.state_dict()) == keys
         opt = build_optimizer(m.online, cfg["optim"], lr=0.05)
         views = build_view_maker(cfg["augment"], N, seed=0)(_raw_batch("mocov2"), np.random.default_rng(0))
-        runs.append([float(optimisation_step(m, opt, views.images, views.params, "fp32", torch.device("cpu"),
-                                             0.5)["loss"]) for _ in range(2)])
+        runs.append(
+            [
+                float(optimisation_step(m, opt, views.images, views.params, "fp32", torch.device("cpu"), 0.5)["loss"])
+                for _ in range(2)
+            ]
+        )
     assert runs[1] == pytest.approx(runs[0], rel=1e-4)
     assert runs[0][0] != runs[0][1]  # the second step saw updated weights
 

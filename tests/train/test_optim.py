@@ -67,8 +67,16 @@ def _mixed_model() -> nn.Module:
     return m
 
 
-def _lars_reference(groups: list[dict], grads: list[list[torch.Tensor]], lr: float, momentum: float, eta: float,
-                    *, trust: str = "right", decay: str = "lars") -> list[torch.Tensor]:
+def _lars_reference(
+    groups: list[dict],
+    grads: list[list[torch.Tensor]],
+    lr: float,
+    momentum: float,
+    eta: float,
+    *,
+    trust: str = "right",
+    decay: str = "lars",
+) -> list[torch.Tensor]:
     """The LARS equations per tensor in float64: for lars groups d = g + wd*w, times eta*||w||/||d|| where both
     norms are > 0 (else 1); lars=False groups: d = g; buf = d on the first step, then m*buf + d; w -= lr*buf.
     `grads[t][i]` is parameter i's gradient at step t (None: skipped). The keyword arguments make the wrong
@@ -133,8 +141,11 @@ def test_lars_leaves_gradients_alone_and_skips_params_without_grad():
     idle = nn.Parameter(torch.randn(4))
     w.grad = torch.randn(4, 3)
     g0, idle0 = w.grad.clone(), idle.detach().clone()
-    opt = LARS([{"params": [w], "weight_decay": 0.0, "lars": True},
-                {"params": [idle], "weight_decay": 0.0, "lars": False}], lr=0.1, eta=0.01)
+    opt = LARS(
+        [{"params": [w], "weight_decay": 0.0, "lars": True}, {"params": [idle], "weight_decay": 0.0, "lars": False}],
+        lr=0.1,
+        eta=0.01,
+    )
     opt.step()
     torch.testing.assert_close(w.grad, g0, rtol=0, atol=0)
     torch.testing.assert_close(idle.detach(), idle0, rtol=0, atol=0)
@@ -165,9 +176,15 @@ def test_sgd_uses_foreach_on_cpu_and_matches_the_for_loop():
     opt = build_optimizer(model, cfg, 0.3)
     assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")
     ref = torch.optim.SGD(
-        [{"params": [p for p in ref_model.parameters() if p.ndim > 1], "weight_decay": 5e-4},
-         {"params": [p for p in ref_model.parameters() if p.ndim <= 1], "weight_decay": 0.0}],
-        lr=0.3, momentum=0.9, foreach=False, fused=False)
+        [
+            {"params": [p for p in ref_model.parameters() if p.ndim > 1], "weight_decay": 5e-4},
+            {"params": [p for p in ref_model.parameters() if p.ndim <= 1], "weight_decay": 0.0},
+        ],
+        lr=0.3,
+        momentum=0.9,
+        foreach=False,
+        fused=False,
+    )
     x = torch.randn(16, 5, generator=torch.Generator().manual_seed(3))
     for _ in range(3):
         for m_, o in ((model, opt), (ref_model, ref)):

@@ -1,5 +1,6 @@
 """The cluster can hold the workers asked for, or the job says so in one line before any MLflow run; an autoscaling
 cluster is waited for, saying what for."""
+
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ GPU_TRAINER = {"num_workers": 2, "use_gpu": True, "cpus_per_worker": 1, "gpus_pe
 def test_workers_fit_per_node_not_in_the_sum():
     bundle = {"CPU": 4.0, "GPU": 1.0}
     assert workers_that_fit([{"CPU": 16, "GPU": 1}], bundle) == 1
-    assert workers_that_fit([{"CPU": 16, "GPU": 8}], bundle) == 4          # CPU-bound on that node
+    assert workers_that_fit([{"CPU": 16, "GPU": 8}], bundle) == 4  # CPU-bound on that node
     # 2 GPUs and 8 CPUs in all, but no node has both a GPU and 4 CPUs
     assert workers_that_fit([{"CPU": 2, "GPU": 1}, {"CPU": 2, "GPU": 1}, {"CPU": 4}], bundle) == 0
     assert workers_that_fit([{"CPU": 3.0}], {"CPU": 1.5}) == 2
@@ -44,16 +45,26 @@ def test_enough_resources_pass_without_waiting():
 def test_an_autoscaling_cluster_is_waited_for_with_progress():
     offers = iter([[{"CPU": 8.0}], [{"CPU": 8.0}], [{"CPU": 8.0}, {"CPU": 8.0, "GPU": 4.0}]])
     said, slept = [], []
-    check_resources({**GPU_TRAINER, "autoscale": True, "resource_wait_s": 60}, nodes=lambda: next(offers),
-                    sleep=slept.append, log=said.append, poll_s=0.01)
+    check_resources(
+        {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 60},
+        nodes=lambda: next(offers),
+        sleep=slept.append,
+        log=said.append,
+        poll_s=0.01,
+    )
     assert len(slept) == 2
     assert said and "waiting for the autoscaler" in said[0] and "0 GPU" in said[0]
 
 
 def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait():
     with pytest.raises(ConfigError, match="still cannot be placed"):
-        check_resources({**GPU_TRAINER, "autoscale": True, "resource_wait_s": 0.05}, nodes=lambda: [{"CPU": 2.0}],
-                        sleep=time.sleep, log=lambda s: None, poll_s=0.01)
+        check_resources(
+            {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 0.05},
+            nodes=lambda: [{"CPU": 2.0}],
+            sleep=time.sleep,
+            log=lambda s: None,
+            poll_s=0.01,
+        )
 
 
 @pytest.mark.slow
@@ -61,9 +72,20 @@ def test_gpu_workers_on_a_machine_without_them_fail_fast_without_an_mlflow_run(t
     """The H100 report: 2 workers x 1 GPU on a 1-GPU machine hung with no message. Here: GPUs on a machine with
     none, the same shape of mistake, through the command a user types."""
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}",
-                        "data.generate.n_train=300", "data.generate.n_val=100", "trainer.use_gpu=true"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "pretrain.py"),
+            f"paths.root={tmp_path}",
+            "data.generate.n_train=300",
+            "data.generate.n_val=100",
+            "trainer.use_gpu=true",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-3000:]
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]

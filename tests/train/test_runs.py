@@ -2,6 +2,7 @@
 
 No Ray here: pretrain() runs in-process with Ray Train's fit() replaced, and the jobs that stop before Ray
 (a locked run, a probe) run as the README shows them."""
+
 import os
 import signal
 import subprocess
@@ -42,8 +43,9 @@ def _cfg(root: Path, name: str, *overrides: str) -> dict:
     """A composed config whose runtime is filled in by hand: pretrain() skips resolve() (no data needed)."""
     from pipeline.config import compose_config
 
-    cfg = compose_config([f"paths.root={root}", f"run.name={name}", "model.width=8", "gallery.at_pretrain=false",
-                          *overrides])
+    cfg = compose_config(
+        [f"paths.root={root}", f"run.name={name}", "model.width=8", "gallery.at_pretrain=false", *overrides]
+    )
     cfg["runtime"] = {"lr": 0.1, "steps_per_epoch": 1, "num_train_samples": 64}
     return cfg
 
@@ -69,7 +71,8 @@ def no_ray(monkeypatch):
 
 
 def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_finished_rerun_logs_nothing(
-        store, no_ray, monkeypatch, capsys):
+    store, no_ray, monkeypatch, capsys
+):
     import mlflow
 
     from pipeline.eval import run_probe
@@ -106,9 +109,14 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
 
     # and again: a finished run prints its results, starts nothing and logs nothing
     monkeypatch.setattr(launch, "init_ray", lambda cfg: pytest.fail("a finished run started Ray"))
+
     def logged(r):
-        return ({k: len(client.get_metric_history(r.info.run_id, k)) for k in r.data.metrics}, r.data.metrics,
-                r.data.params, [a.path for a in client.list_artifacts(r.info.run_id)])
+        return (
+            {k: len(client.get_metric_history(r.info.run_id, k)) for k in r.data.metrics},
+            r.data.metrics,
+            r.data.params,
+            [a.path for a in client.list_artifacts(r.info.run_id)],
+        )
 
     before = logged(run)
     out = launch.pretrain(_cfg(store, "r1"))
@@ -123,7 +131,8 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
 
 
 def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_the_probe_fails(
-        store, no_ray, monkeypatch):
+    store, no_ray, monkeypatch
+):
     import mlflow
 
     from pipeline.eval import run_probe
@@ -176,8 +185,10 @@ def test_interrupted_run_is_killed_with_the_interrupt_recorded(store, no_ray):
 def test_error_line_names_the_workers_error_inside_a_ray_failure():
     from pipeline.tracking import error_line
 
-    wrapped = RuntimeError("Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most recent "
-                           "call last):\n  File \"loop.py\", line 3, in f\nValueError: injected failure at epoch 1\n")
+    wrapped = RuntimeError(
+        "Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most recent "
+        'call last):\n  File "loop.py", line 3, in f\nValueError: injected failure at epoch 1\n'
+    )
     assert error_line(wrapped) == "ValueError: injected failure at epoch 1"
     assert error_line(ZeroDivisionError("division by zero")) == "ZeroDivisionError: division by zero"
 
@@ -189,8 +200,14 @@ def test_a_second_job_on_a_running_run_fails_in_one_line_before_ray_or_mlflow(tm
     args = [f"paths.root={tmp_path}", *SPIRO, *SMALL, "run.name=busy", "train.epochs=1"]
     with run_lock(compose_config(args)):  # this process is the running job
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, str(ROOT / "jobs" / "pretrain.py"), *args], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120, env=job_env())
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "pretrain.py"), *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=job_env(),
+        )
         took = time.monotonic() - t0
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     # one error line, the last (progress lines of the data generation before it are no error)
@@ -207,11 +224,18 @@ def test_a_lock_left_by_a_dead_job_does_not_block(store):
 
     cfg = _cfg(store, "stale")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); from pipeline.config import "
-         "compose_config; from pipeline.train.run_lock import run_lock\n"
-         f"with run_lock(compose_config(['paths.root={store}', 'run.name=stale'])):\n"
-         "    print('locked', flush=True); time.sleep(600)", str(ROOT)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; sys.path.insert(0, sys.argv[1]); from pipeline.config import "
+            "compose_config; from pipeline.train.run_lock import run_lock\n"
+            f"with run_lock(compose_config(['paths.root={store}', 'run.name=stale'])):\n"
+            "    print('locked', flush=True); time.sleep(600)",
+            str(ROOT),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         from pipeline.train.run_lock import RunBusy
@@ -238,9 +262,17 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     from pipeline.data.shards import make_spirograph_splits
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)
-    cfg = compose_config([f"paths.root={store}", "run.name=at24", "model.width=8", "method.bn_splits=1",
-                          f"data.train={store / 'spiro24' / 'train'}", f"data.val={store / 'spiro24' / 'val'}",
-                          "data.image_size=24"])
+    cfg = compose_config(
+        [
+            f"paths.root={store}",
+            "run.name=at24",
+            "model.width=8",
+            "method.bn_splits=1",
+            f"data.train={store / 'spiro24' / 'train'}",
+            f"data.val={store / 'spiro24' / 'val'}",
+            "data.image_size=24",
+        ]
+    )
     method = build_method(cfg)
     (store / "ckpt").mkdir()
     ck.save(store / "ckpt", method, torch.optim.SGD(method.parameters(), lr=0.1), 0, 1, cfg)
@@ -251,10 +283,20 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
 
     (store / "work").mkdir()
     (store / "tmp").mkdir()
-    probe = subprocess.run([sys.executable, str(ROOT / "jobs" / "linear_probe.py"), f"paths.root={store}",
-                            f"eval.probe.checkpoint={run_id}", "eval.probe.steps=10"],
-                           cwd=store / "work", capture_output=True, text=True, timeout=300,
-                           env={**job_env(), "TMPDIR": str(store / "tmp")})
+    probe = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "linear_probe.py"),
+            f"paths.root={store}",
+            f"eval.probe.checkpoint={run_id}",
+            "eval.probe.steps=10",
+        ],
+        cwd=store / "work",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**job_env(), "TMPDIR": str(store / "tmp")},
+    )
     assert probe.returncode == 0, probe.stdout[-2000:] + probe.stderr[-3000:]
     assert "Linear probe on spirograph at 24 px" in probe.stdout
     client = _client(store)

@@ -14,7 +14,7 @@ def _views(start, n):
 
 def test_pending_tops_up_short_batches_in_order():
     p = _Pending(4)
-    p.add(*_views(0, 3))         # a batch that lost one corrupt sample
+    p.add(*_views(0, 3))  # a batch that lost one corrupt sample
     assert len(p) == 3
     p.add(*_views(10, 4))
     assert len(p) == 7
@@ -26,7 +26,7 @@ def test_pending_tops_up_short_batches_in_order():
     assert len(p) == 3
     (a2, _), (pa2, _) = p.take()
     assert a2.flatten().tolist() == [11, 12, 13] and pa2["crop"][:, 1].tolist() == [12, 13, 14]
-    p.add(*_views(0, 0))         # a batch where every sample was dropped adds nothing
+    p.add(*_views(0, 0))  # a batch where every sample was dropped adds nothing
     assert len(p) == 0
 
 
@@ -68,9 +68,20 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
 def test_curve_panels_group_what_was_logged():
     from pipeline.train.curves import panels
 
-    keys = ["loss", "lr", "cocor_consistency", "cocor_target_l1", "cocor_sim_l1", "cocor_target_l3", "knn_r2_m",
-            "cocor_outer_loss"]
+    keys = [
+        "loss",
+        "lr",
+        "cocor_consistency",
+        "cocor_target_l1",
+        "cocor_sim_l1",
+        "cocor_target_l3",
+        "knn_r2_m",
+        "cocor_outer_loss",
+    ]
     p = panels(keys)
-    assert list(p.values()) == [["loss", "cocor_consistency"], ["knn_r2_m"],
-                                ["cocor_sim_l1", "cocor_target_l1", "cocor_target_l3"]]
+    assert list(p.values()) == [
+        ["loss", "cocor_consistency"],
+        ["knn_r2_m"],
+        ["cocor_sim_l1", "cocor_target_l1", "cocor_target_l3"],
+    ]
     assert panels(["lr"]) == {}

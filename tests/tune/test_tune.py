@@ -1,5 +1,6 @@
 """Ray Tune sweeps: the search space, the checks before any trial, the report, and end to end (ASHA stopping a
 trial, the MLflow parent/child tree, a finished rerun, resume after the driver is killed)."""
+
 import math
 import os
 import signal
@@ -23,27 +24,39 @@ SWEEPS = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
 
 
 def test_parse_space_reads_every_kind_in_order():
-    dims = parse_space({"a.b": {"grid": [0, 1e-3], "log": True}, "c": {"choice": ["x", "y"]},
-                        "d": {"uniform": [0.1, 0.5]}, "e": {"loguniform": [1e-4, 1e-1]}})
+    dims = parse_space(
+        {
+            "a.b": {"grid": [0, 1e-3], "log": True},
+            "c": {"choice": ["x", "y"]},
+            "d": {"uniform": [0.1, 0.5]},
+            "e": {"loguniform": [1e-4, 1e-1]},
+        }
+    )
     assert [(d.key, d.kind, d.values, d.log) for d in dims] == [
-        ("a.b", "grid", (0, 1e-3), True), ("c", "choice", ("x", "y"), False),
-        ("d", "uniform", (0.1, 0.5), False), ("e", "loguniform", (1e-4, 1e-1), True)]
+        ("a.b", "grid", (0, 1e-3), True),
+        ("c", "choice", ("x", "y"), False),
+        ("d", "uniform", (0.1, 0.5), False),
+        ("e", "loguniform", (1e-4, 1e-1), True),
+    ]
 
 
-@pytest.mark.parametrize("space, words", [
-    ({}, "expected a mapping"),
-    ({"k": {"grid": []}}, "an empty search range"),
-    ({"k": {"uniform": [1.0, 1.0]}}, "an empty search range; expected lo < hi"),
-    ({"k": {"uniform": [2.0, 1.0]}}, "an empty search range"),
-    ({"k": {"loguniform": [0.0, 1.0]}}, "0 < lo < hi"),
-    ({"k": {"uniform": [1.0]}}, "expected [lo, hi]"),
-    ({"k": {"grid": [1], "choice": [2]}}, "exactly one of"),
-    ({"k": {"range": [1, 2]}}, "exactly one of"),
-    ({"k": [1, 2]}, "exactly one of"),
-    ({"k": {"grid": [1, 1]}}, "appears twice"),
-    ({"k": {"grid": [-1, 1], "log": True}}, "numbers >= 0"),
-    ({"k": {"grid": [1, 2], "log": "yes"}}, "expected true or false"),
-])
+@pytest.mark.parametrize(
+    "space, words",
+    [
+        ({}, "expected a mapping"),
+        ({"k": {"grid": []}}, "an empty search range"),
+        ({"k": {"uniform": [1.0, 1.0]}}, "an empty search range; expected lo < hi"),
+        ({"k": {"uniform": [2.0, 1.0]}}, "an empty search range"),
+        ({"k": {"loguniform": [0.0, 1.0]}}, "0 < lo < hi"),
+        ({"k": {"uniform": [1.0]}}, "expected [lo, hi]"),
+        ({"k": {"grid": [1], "choice": [2]}}, "exactly one of"),
+        ({"k": {"range": [1, 2]}}, "exactly one of"),
+        ({"k": [1, 2]}, "exactly one of"),
+        ({"k": {"grid": [1, 1]}}, "appears twice"),
+        ({"k": {"grid": [-1, 1], "log": True}}, "numbers >= 0"),
+        ({"k": {"grid": [1, 2], "log": "yes"}}, "expected true or false"),
+    ],
+)
 def test_bad_space_specs_fail_in_one_line_naming_the_key(space, words):
     with pytest.raises(ConfigError) as e:
         parse_space(space)
@@ -55,8 +68,16 @@ def test_bad_space_specs_fail_in_one_line_naming_the_key(space, words):
 def test_to_tune_builds_the_searchers_own_objects():
     from ray.tune.search.sample import Categorical, Float
 
-    space = to_tune(parse_space({"a": {"grid": [1, 2]}, "b": {"choice": [3, 4]}, "c": {"uniform": [0.0, 1.0]},
-                                 "d": {"loguniform": [1e-3, 1.0]}}))
+    space = to_tune(
+        parse_space(
+            {
+                "a": {"grid": [1, 2]},
+                "b": {"choice": [3, 4]},
+                "c": {"uniform": [0.0, 1.0]},
+                "d": {"loguniform": [1e-3, 1.0]},
+            }
+        )
+    )
     assert space["a"] == {"grid_search": [1, 2]}
     assert isinstance(space["b"], Categorical) and space["b"].categories == [3, 4]
     assert isinstance(space["c"], Float) and (space["c"].lower, space["c"].upper) == (0.0, 1.0)
@@ -69,13 +90,23 @@ def test_trial_counts_follow_tunes_rule():
     assert num_trials(parse_space({"c": {"uniform": [0.0, 1.0]}}), 5) == 5
 
 
-@pytest.mark.parametrize("key, value", [("method.temperature", 0.07), ("plugin.invclr.lam", 1e-4),
-                                        ("augment.joint.crop.beta", None), ("augment.joint.crop.beta", -2),
-                                        ("plugin.cocor.fixed_targets", [0.9, 0.85, 0.75]),
-                                        ("method.symmetric", False)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("method.temperature", 0.07),
+        ("plugin.invclr.lam", 1e-4),
+        ("augment.joint.crop.beta", None),
+        ("augment.joint.crop.beta", -2),
+        ("plugin.cocor.fixed_targets", [0.9, 0.85, 0.75]),
+        ("method.symmetric", False),
+    ],
+)
 def test_a_sampled_value_round_trips_through_the_command_line(key, value):
-    presets = {"plugin.invclr.lam": ["plugin=[invclr]"], "plugin.cocor.fixed_targets": ["+experiment=cocor_mocov2"],
-               "augment.joint.crop.beta": ["augment=mocov2"]}.get(key, [])
+    presets = {
+        "plugin.invclr.lam": ["plugin=[invclr]"],
+        "plugin.cocor.fixed_targets": ["+experiment=cocor_mocov2"],
+        "augment.joint.crop.beta": ["augment=mocov2"],
+    }.get(key, [])
     cfg = compose_config(presets + [override(key, value)])
     node = cfg
     for part in key.split("."):
@@ -88,8 +119,9 @@ def test_reported_metrics_follow_the_task_and_the_evaluation():
     epoch, final = reported_metrics(cfg)
     assert {"epoch_loss", "knn_r2", "knn_r2_m"} <= epoch and "knn_top1" not in epoch
     assert {"probe_pretrained_mse", "probe_pretrained_r2_sigma"} <= final
-    epoch, final = reported_metrics(compose_config(["data=cifar10", "eval.knn.every=0",
-                                                    "eval.probe.after_pretrain=false"]))
+    epoch, final = reported_metrics(
+        compose_config(["data=cifar10", "eval.knn.every=0", "eval.probe.after_pretrain=false"])
+    )
     assert epoch == {"epoch_loss", "epoch_images_per_s"} and final == set()
 
 
@@ -144,13 +176,20 @@ def _tune(*args, root: Path, timeout: int = 60, relative: bool = False) -> subpr
     copy of the job from `root` with the default paths.root=. (a trial runs in Tune's own folder: the paths
     must still be the driver's)."""
     if not relative:
-        return subprocess.run([sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
-                              cwd=root, capture_output=True, text=True, timeout=timeout, env=_env())
+        return subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+        )
     if not (root / "jobs").exists():
         for part in ("jobs", "pipeline", "conf"):
             (root / part).symlink_to(ROOT / part)
-    return subprocess.run([sys.executable, "jobs/tune.py", *args], cwd=root, capture_output=True, text=True,
-                          timeout=timeout, env=_env())
+    return subprocess.run(
+        [sys.executable, "jobs/tune.py", *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=_env()
+    )
 
 
 def _env() -> dict:
@@ -159,21 +198,31 @@ def _env() -> dict:
 
 
 BAD = [
-    (["+sweep=smoke", "++sweep.space={method.temprature: {grid: [0.1]}}"],
-     "sweep.space.method.temprature: unknown config key"),
+    (
+        ["+sweep=smoke", "++sweep.space={method.temprature: {grid: [0.1]}}"],
+        "sweep.space.method.temprature: unknown config key",
+    ),
     (["+sweep=smoke", "sweep.space={method.temperature: {grid: []}}"], "an empty search range"),
-    (["+sweep=smoke", "++sweep.space={method.temperature: {grid: null, uniform: [0.5, 0.1]}}"],
-     "an empty search range"),
+    (
+        ["+sweep=smoke", "++sweep.space={method.temperature: {grid: null, uniform: [0.5, 0.1]}}"],
+        "an empty search range",
+    ),
     (["+sweep=smoke", "sweep.metric=probe_pretrained_top1"], "a metric this sweep's runs never report"),
-    (["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=0"],
-     "sweep.stop_metric=knn_r2: not reported every epoch"),
-    (["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=2"],
-     "eval.knn.every=2: ASHA stops trials on knn_r2"),
+    (
+        ["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=0"],
+        "sweep.stop_metric=knn_r2: not reported every epoch",
+    ),
+    (
+        ["+sweep=smoke", "sweep.scheduler=asha", "train.epochs=2", "eval.knn.every=2"],
+        "eval.knn.every=2: ASHA stops trials on knn_r2",
+    ),
     (["+sweep=smoke", "sweep.scheduler=asha"], "sweep.grace_period=1: ASHA judges a trial"),
     (["+sweep=smoke", "+sweep.grace_periods=2"], "sweep.grace_periods: unknown key"),
     (["+sweep=smoke", "sweep.max_concurrent_trials=64"], "sweep.max_concurrent_trials=64:"),
-    (["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, -1.0], log: false}}"],
-     "the trial with method.temperature=-1.0 is refused"),
+    (
+        ["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, -1.0], log: false}}"],
+        "the trial with method.temperature=-1.0 is refused",
+    ),
     (["+sweep=smoke", "++sweep.space={data.image_size: {grid: [16, 32]}}"], "shared by every trial"),
     (["+sweep=smoke", "sweep.scheduler=hyperband"], "sweep.scheduler=hyperband: expected one of asha, fifo"),
     (["+sweep=smoke", "sweep.size=huge"], "sweep.size=huge: expected one of cpu, paper"),
@@ -205,14 +254,38 @@ def test_help_lists_the_sweeps(tmp_path):
 
 def _rows():
     return [
-        {"trial": "00000", "trial_id": "t_00000", "params": {"plugin.invclr.lam": 0}, "status": "done",
-         "metric": 0.30, "curve": [(1, 0.1), (2, 0.2)]},
-        {"trial": "00001", "trial_id": "t_00001", "params": {"plugin.invclr.lam": 1e-3}, "status": "done",
-         "metric": 0.20, "curve": [(1, 0.2), (2, 0.3)]},
-        {"trial": "00002", "trial_id": "t_00002", "params": {"plugin.invclr.lam": 1e-1},
-         "status": "stopped at epoch 1/2", "metric": None, "curve": [(1, 0.05)]},
-        {"trial": "00003", "trial_id": "t_00003", "params": {"plugin.invclr.lam": 1e-2}, "status": "done",
-         "metric": float("nan"), "curve": []},
+        {
+            "trial": "00000",
+            "trial_id": "t_00000",
+            "params": {"plugin.invclr.lam": 0},
+            "status": "done",
+            "metric": 0.30,
+            "curve": [(1, 0.1), (2, 0.2)],
+        },
+        {
+            "trial": "00001",
+            "trial_id": "t_00001",
+            "params": {"plugin.invclr.lam": 1e-3},
+            "status": "done",
+            "metric": 0.20,
+            "curve": [(1, 0.2), (2, 0.3)],
+        },
+        {
+            "trial": "00002",
+            "trial_id": "t_00002",
+            "params": {"plugin.invclr.lam": 1e-1},
+            "status": "stopped at epoch 1/2",
+            "metric": None,
+            "curve": [(1, 0.05)],
+        },
+        {
+            "trial": "00003",
+            "trial_id": "t_00003",
+            "params": {"plugin.invclr.lam": 1e-2},
+            "status": "done",
+            "metric": float("nan"),
+            "curve": [],
+        },
     ]
 
 
@@ -232,8 +305,9 @@ def test_the_plot_puts_a_log_space_with_zero_on_a_symlog_axis(tmp_path):
     import matplotlib.image as mpimg
 
     dims = [Dim("plugin.invclr.lam", "grid", (0, 1e-3, 1e-2, 1e-1), True)]
-    path = report.plot(_rows(), dims, "probe_pretrained_mse", "min", tmp_path / "s.png", "sweep",
-                       curve_metric="knn_r2", baseline=0.5)
+    path = report.plot(
+        _rows(), dims, "probe_pretrained_mse", "min", tmp_path / "s.png", "sweep", curve_metric="knn_r2", baseline=0.5
+    )
     img = mpimg.imread(path)
     assert img.shape[1] > 2 * img.shape[0]  # two panels side by side: the key, the curves
     # categorical and linear keys draw too
@@ -378,8 +452,9 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
     args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "train.epochs=2"]
     cmd = [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={tmp_path}"]
     log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=_env(),
-                             start_new_session=True)
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+    )
     deadline = time.monotonic() + 600
     try:  # kill the driver (and its local Ray) once trial 0 finished and trial 1 checkpointed its first epoch
         while time.monotonic() < deadline and first.poll() is None:
@@ -407,7 +482,8 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
     log1 = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*/*_00001.log")).read_text()
     assert "resuming run" in log1
     assert [m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")] == sorted(
-        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")})
+        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")}
+    )
     assert len(client.get_metric_history(trial1.info.run_id, "knn_r2")) == 2
     assert not math.isnan(trial1.data.metrics["probe_pretrained_mse"])
 
@@ -420,10 +496,10 @@ def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypat
     cfg = {"sweep": {"max_concurrent_trials": 2, "num_samples": 1}, "trainer": {"num_workers": 2}}
     one = [Dim("method.temperature", "grid", (0.2,), False)]
     five = [Dim("plugin.invclr.lam", "grid", (0, 1e-4, 1e-3, 1e-2, 1e-1), True)]
-    assert sweep._threads(cfg, five) == 2          # 2 trials x 2 workers on 8 cores
-    assert sweep._threads(cfg, one) == 4           # a one-trial sweep: its workers get every core
+    assert sweep._threads(cfg, five) == 2  # 2 trials x 2 workers on 8 cores
+    assert sweep._threads(cfg, one) == 4  # a one-trial sweep: its workers get every core
     cfg["sweep"]["max_concurrent_trials"] = 16
-    assert sweep._threads(cfg, five) == 1          # never below one thread
+    assert sweep._threads(cfg, five) == 1  # never below one thread
 
 
 def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tmp_path):
@@ -445,10 +521,12 @@ def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tm
             client.set_tag(run.info.run_id, "error", "TrainingFailedError: the controller was shut down")
         if end in ("FAILED", "FINISHED"):
             client.set_terminated(run.info.run_id, end)
-    rows = [{"trial_id": "t_00000", "status": "stopped at epoch 1/2"},
-            {"trial_id": "t_00001", "status": "stopped at epoch 1/2"},
-            {"trial_id": "t_00002", "status": "failed: ValueError: nan loss"},
-            {"trial_id": "t_00003", "status": "done"}]
+    rows = [
+        {"trial_id": "t_00000", "status": "stopped at epoch 1/2"},
+        {"trial_id": "t_00001", "status": "stopped at epoch 1/2"},
+        {"trial_id": "t_00002", "status": "failed: ValueError: nan loss"},
+        {"trial_id": "t_00003", "status": "done"},
+    ]
     sweep._close_children(uri, parent, rows)
     got = {t: client.get_run(i) for t, i in ids.items()}
     assert [got[t].info.status for t in sorted(got)] == ["KILLED", "KILLED", "FAILED", "FINISHED"]
