@@ -605,9 +605,12 @@ def write_report(
         "",
     ]
     for name in order:
-        out += [f"## {name}", "", *sections[name]]
+        body = list(sections[name])
+        while body and not body[-1].strip():  # one blank line between sections, however often it is rewritten
+            body.pop()
+        out += [f"## {name}", "", *body, ""]
     if note_text:
-        out += ["", note_text]
+        out += [note_text]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(out).rstrip() + "\n")
     print(f"[reproductions] wrote {path}", flush=True)

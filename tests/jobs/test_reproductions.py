@@ -74,6 +74,8 @@ def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeyp
     assert "_Made by `python jobs/reproductions.py suites=[]` on " in text
     assert text.index("## co2") < text.index("## Sweeps") < text.index("## What reproduces")
     assert text.count("## What reproduces") == 1 and text.count("by hand") == 1 and "old header" not in text
+    rep.write_report({}, [], path, [])  # a rewrite that keeps every section changes nothing (no blank line added)
+    assert path.read_text() == text
 
 
 @pytest.mark.parametrize(
