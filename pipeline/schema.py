@@ -161,6 +161,7 @@ class Train(_Section):
     precision: Choice("auto", "bf16", "fp32")
     channels_last: Choice("auto", True, False) = "auto"
     compile: Bool() = False
+    deterministic_data: Bool() = False
 
 
 class Knn(_Section):
@@ -233,6 +234,13 @@ class Trainer(_Section):
     autoscale: Bool() = False
     resource_wait_s: Num(ge=0) = 1800
     address: Str(null=True) = None
+    # custom resources each worker also asks for (a node type's label, e.g. {gpu_node: 1}), and how Ray places
+    # the workers over the nodes (ScalingConfig's placement_strategy)
+    worker_resources: Annotated[
+        Optional[dict[StrictStr, Annotated[StrictFloat, Field(gt=0)]]],
+        _Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
+    ] = None
+    placement_strategy: Choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD") = "PACK"
 
 
 class Optim(_Section):

@@ -143,6 +143,9 @@ class StepLogger:
         if time.monotonic() - self.last > self.flush_every_s:
             self.flush()
 
+    def tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
     def flush(self) -> None:
         for i in range(0, len(self.pending), 900):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(self.run_id, metrics=self.pending[i : i + 900])

@@ -286,6 +286,7 @@ class _Trainer:
 
 
 def train_loop_per_worker(cfg: dict) -> None:
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -329,11 +330,14 @@ def train_loop_per_worker(cfg: dict) -> None:
         if rank == 0:
             print(f"[train] resumed from the checkpoint of epoch {start_epoch}/{epochs} (step {tr.step})", flush=True)
 
+    # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
+    placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
     logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger
 
         logger = StepLogger(cfg["runtime"]["tracking_uri"], cfg["runtime"]["mlflow_run_id"])
+        logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
     shard = ray.train.get_dataset_shard("train")
 

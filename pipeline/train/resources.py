@@ -23,19 +23,25 @@ def cluster_address(trainer: Mapping) -> str | None:
 
 
 def worker_bundle(trainer: Mapping) -> dict[str, float]:
-    """What one Ray Train worker asks for (the same dict build_trainer hands to ScalingConfig)."""
+    """What one Ray Train worker asks for (the dict build_trainer hands to ScalingConfig): CPUs, GPUs when
+    use_gpu, and the custom resources of trainer.worker_resources."""
     bundle = {"CPU": float(trainer["cpus_per_worker"])}
     if trainer["use_gpu"]:
         bundle["GPU"] = float(trainer["gpus_per_worker"])
+    bundle.update({k: float(v) for k, v in (trainer.get("worker_resources") or {}).items()})
     return bundle
 
 
-def workers_that_fit(nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float]) -> int:
-    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node)."""
+def workers_that_fit(
+    nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float], one_per_node: bool = False
+) -> int:
+    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node; at most one
+    a node under STRICT_SPREAD)."""
     total = 0
     for res in nodes:
         per_node = [math.floor(res.get(name, 0.0) / amount + 1e-9) for name, amount in bundle.items() if amount > 0]
-        total += min(per_node) if per_node else 0
+        fit = min(per_node) if per_node else 0
+        total += min(fit, 1) if one_per_node else fit
     return total
 
 
@@ -71,11 +77,16 @@ def check_resources(
     autoscaling cluster, wait up to trainer.resource_wait_s for them first. `trials`: a sweep's concurrent
     Train runs, each with the same workers."""
     want, bundle = int(trainer["num_workers"]) * trials, worker_bundle(trainer)
+    spread = trainer.get("placement_strategy") == "STRICT_SPREAD" and trials == 1
+
+    def fits(have: list) -> bool:
+        return workers_that_fit(have, bundle, spread) >= want
+
     asked = f"trainer.num_workers={trainer['num_workers']} x ({describe(bundle)})" + (
         f" for each of sweep.max_concurrent_trials={trials} trials" if trials > 1 else ""
     )
     have = nodes()
-    if workers_that_fit(have, bundle) >= want:
+    if fits(have):
         return
     if trainer.get("autoscale"):
         deadline = time.monotonic() + float(trainer.get("resource_wait_s", 1800))
@@ -86,18 +97,23 @@ def check_resources(
                 last_said = time.monotonic()
             sleep(poll_s)
             have = nodes()
-            if workers_that_fit(have, bundle) >= want:
+            if fits(have):
                 return
         raise ConfigError(
             f"{asked} still cannot be placed after trainer.resource_wait_s="
             f"{trainer.get('resource_wait_s')}: the cluster has {cluster_summary(have)}"
         )
-    fit = workers_that_fit(have, bundle)
+    fit = workers_that_fit(have, bundle, spread)
     hint = (
         "set trainer.use_gpu=false or fewer trainer.num_workers"
         if bundle.get("GPU")
         else "lower trainer.num_workers or trainer.cpus_per_worker"
     )
+    missing = [k for k in bundle if k not in ("CPU", "GPU") and not any(n.get(k) for n in have)]
+    if missing:
+        hint = f"no node offers {', '.join(missing)}: check trainer.worker_resources against the nodes' resources"
+    elif spread:
+        hint = "STRICT_SPREAD places one worker a node: " + hint
     if trials > 1:
         hint = "lower sweep.max_concurrent_trials, " + hint
     raise ConfigError(

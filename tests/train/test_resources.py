@@ -30,6 +30,21 @@ def test_worker_bundle_asks_for_gpus_only_with_use_gpu():
     assert worker_bundle(GPU_TRAINER) == {"CPU": 1.0, "GPU": 1.0}
 
 
+def test_worker_bundle_adds_the_custom_resources_and_strict_spread_places_one_a_node():
+    trainer = {**GPU_TRAINER, "use_gpu": False, "worker_resources": {"single": 1}}
+    assert worker_bundle(trainer) == {"CPU": 1.0, "single": 1.0}
+    nodes = [{"CPU": 4.0, "single": 2.0}, {"CPU": 4.0}]
+    assert workers_that_fit(nodes, worker_bundle(trainer)) == 2  # both on the first node
+    assert workers_that_fit(nodes, worker_bundle(trainer), one_per_node=True) == 1
+    check_resources(trainer, nodes=lambda: nodes, sleep=pytest.fail)
+    with pytest.raises(ConfigError, match="room for 1 .*STRICT_SPREAD places one worker a node"):
+        check_resources({**trainer, "placement_strategy": "STRICT_SPREAD"}, nodes=lambda: nodes, sleep=pytest.fail)
+    with pytest.raises(ConfigError, match=r"\(1 CPU \+ 1 single \+ 1 gpu_node\).*room for 0.*no node offers gpu_node"):
+        check_resources(
+            {**trainer, "worker_resources": {"single": 1, "gpu_node": 1}}, nodes=lambda: nodes, sleep=pytest.fail
+        )
+
+
 def test_a_fixed_cluster_too_small_fails_in_one_line_naming_both_sides():
     with pytest.raises(ConfigError) as e:
         check_resources(GPU_TRAINER, nodes=lambda: [{"CPU": 16.0, "GPU": 1.0}], sleep=pytest.fail)
