@@ -80,8 +80,6 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
     resumes from its last checkpoint into the same MLflow run. Any error after the MLflow run opened ends it
     FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed). As a sweep's `trial`,
     its MLflow run is a child of the sweep's run."""
-    import mlflow
-
     from pipeline import tracking
 
     if "runtime" not in cfg:
@@ -99,25 +97,40 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(cfg)
-        from pipeline.train.resources import check_resources
+        from pipeline.train.resources import check_resources, request_workers
 
-        check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
-        if trial is None:
-            run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
-        else:
-            run_id = tracking.start_child(
-                trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
-            )
+        # before any MLflow run: a job that cannot start leaves none
+        asked = check_resources(cfg["trainer"], log=_log)
         try:
-            out = _train_and_log(cfg, run_id, trial)
-        except BaseException as e:
-            if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
-                _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
-            status = tracking.end_failed(e)
-            _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
-            raise
-        mlflow.end_run()
+            out = _run(cfg, name, trial)
+        finally:
+            if asked:  # the autoscaler may remove the job's nodes once they idle
+                request_workers([])
+    return out
+
+
+def _run(cfg: dict, name: str, trial: Trial | None) -> dict:
+    """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
+    import mlflow
+
+    from pipeline import tracking
+
+    if trial is None:
+        run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+    else:
+        run_id = tracking.start_child(
+            trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
+        )
+    try:
+        out = _train_and_log(cfg, run_id, trial)
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
+            _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
+        status = tracking.end_failed(e)
+        _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
+        raise
+    mlflow.end_run()
     return out
 
 

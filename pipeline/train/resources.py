@@ -65,6 +65,14 @@ def alive_nodes() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
+def request_workers(bundles: list[dict[str, float]]) -> None:
+    """Ask the autoscaler for room for these bundles at once (ray.autoscaler.sdk.request_resources): a floor it
+    scales the cluster up to and keeps until asked again; `[]` withdraws it, so idle nodes can go."""
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=bundles)
+
+
 def check_resources(
     trainer: Mapping,
     nodes: Callable[[], list[dict[str, float]]] = alive_nodes,
@@ -72,10 +80,12 @@ def check_resources(
     log: Callable[[str], None] = print,
     poll_s: float = 10.0,
     trials: int = 1,
-) -> None:
-    """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed; on an
-    autoscaling cluster, wait up to trainer.resource_wait_s for them first. `trials`: a sweep's concurrent
-    Train runs, each with the same workers."""
+    request: Callable[[list[dict[str, float]]], None] = request_workers,
+) -> bool:
+    """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed. On an
+    autoscaling cluster, ask the autoscaler for them (nothing is pending yet that would tell it) and wait up to
+    trainer.resource_wait_s; returns True when it asked, and the caller withdraws the request (`request([])`) when
+    its job ends. `trials`: a sweep's concurrent Train runs, each with the same workers."""
     want, bundle = int(trainer["num_workers"]) * trials, worker_bundle(trainer)
     spread = trainer.get("placement_strategy") == "STRICT_SPREAD" and trials == 1
 
@@ -87,8 +97,10 @@ def check_resources(
     )
     have = nodes()
     if fits(have):
-        return
+        return False
     if trainer.get("autoscale"):
+        request([dict(bundle) for _ in range(want)])
+        log(f"asked the autoscaler for {asked}")
         deadline = time.monotonic() + float(trainer.get("resource_wait_s", 1800))
         last_said = -math.inf
         while time.monotonic() < deadline:
@@ -98,7 +110,8 @@ def check_resources(
             sleep(poll_s)
             have = nodes()
             if fits(have):
-                return
+                return True
+        request([])
         raise ConfigError(
             f"{asked} still cannot be placed after trainer.resource_wait_s="
             f"{trainer.get('resource_wait_s')}: the cluster has {cluster_summary(have)}"

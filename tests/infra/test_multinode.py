@@ -12,26 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim_cluster import SimCluster
+from sim_cluster import TINY, SimCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-TINY = [
-    "data.generate.n_train=256",
-    "data.generate.n_val=128",
-    "data.generate.maxcount=128",
-    "model.width=8",
-    "train.batch_size=32",
-    "train.shuffle_buffer=64",
-    "train.epochs=2",
-    "eval.knn.every=0",
-    "eval.probe.steps=10",
-    "eval.probe.train_size=128",
-    "eval.probe.val_size=64",
-    "tracking.log_every=1",
-    "gallery.at_pretrain=false",
-]
 
 
 @pytest.fixture(scope="module")

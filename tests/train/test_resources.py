@@ -57,21 +57,35 @@ def test_enough_resources_pass_without_waiting():
     check_resources(GPU_TRAINER, nodes=lambda: [{"CPU": 8.0, "GPU": 2.0}], sleep=pytest.fail)
 
 
-def test_an_autoscaling_cluster_is_waited_for_with_progress():
+def test_an_autoscaling_cluster_is_asked_for_the_workers_then_waited_for_with_progress():
     offers = iter([[{"CPU": 8.0}], [{"CPU": 8.0}], [{"CPU": 8.0}, {"CPU": 8.0, "GPU": 4.0}]])
-    said, slept = [], []
-    check_resources(
+    said, slept, asked = [], [], []
+    assert check_resources(
         {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 60},
         nodes=lambda: next(offers),
         sleep=slept.append,
         log=said.append,
         poll_s=0.01,
+        request=asked.append,
     )
+    # the autoscaler sees no pending work before Train asks: the job asks it for the workers itself
+    assert asked == [[{"CPU": 1.0, "GPU": 1.0}] * 2]
     assert len(slept) == 2
-    assert said and "waiting for the autoscaler" in said[0] and "0 GPU" in said[0]
+    assert "asked the autoscaler for trainer.num_workers=2 x (1 CPU + 1 GPU)" in said[0]
+    assert "waiting for the autoscaler" in said[1] and "0 GPU" in said[1]
 
 
-def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait():
+def test_a_cluster_that_fits_is_neither_asked_nor_waited_for():
+    assert not check_resources(
+        {**GPU_TRAINER, "autoscale": True},
+        nodes=lambda: [{"CPU": 8.0, "GPU": 2.0}],
+        sleep=pytest.fail,
+        request=pytest.fail,
+    )
+
+
+def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait_and_withdraws_the_request():
+    asked = []
     with pytest.raises(ConfigError, match="still cannot be placed"):
         check_resources(
             {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 0.05},
@@ -79,7 +93,9 @@ def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait():
             sleep=time.sleep,
             log=lambda s: None,
             poll_s=0.01,
+            request=asked.append,
         )
+    assert asked == [[{"CPU": 1.0, "GPU": 1.0}] * 2, []]
 
 
 @pytest.mark.slow
