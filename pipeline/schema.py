@@ -143,6 +143,7 @@ class Tracking(_Section):
     uri: Str(null=True) = None
     experiment: Str()
     log_every: Int(1)
+    flush_every_s: Num(ge=0) = 5.0
 
 
 class Model(_Section):

@@ -140,7 +140,7 @@ class StepLogger:
 
         now = int(time.time() * 1000)
         self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        if time.monotonic() - self.last > self.flush_every_s:
+        if time.monotonic() - self.last >= self.flush_every_s:
             self.flush()
 
     def tag(self, key: str, value: str) -> None:

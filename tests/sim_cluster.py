@@ -252,6 +252,20 @@ class SimCluster:
         ).stdout.split()
         return int(out[0]) if out else None
 
+    def processes(self, name: str, needle: str) -> list[int]:
+        """The processes of node `name` (its raylet's tree) whose command line holds `needle` (Ray sets a worker's
+        to its actor class, e.g. RayTrainWorker)."""
+        pid = self._raylet(name)
+        found = []
+        for p in _tree([pid]) if pid else []:
+            try:
+                cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if needle in cmdline:
+                found.append(p)
+        return found
+
     def remove_node(self, name: str) -> None:
         """The node is gone at once, as a machine that dies: its raylet and every process under it, killed."""
         pid = self._raylet(name)

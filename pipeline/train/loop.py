@@ -336,7 +336,11 @@ def train_loop_per_worker(cfg: dict) -> None:
     if rank == 0:
         from pipeline.tracking import StepLogger
 
-        logger = StepLogger(cfg["runtime"]["tracking_uri"], cfg["runtime"]["mlflow_run_id"])
+        logger = StepLogger(
+            cfg["runtime"]["tracking_uri"],
+            cfg["runtime"]["mlflow_run_id"],
+            flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0)),
+        )
         logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
     shard = ray.train.get_dataset_shard("train")
