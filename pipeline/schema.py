@@ -397,6 +397,7 @@ def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
         if err["type"] == "extra_forbidden":
             where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
             raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
+        m: type[BaseModel] | None  # a section's model; None past the config keys
         keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
             if m is None or not isinstance(part, str) or part not in m.model_fields:

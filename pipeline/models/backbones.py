@@ -5,6 +5,7 @@ carries `feat_dim` for the heads built on top of it."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,9 @@ _ARCHS = {
 class _NarrowResNet(ResNet):
     """torchvision's ResNet with a configurable base width (64 is the standard)."""
 
+    fc: nn.Module  # torchvision's Linear classifier; build_backbone makes it an Identity
+    feat_dim: int  # set by build_backbone
+
     def __init__(self, block, layers, base_width: int):
         super().__init__(block, layers)
         if base_width == 64:
@@ -35,7 +39,7 @@ class _NarrowResNet(ResNet):
         self.layer2 = self._make_layer(block, base_width * 2, layers[1], stride=2)
         self.layer3 = self._make_layer(block, base_width * 4, layers[2], stride=2)
         self.layer4 = self._make_layer(block, base_width * 8, layers[3], stride=2)
-        self.fc = nn.Linear(base_width * 8 * block.expansion, self.fc.out_features)
+        self.fc = nn.Linear(base_width * 8 * block.expansion, cast(nn.Linear, self.fc).out_features)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -103,7 +107,7 @@ def patch_size(model: dict) -> int:
     return int(model.get("patch_size") or VITS[model["backbone"]][0])
 
 
-def build_backbone(model: dict) -> nn.Module:
+def build_backbone(model: dict) -> ViT | _NarrowResNet:
     """The backbone `model` (the config's `model` section) names.
 
     ResNets: `fc = Identity`, so `forward` returns the pooled feature vector; `cifar_stem` swaps the 7x7/2 conv +
@@ -113,8 +117,8 @@ def build_backbone(model: dict) -> nn.Module:
     """
     name = model["backbone"]
     if name in VITS:
-        _, layers, heads, dim, mlp = VITS[name]
-        return ViT(int(model.get("image_size") or 224), patch_size(model), layers, heads, dim, mlp)
+        _, depth, heads, dim, mlp = VITS[name]
+        return ViT(int(model.get("image_size") or 224), patch_size(model), depth, heads, dim, mlp)
     if name not in _ARCHS:
         raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
     cifar_stem, width = bool(model.get("cifar_stem", False)), int(model.get("width", 64))
@@ -124,6 +128,6 @@ def build_backbone(model: dict) -> nn.Module:
         net.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.maxpool = nn.Identity()
-    net.feat_dim = net.fc.in_features
+    net.feat_dim = cast(nn.Linear, net.fc).in_features
     net.fc = nn.Identity()
     return net

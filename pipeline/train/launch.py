@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import ConfigError, to_yaml
@@ -57,7 +58,8 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
             resources_per_worker=worker_bundle(tr),
             placement_strategy=tr.get("placement_strategy", "PACK"),
         ),
-        run_config=ray.train.RunConfig(
+        # ray.train re-exports Train V2's RunConfig at runtime (it takes logging_config); mypy sees V1's
+        run_config=ray.train.RunConfig(  # type: ignore[call-arg]
             name=cfg["run"]["name"],
             storage_path=tr["storage"],
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
@@ -159,7 +161,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     mlflow.log_metric("train_minutes", minutes)
     log_curves(cfg, run_id)
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
-    out = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
+    out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
         from pipeline.eval.run_probe import compare_with_random
 

@@ -203,7 +203,8 @@ class _Trainer:
         rt = cfg["runtime"]
         self.memory_format = memory_format(cfg["train"], device)
         self.method = build_method(cfg)
-        self.method.to(device, memory_format=self.memory_format)
+        # Module.to takes a device and a memory_format together; torch's overloads type each alone
+        self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
         self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from pipeline.config import ConfigError
 
@@ -53,7 +53,7 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def cluster_summary(nodes: list[Mapping[str, float]]) -> str:
+def cluster_summary(nodes: Sequence[Mapping[str, float]]) -> str:
     cpus = sum(n.get("CPU", 0.0) for n in nodes)
     gpus = sum(n.get("GPU", 0.0) for n in nodes)
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {_num(cpus)} CPU, {_num(gpus)} GPU in all"

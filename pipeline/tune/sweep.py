@@ -162,7 +162,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
 def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from pipeline.tune.console import Console
@@ -189,6 +189,7 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
                 f"starting it afresh"
             )
             os.rename(path, aside)
+    scheduler: TrialScheduler
     if s["scheduler"] == "asha":
         # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)
         scheduler = ASHAScheduler(
@@ -325,7 +326,7 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     top = report.best(rows, s["mode"])
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
-        mlflow.log_artifact(shutil.copy(plot_path, Path(d) / Path(PLOT).name), "sweep")
+        mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
     counts = {f"trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
     mlflow.log_metrics({**counts, "sweep_minutes": minutes})
     if baseline is not None:
