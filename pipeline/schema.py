@@ -152,6 +152,7 @@ class Model(_Section):
     width: Int(1)
     patch_size: Int(1, null=True) = None
     image_size: Int(1, null=True) = None
+    pos_embedding: Choice("learned", "sincos") = "learned"
 
 
 class Train(_Section):
