@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv clean cluster cluster-stop
+.PHONY: demo test test-fast venv clean cluster cluster-stop image
 
 venv: $(STAMP)
 
@@ -37,6 +37,12 @@ cluster: $(STAMP)
 
 cluster-stop:
 	@bash infra/local_cluster.sh stop
+
+# The image infra/kuberay-rayjob.yaml and the launcher configs run (Dockerfile); where docker exists.
+IMAGE ?= augssl:latest
+image:
+	@command -v docker >/dev/null || { echo "error: make image needs docker, which is not installed here" >&2; exit 2; }
+	docker build -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

@@ -760,8 +760,9 @@ class BareSimSiam(Bare):
 
 
 class BareMoCoV3(BarePredictorTarget):
-    """MoCo v3 on a ViT: frozen random patch projection, BN MLP heads (3-layer projector with a no-affine output BN,
-    2-layer predictor), 2τ-scaled InfoNCE against the batch's keys both ways, cosine momentum 0.99 -> 1, AdamW."""
+    """MoCo v3 on a ViT: frozen random patch projection, fixed sine-cosine position embedding, BN MLP heads (3-layer
+    projector with a no-affine output BN, 2-layer predictor), 2τ-scaled InfoNCE against the batch's keys both ways,
+    cosine momentum 0.99 -> 1, AdamW."""
 
     def __init__(self, cfg, device, precision, fmt, total_steps: int):
         super().__init__(cfg, device, precision, fmt)
@@ -769,6 +770,13 @@ class BareMoCoV3(BarePredictorTarget):
         conv = self.backbone.vit.conv_proj
         conv.weight.requires_grad_(False)
         conv.bias.requires_grad_(False)
+        if cfg["model"].get("pos_embedding") == "sincos":  # the paper's fixed 2-D sine-cosine position embedding
+            from pipeline.models.backbones import sincos_position_embedding
+
+            pos = self.backbone.vit.encoder.pos_embedding
+            with torch.no_grad():
+                pos.copy_(sincos_position_embedding(self.backbone.grid, pos.shape[-1]).unsqueeze(0))
+            pos.requires_grad_(False)
         self.networks(
             bare_mlp(self.dim, self.hidden, self.out_dim, 3, True, last_bn=True),
             bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True),

@@ -34,7 +34,7 @@ case "${1:-}" in
     export RAY_AUTH_MODE=token
     "$venv_bin/ray" get-auth-token --generate >/dev/null
     cpus=${RAY_NUM_CPUS:-$(( $(nproc) + 2 ))}
-    PATH="$venv_bin:$PATH" "$venv_bin/ray" start --head --port "$port" --dashboard-port "$dash" \
+    PATH="$venv_bin:$PATH" "$venv_bin/ray" start --head --port "$port" --dashboard-host 127.0.0.1 --dashboard-port "$dash" \
       --ray-client-server-port "$client" --dashboard-agent-listen-port "$agent" --num-cpus "$cpus" --temp-dir "$temp" --disable-usage-stats >"$temp.log" 2>&1 \
       || { echo "error: ray start failed; its output is in $temp.log" >&2; tail -5 "$temp.log" >&2; exit 1; }
     cat <<EOF

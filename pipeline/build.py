@@ -6,6 +6,8 @@ method's StepContext, pipeline.methods.context)."""
 
 from __future__ import annotations
 
+from typing import Callable, cast
+
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract
@@ -40,7 +42,7 @@ def build_method(cfg: dict) -> Method:
     kind = cfg["method"]["kind"]
     if kind not in METHODS:
         raise ValueError(f"unknown method kind {kind!r}; known: {sorted(METHODS)}")
-    method = METHODS[kind](cfg)
+    method = cast(Callable[[dict], Method], METHODS[kind])(cfg)  # each method's constructor takes the config
     aug = cfg.get("augment") or {}
     if aug.get("kind", "views") == "views" and aug:
         from pipeline.augment.colour import ModelColourStage

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 
 def init_ray(cfg: dict, trials: int = 1) -> None:
@@ -21,7 +22,7 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     # Quiet unless verbose=true: Ray's start-up lines, its workers' INFO logs (Train's "Reporting training
     # result", Ray Data's execution plans) and Ray Data's progress bars; the job's own lines and bar stay.
-    logs = {
+    logs: dict[str, Any] = {
         "logging_level": logging.ERROR if quiet else logging.INFO,
         "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO"),
     }

@@ -7,10 +7,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -54,7 +55,7 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
             cfg = compose(config_name=config_name, overrides=overrides)
         OmegaConf.set_struct(cfg, False)
         _absolute_paths(cfg)
-        out = OmegaConf.to_container(cfg, resolve=True)
+        out = cast(dict, OmegaConf.to_container(cfg, resolve=True))  # a composed config is a mapping
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(e)) from None
     return out
@@ -97,7 +98,8 @@ def to_yaml(cfg: dict) -> str:
 
 def _default_groups(config_name: str) -> list[str]:
     """The groups conf/<config_name>.yaml's defaults list picks from."""
-    defaults = OmegaConf.load(CONF_DIR / f"{config_name}.yaml").get("defaults") or []
+    conf = cast(DictConfig, OmegaConf.load(CONF_DIR / f"{config_name}.yaml"))  # a config file is a mapping
+    defaults = conf.get("defaults") or []
     groups = []
     for entry in defaults:
         if OmegaConf.is_dict(entry):
@@ -150,6 +152,6 @@ def cli(argv: list[str], description: str, config_name: str = "config") -> dict:
         fail(str(e))
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)

@@ -21,6 +21,15 @@ def rank() -> int:
     return dist.get_rank() if is_dist() else 0
 
 
+def gather_objects(obj) -> list:
+    """Every rank's picklable `obj`, in rank order ([obj] on one process)."""
+    if not is_dist():
+        return [obj]
+    out: list = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 @torch.no_grad()
 def gather_nograd(x: torch.Tensor) -> torch.Tensor:
     """Concatenate `x` from every rank along dim 0 (rank order); no gradient flows back."""

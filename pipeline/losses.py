@@ -6,6 +6,7 @@ Each is tested against a direct float64 computation of its paper's equation (tes
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -366,14 +367,14 @@ def cocor_consistency(sims: list[torch.Tensor], targets: list[torch.Tensor], for
     if form not in COCOR_FORMS:
         raise ValueError(f"unknown CoCor consistency form {form!r}; choose from {COCOR_FORMS}")
     if form == "code":
-        return sum(F.softplus(g.mean() - s.mean()) for s, g in zip(sims, targets))
+        return cast(torch.Tensor, sum(F.softplus(g.mean() - s.mean()) for s, g in zip(sims, targets)))  # tensors' sum
     if form == "eq11":
         terms = [F.softplus(s.mean() - g.mean()) for s, g in zip(sims, targets)]
     elif form == "eq7":
         terms = [F.softplus((s - g).abs().mean()) for s, g in zip(sims, targets)]
     else:
         terms = [(s - g).abs().mean() for s, g in zip(sims, targets)]
-    return sum(terms) / len(terms)
+    return cast(torch.Tensor, sum(terms) / len(terms))  # a sum of tensors
 
 
 @float32
@@ -447,7 +448,7 @@ def dino_loss(
     targets = [F.softmax((t.detach() - center) / teacher_temperature, dim=-1) for t in teacher]
     logs = [F.log_softmax(s / student_temperature, dim=-1) for s in student]
     terms = [-(p * logs[j]).sum(dim=-1).mean() for i, p in enumerate(targets) for j in range(len(logs)) if j != i]
-    return sum(terms) / len(terms)
+    return cast(torch.Tensor, sum(terms) / len(terms))  # a sum of tensors
 
 
 @float32

@@ -143,6 +143,7 @@ class Tracking(_Section):
     uri: Str(null=True) = None
     experiment: Str()
     log_every: Int(1)
+    flush_every_s: Num(ge=0) = 5.0
 
 
 class Model(_Section):
@@ -151,6 +152,7 @@ class Model(_Section):
     width: Int(1)
     patch_size: Int(1, null=True) = None
     image_size: Int(1, null=True) = None
+    pos_embedding: Choice("learned", "sincos") = "learned"
 
 
 class Train(_Section):
@@ -161,6 +163,7 @@ class Train(_Section):
     precision: Choice("auto", "bf16", "fp32")
     channels_last: Choice("auto", True, False) = "auto"
     compile: Bool() = False
+    deterministic_data: Bool() = False
 
 
 class Knn(_Section):
@@ -233,6 +236,13 @@ class Trainer(_Section):
     autoscale: Bool() = False
     resource_wait_s: Num(ge=0) = 1800
     address: Str(null=True) = None
+    # custom resources each worker also asks for (a node type's label, e.g. {gpu_node: 1}), and how Ray places
+    # the workers over the nodes (ScalingConfig's placement_strategy)
+    worker_resources: Annotated[
+        Optional[dict[StrictStr, Annotated[StrictFloat, Field(gt=0)]]],
+        _Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
+    ] = None
+    placement_strategy: Choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD") = "PACK"
 
 
 class Optim(_Section):
@@ -388,6 +398,7 @@ def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
         if err["type"] == "extra_forbidden":
             where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
             raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
+        m: type[BaseModel] | None  # a section's model; None past the config keys
         keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
             if m is None or not isinstance(part, str) or part not in m.model_fields:

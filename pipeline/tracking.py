@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 import mlflow
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 
@@ -46,12 +47,19 @@ def setup(cfg: dict) -> str:
     return mlflow.create_experiment(name, artifact_location=root)
 
 
-def find_run(exp_id: str, run_key: str):
+def find_run(exp_id: str, run_key: str) -> Run | None:
     """The newest run tagged with `run_key`, or None."""
     found = MlflowClient().search_runs(
         [exp_id], filter_string=f"tags.run_key = '{run_key}'", max_results=1, order_by=["attributes.start_time DESC"]
     )
     return found[0] if found else None
+
+
+def active_run_id() -> str:
+    """The id of the run this process has open, for code that runs inside one (a job's child run)."""
+    run = mlflow.active_run()
+    assert run is not None, "no MLflow run is open"
+    return run.info.run_id
 
 
 def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
@@ -72,7 +80,7 @@ def start_child(parent_run_id: str, run_key: str, run_name: str, job: str, tags:
     )
 
 
-def _open(exp_id: str, found, tags: dict[str, str], run_name: str) -> str:
+def _open(exp_id: str, found: Run | None, tags: dict[str, str], run_name: str) -> str:
     if found:
         run_id = found.info.run_id
         if "error" in found.data.tags:  # an earlier attempt's; its traceback stays under errors/
@@ -140,8 +148,11 @@ class StepLogger:
 
         now = int(time.time() * 1000)
         self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        if time.monotonic() - self.last > self.flush_every_s:
+        if time.monotonic() - self.last >= self.flush_every_s:
             self.flush()
+
+    def tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
 
     def flush(self) -> None:
         for i in range(0, len(self.pending), 900):  # MLflow caps a batch at 1000 metrics

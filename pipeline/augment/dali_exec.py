@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import numpy as np
 import nvidia.dali.fn as fn
 import nvidia.dali.math as dmath
-import nvidia.dali.types as types
 import torch
 from nvidia.dali import pipeline_def
+from nvidia.dali.data_node import DataNode
 from nvidia.dali.pipeline import Pipeline
+from nvidia.dali.types import DALIDataType, DALIImageType, DALIInterpType  # types.FLOAT etc.: not in types.pyi
 from PIL import Image
 
 from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
@@ -139,7 +140,9 @@ def _normalize(img, recipe: Recipe, spec: ViewSpec | None = None, mirror=0):
         mean, std = [0.0] * 3, [255.0] * 3
     else:
         mean, std = [255.0 * m for m in recipe.mean], [255.0 * s for s in recipe.std]
-    return fn.crop_mirror_normalize(img, mirror=mirror, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
+    return fn.crop_mirror_normalize(
+        img, mirror=mirror, dtype=DALIDataType.FLOAT, output_layout="CHW", mean=mean, std=std
+    )
 
 
 def _input(name: str, dtype, ndim: int):
@@ -147,15 +150,15 @@ def _input(name: str, dtype, ndim: int):
 
 
 # Per-view external sources: name -> (dtype, ndim per sample). Filled by _view_feed.
-_GEOMETRY_INPUTS = {"start": (types.INT32, 1), "shape": (types.INT32, 1), "flip": (types.INT32, 0)}
+_GEOMETRY_INPUTS = {"start": (DALIDataType.INT32, 1), "shape": (DALIDataType.INT32, 1), "flip": (DALIDataType.INT32, 0)}
 _JITTER_INPUTS = {
-    "jitter_on": (types.BOOL, 0),
-    "brightness": (types.FLOAT, 0),
-    "contrast": (types.FLOAT, 0),
-    "saturation": (types.FLOAT, 0),
-    "hue": (types.FLOAT, 0),
+    "jitter_on": (DALIDataType.BOOL, 0),
+    "brightness": (DALIDataType.FLOAT, 0),
+    "contrast": (DALIDataType.FLOAT, 0),
+    "saturation": (DALIDataType.FLOAT, 0),
+    "hue": (DALIDataType.FLOAT, 0),
 }
-_BLUR_INPUTS = {"blur_on": (types.BOOL, 0), "sigma": (types.FLOAT, 0), "window": (types.INT32, 0)}
+_BLUR_INPUTS = {"blur_on": (DALIDataType.BOOL, 0), "sigma": (DALIDataType.FLOAT, 0), "window": (DALIDataType.INT32, 0)}
 
 
 def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
@@ -166,19 +169,19 @@ def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
     if colour_here and spec.p_jitter > 0:
         inputs.update(_JITTER_INPUTS)
         if spec.jitter_order == "random":
-            inputs.update({f"order{k}": (types.INT32, 0) for k in range(4)})
+            inputs.update({f"order{k}": (DALIDataType.INT32, 0) for k in range(4)})
     if colour_here and spec.p_gray > 0:
-        inputs["gray"] = (types.BOOL, 0)
+        inputs["gray"] = (DALIDataType.BOOL, 0)
     if spec.p_blur > 0:
         inputs.update(_BLUR_INPUTS)
     if spec.p_solarize > 0:
-        inputs["solarize_on"] = (types.BOOL, 0)
+        inputs["solarize_on"] = (DALIDataType.BOOL, 0)
     return inputs  # strong-op slots have their own sources: strong_dali.strong_inputs
 
 
 @pipeline_def(enable_conditionals=True)
 def _views_pipeline(recipe: Recipe, gpu: bool):
-    encoded = _input("encoded", types.UINT8, 1)
+    encoded = _input("encoded", DALIDataType.UINT8, 1)
     outputs = []
     for v, spec in enumerate(recipe.views):
         p = {k: _input(f"v{v}_{k}", dtype, nd) for k, (dtype, nd) in _view_inputs(spec).items()}
@@ -190,16 +193,17 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
             shape=p["shape"],
             axes=[0, 1],
             device="mixed" if gpu else "cpu",
-            output_type=types.RGB,
+            output_type=DALIImageType.RGB,
         )
-        img = fn.resize(
+        resized = fn.resize(
             img,
             resize_x=spec.size,
             resize_y=spec.size,
             antialias=True,
-            interp_type=types.INTERP_LINEAR,
-            dtype=types.FLOAT,
+            interp_type=DALIInterpType.INTERP_LINEAR,
+            dtype=DALIDataType.FLOAT,
         )
+        img = cast(DataNode, resized)  # one node: without save_attrs, resize returns no sizes
         mirror = p["flip"]
         if spec.strong_ops:  # the strong ops are not flip-equivariant (shear, translate): flip first
             img = fn.flip(img, horizontal=p["flip"])
@@ -232,11 +236,19 @@ def _views_pipeline(recipe: Recipe, gpu: bool):
 
 @pipeline_def
 def _eval_pipeline(recipe: Recipe, size: int, gpu: bool):
-    encoded = _input("encoded", types.UINT8, 1)
-    rh, rw = _input("resize_h", types.FLOAT, 0), _input("resize_w", types.FLOAT, 0)
-    start = _input("start", types.INT32, 1)
-    img = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
-    img = fn.resize(img, resize_x=rw, resize_y=rh, antialias=True, interp_type=types.INTERP_LINEAR, dtype=types.FLOAT)
+    encoded = _input("encoded", DALIDataType.UINT8, 1)
+    rh, rw = _input("resize_h", DALIDataType.FLOAT, 0), _input("resize_w", DALIDataType.FLOAT, 0)
+    start = _input("start", DALIDataType.INT32, 1)
+    img = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=DALIImageType.RGB)
+    resized = fn.resize(
+        img,
+        resize_x=rw,
+        resize_y=rh,
+        antialias=True,
+        interp_type=DALIInterpType.INTERP_LINEAR,
+        dtype=DALIDataType.FLOAT,
+    )
+    img = cast(DataNode, resized)  # one node: without save_attrs, resize returns no sizes
     img = fn.slice(img, start=start, shape=[size, size], axes=[0, 1])
     return _normalize(img, recipe)
 
@@ -286,7 +298,7 @@ def _pil_decodes(encoded: bytes) -> bool:
 
 def _cuda_usable() -> bool:
     try:
-        from nvidia.dali.backend import GetCUDADeviceCount
+        from nvidia.dali.backend import GetCUDADeviceCount  # type: ignore[attr-defined]  # missing from backend.pyi
 
         return torch.cuda.is_available() and GetCUDADeviceCount() > 0
     except Exception:

@@ -136,7 +136,8 @@ def sample_batch(root: str, n: int, scan: int = 32) -> dict[str, np.ndarray]:
     _, uris = read_manifest(root)
     picked = sorted(set(np.linspace(0, len(uris) - 1, min(n, len(uris))).round().astype(int).tolist()))
     pools = [list(islice(iter_samples([uris[i]]), scan)) for i in picked]
-    rows, classes = [], set()
+    rows: list[dict[str, Any]] = []
+    classes: set[Any] = set()
     while len(rows) < n and any(pools):
         for pool in pools:
             if pool and len(rows) < n:

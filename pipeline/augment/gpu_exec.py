@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import torch
@@ -91,7 +91,7 @@ def decode_batch(
         if i not in decoded:
             decoded[i] = _decode_host(encoded[i], device)
     kept = [i for i in candidates if decoded[i] is not None]
-    return [decoded[i] for i in kept], np.asarray(kept, dtype=np.int64)
+    return cast(list[Tensor], [decoded[i] for i in kept]), np.asarray(kept, dtype=np.int64)  # kept: not None
 
 
 # ----------------------------------------------------------------------------- blur

@@ -202,6 +202,8 @@ def sample_strong(
     ids = np.asarray([OP_ID[n_] for n_ in names])[pos]
 
     mag = np.zeros(shape, dtype=np.float64)
+    lo: float  # Posterize's bits are ints, the other ranges floats
+    hi: float
     for name in dict.fromkeys(names):  # each op fills its own slots
         sel = ids == OP_ID[name]
         if name in NO_MAG_OPS or not sel.any():
@@ -299,7 +301,7 @@ def _gray(img: torch.Tensor) -> torch.Tensor:
     return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
 
 
-def _blend(degenerate: torch.Tensor, img: torch.Tensor, factor: float) -> torch.Tensor:
+def _blend(degenerate: torch.Tensor, img: torch.Tensor, factor: float | torch.Tensor) -> torch.Tensor:
     """PIL Image.blend(degenerate, img, factor), clipped to [0, 1]."""
     return (degenerate + factor * (img - degenerate)).clamp(0.0, 1.0)
 
@@ -330,7 +332,7 @@ def _equalize(img: torch.Tensor) -> torch.Tensor:
     return out / 255.0
 
 
-def _solarize(img: torch.Tensor, threshold: float) -> torch.Tensor:
+def _solarize(img: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
     flip = _quantise(img.detach()) >= threshold
     return torch.where(flip, 1.0 - img, img)
 
@@ -383,9 +385,9 @@ def torch_op(name: str, img: torch.Tensor, mag: float = 0.0) -> torch.Tensor:
 
 def apply_strong_torch(
     img: torch.Tensor,
-    ops: Sequence[int] | np.ndarray,
-    on: Sequence[int] | np.ndarray,
-    mags: Sequence[float] | np.ndarray,
+    ops: Sequence[int] | np.ndarray | torch.Tensor,
+    on: Sequence[int] | np.ndarray | torch.Tensor,
+    mags: Sequence[float] | np.ndarray | torch.Tensor,
 ) -> torch.Tensor:
     """One sample: float [3, H, W] in [0, 1] -> same, applying the gated slots in order.
     `ops`, `on`, `mags` are this sample's rows of strong_op, strong_on, strong_mag."""

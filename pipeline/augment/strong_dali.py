@@ -47,11 +47,11 @@ import math
 import numpy as np
 import nvidia.dali.fn as fn
 import nvidia.dali.math as dmath
-import nvidia.dali.types as types
+from nvidia.dali.types import DALIDataType, DALIInterpType  # types.INT32 etc. are not in DALI's types.pyi
 
 from .strong import FILL, GRAY_WEIGHTS, OP_ID, TIE_GUARD
 
-_INPUTS = {"strong_op": types.INT32, "strong_on": types.BOOL, "strong_mag": types.FLOAT}
+_INPUTS = {"strong_op": DALIDataType.INT32, "strong_on": DALIDataType.BOOL, "strong_mag": DALIDataType.FLOAT}
 
 
 def strong_inputs(prefix: str = ""):
@@ -108,7 +108,7 @@ def _blend(degenerate, img, factor):
 
 def _affine(img, op, mag):
     """warp_affine with strong.affine_matrix built from this sample's op / mag / shape."""
-    shape = fn.cast(img.shape(), dtype=types.FLOAT)
+    shape = fn.cast(img.shape(), dtype=DALIDataType.FLOAT)
     h, w = shape[0], shape[1]
     cx, cy = w * 0.5, h * 0.5
     theta = mag * (op == OP_ID["Rotate"]) * (math.pi / 180.0)
@@ -121,7 +121,9 @@ def _affine(img, op, mag):
     t0 = cx - (a00 * cx + a01 * cy) + tx
     t1 = cy - (a10 * cx + a11 * cy) + ty
     mtx = fn.reshape(fn.stack(a00, a01, t0, a10, a11, t1), shape=[2, 3])
-    return fn.warp_affine(img, matrix=mtx, fill_value=float(FILL), interp_type=types.INTERP_LINEAR, inverse_map=True)
+    return fn.warp_affine(
+        img, matrix=mtx, fill_value=float(FILL), interp_type=DALIInterpType.INTERP_LINEAR, inverse_map=True
+    )
 
 
 def _autocontrast(img):
@@ -162,8 +164,8 @@ def _sharpness(img, factor):
 
 def _equalize(img, mode: str):
     if mode == "native":
-        q = fn.cast(_quantise(img), dtype=types.UINT8)
-        return fn.cast(fn.equalize(q), dtype=types.FLOAT)
+        q = fn.cast(_quantise(img), dtype=DALIDataType.UINT8)
+        return fn.cast(fn.equalize(q), dtype=DALIDataType.FLOAT)
     return fn.python_function(img, function=equalize_pil_numpy, output_layouts="HWC")
 
 

@@ -119,9 +119,9 @@ def make_executor(
         return executor
     from .dali_exec import DaliExecutor
 
-    executor = DaliExecutor(recipe, batch_size, device=device, num_threads=num_threads, seed=seed)
-    log.info("view executor: DALI on %s", executor.device)
-    return executor
+    dali = DaliExecutor(recipe, batch_size, device=device, num_threads=num_threads, seed=seed)
+    log.info("view executor: DALI on %s", dali.device)
+    return dali
 
 
 def params_to_tensors(params: Params, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:

@@ -117,8 +117,12 @@ def make_photo_splits(
     manifests = {}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + VAL_SEED_OFFSET)):
         made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}
+
+        def samples(start: int, n: int = n, s: int = split_seed, sp: str = split) -> Iterator[dict]:
+            return iter_photos(n, s, sp, size, start=start)
+
         manifests[split] = write_split(
-            lambda start, n=n, s=split_seed, sp=split: iter_photos(n, s, sp, size, start=start),
+            samples,
             Path(out_root) / split,
             maxcount=maxcount,
             class_names=CLASS_NAMES,

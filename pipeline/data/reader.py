@@ -137,7 +137,9 @@ def _iter_shard(uri: str, expected: int | None = None) -> Iterator[dict]:
                 n += 1
                 sample = {}
             sample["__key__"] = key
-            sample[ext] = tar.extractfile(member).read()
+            data = tar.extractfile(member)
+            assert data is not None  # a regular file (checked above)
+            sample[ext] = data.read()
         if expected is not None and n + bool(sample) < expected:
             raise _ShortShard(f"ends after {n + bool(sample)} of its {expected} samples (corrupt or truncated)")
         if sample:
@@ -157,6 +159,7 @@ def targets_of(sample: dict, task: str, targets: list[str] | None) -> np.ndarray
     if task == "classification":
         return int(sample["cls"])
     params = json.loads(sample["json"])
+    assert targets is not None  # a regression task names its targets (the schema checks data.targets)
     return np.array([params[t] for t in targets], dtype=np.float32)
 
 

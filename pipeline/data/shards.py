@@ -256,7 +256,8 @@ def write_split(
     ):
         return manifest
 
-    done, exts = ([], set())
+    done: list[str] = []
+    exts: set[str] = set()
     if _load_json(out / PARTIAL_MARKER) == identity:
         done, exts = _reusable_shards(out, maxcount)
     _remove_stale(out, keep=done)
@@ -299,7 +300,7 @@ def _sanitize(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", stem)
 
 
-def imagefolder_classes(root: str | os.PathLike) -> list[str]:
+def imagefolder_classes(root: str | os.PathLike[str]) -> list[str]:
     """Sorted class folder names; the position in this list is the class index."""
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
@@ -498,8 +499,12 @@ def make_spirograph_splits(
     manifests = {}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + SPIROGRAPH_VAL_SEED_OFFSET)):
         made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}
+
+        def samples(start: int, n: int = n, s: int = split_seed) -> Iterator[Sample]:
+            return iter_spirograph(n, s, size, start=start)
+
         manifests[split] = write_split(
-            lambda start, n=n, s=split_seed: iter_spirograph(n, s, size, start=start),
+            samples,
             Path(out_root) / split,
             maxcount=maxcount,
             class_names=None,

@@ -246,7 +246,7 @@ def _logger(log: tuple[str, str, str] | None):
 
 
 class _Lines(logging.Handler):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
 

@@ -217,11 +217,12 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
     """Each backbone in turn (a backbone whose results an earlier, interrupted attempt logged is not redone)."""
     import mlflow
 
+    from pipeline import tracking
     from pipeline.detect.coco_data import CocoSplit
     from pipeline.detect.draw import predictions_png
 
     labels = ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]
-    logged = mlflow.get_run(mlflow.active_run().info.run_id).data.metrics
+    logged = mlflow.get_run(tracking.active_run_id()).data.metrics
     scores, results = {}, {}
     out_dir.mkdir(parents=True, exist_ok=True)
     for label in labels:
@@ -258,6 +259,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     import mlflow
     import torch
 
+    from pipeline import tracking
     from pipeline.eval.run_probe import backbone_from, random_backbone
 
     d = {**cfg["detect"], "seed": cfg["seed"]}
@@ -277,7 +279,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
 
     weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
     torch.manual_seed(cfg["seed"])
-    active = mlflow.active_run().info.run_id
+    active = tracking.active_run_id()
     return d2_engine.transfer(
         meta,
         weights,

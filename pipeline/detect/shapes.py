@@ -90,7 +90,8 @@ def write_split(out: Path, n: int, s: dict, seed: int) -> dict:
     """`n` images under out/images and their COCO annotations.json; returns the counts."""
     rng = np.random.default_rng(seed)
     (out / "images").mkdir(parents=True, exist_ok=True)
-    images, anns = [], []
+    images: list[dict] = []
+    anns: list[dict] = []
     for i in range(n):
         img, objects = draw_image(rng, s)
         name = f"{i:06d}.png"

@@ -59,6 +59,22 @@ def missing(root: str | Path, sets: list[str]) -> str | None:
     return None
 
 
+def _find(node: ET.Element, tag: str) -> ET.Element:
+    """node's child `tag`, which the VOC annotation format requires."""
+    child = node.find(tag)
+    if child is None:
+        raise ValueError(f"<{node.tag}> without <{tag}>")
+    return child
+
+
+def _text(node: ET.Element, tag: str) -> str:
+    """The text of node's child `tag` (see _find)."""
+    text = _find(node, tag).text
+    if text is None:
+        raise ValueError(f"<{node.tag}> with an empty <{tag}>")
+    return text
+
+
 def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, test: bool = False) -> Path:
     """The listed VOC sets as one COCO-format JSON at `out` (rewritten only when the sets, classes or the id lists
     changed). Images keep their VOC name and year ("voc_id", "year") for the VOC metric; file names are relative
@@ -72,11 +88,12 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, te
     if out.exists() and json.loads(out.read_text()).get("info", {}).get("digest") == digest:
         return out
     cat = {name: i + 1 for i, name in enumerate(classes)}
-    images, anns = [], []
+    images: list[dict] = []
+    anns: list[dict] = []
     for s, (year, _) in zip(sets, parse_sets(sets)):
         for voc_id in ids[s]:
             tree = ET.parse(root / f"VOC{year}" / "Annotations" / f"{voc_id}.xml").getroot()
-            size = tree.find("size")
+            size = _find(tree, "size")
             image_id = len(images) + 1
             images.append(
                 {
@@ -84,19 +101,18 @@ def to_coco(root: str | Path, sets: list[str], classes: list[str], out: Path, te
                     "file_name": f"VOC{year}/JPEGImages/{voc_id}.jpg",
                     "voc_id": voc_id,
                     "year": year,
-                    "width": int(size.find("width").text),
-                    "height": int(size.find("height").text),
+                    "width": int(_text(size, "width")),
+                    "height": int(_text(size, "height")),
                 }
             )
             for obj in tree.findall("object"):
-                name = obj.find("name").text.strip()
+                name = _text(obj, "name").strip()
                 if name not in cat:
                     raise ValueError(f"{voc_id}.xml: class {name!r} is not in detect.data.classes")
-                b = obj.find("bndbox")
-                x0, y0 = float(b.find("xmin").text) - 1, float(b.find("ymin").text) - 1
-                x1, y1 = float(b.find("xmax").text), float(b.find("ymax").text)
-                difficult = obj.find("difficult")
-                hard = int(difficult.text) if difficult is not None else 0
+                b = _find(obj, "bndbox")
+                x0, y0 = float(_text(b, "xmin")) - 1, float(_text(b, "ymin")) - 1
+                x1, y1 = float(_text(b, "xmax")), float(_text(b, "ymax"))
+                hard = int(_text(obj, "difficult")) if obj.find("difficult") is not None else 0
                 anns.append(
                     {
                         "id": len(anns) + 1,

@@ -9,16 +9,20 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import tracking
 from pipeline.eval.source import Source
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 
 @dataclass
 class EvalRun:
     name: str  # <pretraining run name>-<job>[-<what>]-<key>
     run_key: str  # <job>:<key>, the tag it is found again by
-    found: object  # the MLflow run of an earlier attempt, or None
+    found: Run | None  # the MLflow run of an earlier attempt
 
     @property
     def finished(self) -> bool:

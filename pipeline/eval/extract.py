@@ -104,6 +104,7 @@ def targets_of_batch(batch: dict[str, np.ndarray], task: str, targets: list[str]
     """A Ray batch's labels: `cls` as int64, or the listed keys of each sample's `json` as float32 columns."""
     if task == "classification":
         return class_labels(batch["cls"])
+    assert targets is not None  # a regression task names its targets (the schema checks data.targets)
     rows = [json.loads(v.decode() if isinstance(v, (bytes, bytearray, np.bytes_)) else v) for v in batch["json"]]
     return np.array([[r[t] for t in targets] for r in rows], dtype=np.float32)
 
@@ -236,7 +237,8 @@ def extract_split(
 def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> tuple[int, tuple[int, float, float]]:
     """Write each arriving block into memory-mapped arrays sized for the manifest's count; trimmed to what
     decoded at the end. Returns the number of rows and (rows of the first block, its arrival, the last's)."""
-    feat = y = None
+    feat: np.memmap | None = None
+    y: np.memmap | None = None
     keys, n = [], 0
     last = time.monotonic()
     first = (0, last, last)
@@ -245,7 +247,7 @@ def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> t
         if k == 0:
             continue
         first = (k, time.monotonic(), first[2]) if feat is None else (first[0], first[1], time.monotonic())
-        if feat is None:
+        if feat is None or y is None:  # the first block: both are opened together
             feat = np.lib.format.open_memmap(out / "feat.tmp.npy", "w+", np.float32, (total, b["feat"].shape[1]))
             y = np.lib.format.open_memmap(out / "y.tmp.npy", "w+", b["y"].dtype, (total, *b["y"].shape[1:]))
         feat[n : n + k], y[n : n + k] = b["feat"], b["y"]
@@ -254,7 +256,7 @@ def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> t
         if progress and time.monotonic() - last > 10:
             print(f"[features] {n}/{total} images", flush=True)
             last = time.monotonic()
-    if feat is None:
+    if feat is None or y is None:
         raise ValueError(f"no decodable images in {out}")
     for name, arr in (("feat", feat), ("y", y)):
         arr.flush()

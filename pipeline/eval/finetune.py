@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -92,7 +92,7 @@ class Classifier(nn.Module):
     def __init__(self, backbone: nn.Module, out_dim: int):
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Linear(backbone.feat_dim, out_dim)
+        self.head = nn.Linear(cast(int, backbone.feat_dim), out_dim)  # build_backbone's feat_dim
         nn.init.normal_(self.head.weight, std=0.01)
         nn.init.zeros_(self.head.bias)
 
@@ -143,7 +143,7 @@ def scores(
     outs = []
     for i in range(0, len(val.encoded), batch_size):
         x, _ = eval_transform(val.encoded[i : i + batch_size], size, mean, std)
-        outs.append((model.predict if hasattr(model, "predict") else model)(x.to(device)).float().cpu())
+        outs.append(getattr(model, "predict", model)(x.to(device)).float().cpu())
     model.train(was)
     out = torch.cat(outs)
     y = torch.as_tensor(val.y)

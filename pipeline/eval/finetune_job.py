@@ -186,6 +186,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
     import mlflow
     import torch
 
+    from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
     from pipeline.eval import downstream
     from pipeline.eval.finetune import finetune, out_dim
@@ -193,7 +194,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
 
     size, mean, std = eval_settings(src.cfg["augment"])
     device = torch.device(downstream.pick_device(cfg["device"]))
-    logged = mlflow.get_run(mlflow.active_run().info.run_id).data.metrics
+    logged = mlflow.get_run(tracking.active_run_id()).data.metrics
     results = {}
     for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
         done = {
@@ -235,7 +236,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
     print(table, flush=True)
     mlflow.log_text(table, "finetune/table.md")
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = _curves_png(mlflow.active_run().info.run_id, list(results), out_dir / "finetune.png")
+    png = _curves_png(tracking.active_run_id(), list(results), out_dir / "finetune.png")
     mlflow.log_artifact(str(png), "finetune")
     return results
 

@@ -59,6 +59,7 @@ def run(cfg: dict) -> dict:
     }
     ev = downstream.find(cfg, src, "knn", settings, f"k{cfg['k']}")
     if ev.finished:
+        assert ev.found is not None  # finished: an earlier attempt's run
         m = ev.found.data.metrics
         print(
             f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",

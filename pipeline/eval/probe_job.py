@@ -80,6 +80,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         return results
     if parent_run is not None:
         name = f"{parent_run.info.run_name}-probe-{key[:6]}"
+        assert parent is not None  # parent_run is its run
         run_id = tracking.start_child(parent, run_key, name, job="linear_probe")
     else:
         name = f"probe-{cfg['data']['name']}-{key[:6]}"

@@ -11,6 +11,7 @@ Optional, both off by default (docs/methods/invclr.md §1.3, §4.2, §4.4):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -53,7 +54,7 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
     dotted = [o for k, o in overrides if "." in k and k.split(".")[0] in taken]
     merged = OmegaConf.merge(OmegaConf.create(taken), OmegaConf.from_dotlist(dotted))
     out = dict(cfg)
-    out.update(OmegaConf.to_container(merged, resolve=True))
+    out.update(cast(dict, OmegaConf.to_container(merged, resolve=True)))  # merged mappings: a mapping
     return out
 
 
@@ -330,12 +331,14 @@ def compare_with_random(
         import shutil
         import tempfile
 
-        active = mlflow.active_run().info
+        run = mlflow.active_run()
+        assert run is not None  # checked above
+        active = run.info
         out = probe_png(cfg, run_name or active.run_name or active.run_id)
         out.parent.mkdir(parents=True, exist_ok=True)
         plot_comparison(shown, out, f"linear probe: {cfg['data']['name']} at {size} px")
         with tempfile.TemporaryDirectory() as d:  # the same artifact name in every run
-            mlflow.log_artifact(shutil.copy(out, Path(d) / "probe.png"), "probe")
+            mlflow.log_artifact(str(shutil.copy(out, Path(d) / "probe.png")), "probe")
         print(f"probe chart {out}", flush=True)
     return results
 

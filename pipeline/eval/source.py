@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -82,4 +83,4 @@ def run_config(run_id: str, dst: str | Path, state: dict | None = None) -> dict:
         if state is None:
             raise
         return state["cfg"]
-    return OmegaConf.to_container(OmegaConf.load(local), resolve=True)
+    return cast(dict, OmegaConf.to_container(OmegaConf.load(local), resolve=True))  # config.yaml: a mapping

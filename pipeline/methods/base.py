@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -123,4 +125,4 @@ class Method(nn.Module):
 
     @property
     def backbone(self) -> nn.Module:
-        return unwrap(self.online).backbone
+        return cast(Encoder, unwrap(self.online)).backbone  # every method's online network is an Encoder

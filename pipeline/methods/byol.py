@@ -3,6 +3,8 @@ the other view; no negatives."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
@@ -17,7 +19,7 @@ from pipeline.schedules import Momentum
 
 def head_hidden_dim(encoder: Encoder, head_cfg: dict) -> int:
     """The projector's hidden width as build_encoder resolves it (null: the backbone's feature dim)."""
-    return int(head_cfg.get("hidden_dim") or encoder.backbone.feat_dim)
+    return int(head_cfg.get("hidden_dim") or cast(int, encoder.backbone.feat_dim))  # build_backbone's feat_dim
 
 
 class BYOL(PredictorMethod):

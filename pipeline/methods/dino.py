@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from pipeline import dist
@@ -26,6 +28,7 @@ class DINO(Method):
     are dropped during the first epoch and each parameter's gradient norm is clipped to 3.0 (the paper's code)."""
 
     provides = frozenset({"features"})
+    center: torch.Tensor  # a buffer, registered in __init__
 
     def __init__(self, cfg: dict):
         super().__init__()
@@ -96,7 +99,7 @@ class DINO(Method):
     def before_optimizer_step(self, progress: float) -> dict:
         online = unwrap(self.online)
         if progress <= self.freeze_last_layer + 1e-9:  # the first epoch: the prototypes stay as initialised
-            for p in online.projector.last_layer.parameters():
+            for p in cast(DINOHead, online.projector).last_layer.parameters():
                 p.grad = None
         grads = [p.grad for p in online.parameters() if p.grad is not None]
         if self.clip_grad is None or not grads:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,6 +50,6 @@ class PredictorMethod(Method):
 
     def ema_into(self, target: Encoder, m: float) -> None:
         """target's backbone and projector <- m * target + (1 - m) * online (no predictor in the target)."""
-        online = unwrap(self.online)
+        online = cast(PredictorEncoder, unwrap(self.online))
         ema_update(target.backbone, online.backbone, m)
         ema_update(target.projector, online.projector, m)

@@ -5,6 +5,7 @@ carries `feat_dim` for the heads built on top of it."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,9 @@ _ARCHS = {
 class _NarrowResNet(ResNet):
     """torchvision's ResNet with a configurable base width (64 is the standard)."""
 
+    fc: nn.Module  # torchvision's Linear classifier; build_backbone makes it an Identity
+    feat_dim: int  # set by build_backbone
+
     def __init__(self, block, layers, base_width: int):
         super().__init__(block, layers)
         if base_width == 64:
@@ -35,7 +39,7 @@ class _NarrowResNet(ResNet):
         self.layer2 = self._make_layer(block, base_width * 2, layers[1], stride=2)
         self.layer3 = self._make_layer(block, base_width * 4, layers[2], stride=2)
         self.layer4 = self._make_layer(block, base_width * 8, layers[3], stride=2)
-        self.fc = nn.Linear(base_width * 8 * block.expansion, self.fc.out_features)
+        self.fc = nn.Linear(base_width * 8 * block.expansion, cast(nn.Linear, self.fc).out_features)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -83,6 +87,14 @@ class ViT(VisionTransformer):
         enc = self.encoder
         return enc.ln(enc.layers(enc.dropout(tokens)))[:, 0]
 
+    def fix_sincos_position_embedding(self) -> None:
+        """MoCo v3's position embedding (Chen et al. 2021, §5): the fixed 2-D sine-cosine one, never trained."""
+        g = self.image_size // self.patch_size
+        pos = self.encoder.pos_embedding
+        with torch.no_grad():
+            pos.copy_(sincos_position_embedding(g, pos.shape[-1]).unsqueeze(0).to(pos.dtype))
+        pos.requires_grad_(False)
+
     def freeze_patch_projection(self) -> None:
         """MoCo v3's stability trick (Chen et al. 2021, §5): a random patch projection that is never trained,
         initialised Xavier-uniform over its fan-in and fan-out (3·p·p inputs, D outputs), bias 0."""
@@ -94,6 +106,23 @@ class ViT(VisionTransformer):
         self.conv_proj.requires_grad_(False)
 
 
+def sincos_position_embedding(grid: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The fixed 2-D sine-cosine position embedding of a grid x grid patch grid, class token first: [1 + grid², dim].
+
+    The patch in row r, column c gets [sin(r·ω), cos(r·ω), sin(c·ω), cos(c·ω)] with ω_k = T^(-k/q), k < q = dim/4
+    (each quarter of the dimensions one of the four); the class token's is zeros (MoCo v3)."""
+    if dim % 4:
+        raise ValueError(f"a 2-D sine-cosine embedding needs a width divisible by 4, not {dim}")
+    q = dim // 4
+    omega = temperature ** (-torch.arange(q, dtype=torch.float64) / q)
+    rows, cols = torch.meshgrid(
+        torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij"
+    )
+    r, c = rows.flatten()[:, None] * omega, cols.flatten()[:, None] * omega  # patches row by row, as conv_proj's
+    emb = torch.cat([r.sin(), r.cos(), c.sin(), c.cos()], dim=1)
+    return torch.cat([torch.zeros(1, dim, dtype=torch.float64), emb]).float()
+
+
 def is_vit(name: str) -> bool:
     return name in VITS
 
@@ -103,18 +132,21 @@ def patch_size(model: dict) -> int:
     return int(model.get("patch_size") or VITS[model["backbone"]][0])
 
 
-def build_backbone(model: dict) -> nn.Module:
+def build_backbone(model: dict) -> ViT | _NarrowResNet:
     """The backbone `model` (the config's `model` section) names.
 
     ResNets: `fc = Identity`, so `forward` returns the pooled feature vector; `cifar_stem` swaps the 7x7/2 conv +
     max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard).
     ViTs: `image_size` sizes the position embedding (other sizes are resized to), `patch_size` overrides the
-    architecture's.
+    architecture's, `pos_embedding` is `learned` (DINO's) or `sincos` (MoCo v3's fixed one).
     """
     name = model["backbone"]
     if name in VITS:
-        _, layers, heads, dim, mlp = VITS[name]
-        return ViT(int(model.get("image_size") or 224), patch_size(model), layers, heads, dim, mlp)
+        _, depth, heads, dim, mlp = VITS[name]
+        vit = ViT(int(model.get("image_size") or 224), patch_size(model), depth, heads, dim, mlp)
+        if model.get("pos_embedding", "learned") == "sincos":
+            vit.fix_sincos_position_embedding()
+        return vit
     if name not in _ARCHS:
         raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
     cifar_stem, width = bool(model.get("cifar_stem", False)), int(model.get("width", 64))
@@ -124,6 +156,6 @@ def build_backbone(model: dict) -> nn.Module:
         net.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.maxpool = nn.Identity()
-    net.feat_dim = net.fc.in_features
+    net.feat_dim = cast(nn.Linear, net.fc).in_features
     net.fc = nn.Identity()
     return net

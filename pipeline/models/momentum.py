@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 import torch
 from torch import nn
 
+M = TypeVar("M", bound=nn.Module)
 
-def momentum_copy(module: nn.Module) -> nn.Module:
+
+def momentum_copy(module: M) -> M:
     """A frozen deep copy that only ever changes through `ema_update`."""
     twin = copy.deepcopy(module)
     for p in twin.parameters():
@@ -26,7 +29,8 @@ def ema_update(target: nn.Module, online: nn.Module, m: float) -> None:
     pairs = list(zip(target.parameters(), online.parameters(), strict=True))
     if not pairs:
         return
-    targets, onlines = [t for t, _ in pairs], [o.detach() for _, o in pairs]
+    targets: list[torch.Tensor] = [t for t, _ in pairs]
+    onlines = [o.detach() for _, o in pairs]
     # one multi-tensor kernel per step instead of two small ones per parameter (hundreds on a ResNet-50)
     torch._foreach_mul_(targets, m)
     torch._foreach_add_(targets, onlines, alpha=1.0 - m)
@@ -37,6 +41,9 @@ class Queue(nn.Module):
 
     Every rank enqueues the same all-gathered keys, so the queue is identical on every rank.
     """
+
+    keys: torch.Tensor  # buffers, registered in __init__
+    ptr: torch.Tensor
 
     def __init__(self, size: int, dim: int, seed: int = 0):
         super().__init__()

@@ -24,6 +24,9 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         if n % self.splits:
             raise ValueError(f"batch of {n} does not split into {self.splits} BN groups")
         g = self.splits
+        # running statistics and a momentum: convert_split_bn builds it tracking, with the BN's momentum
+        assert self.running_mean is not None and self.running_var is not None and self.num_batches_tracked is not None
+        assert self.momentum is not None
         # sample i goes to group i % g: a [n/g, g*c] view puts each group's channels side by side
         mean = self.running_mean.repeat(g)
         var = self.running_var.repeat(g)

@@ -18,6 +18,8 @@ Spirograph's (m, b, σ, f_r).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable, Sequence, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,6 +29,14 @@ from pipeline.losses import COCOR_FORMS, cocor_consistency, cocor_target_surroga
 from pipeline.models.mmnn import MonotoneTarget
 from pipeline.plugins.base import Plugin
 from pipeline.schedules import cosine, warmup_cosine
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pipeline.data.reader import Split
+
+    # CoCor's labelled subset, its eval transform (encoded -> (images, kept)) and the batch generator
+    Labelled = tuple[Split, Callable[[Sequence[bytes]], tuple[torch.Tensor, np.ndarray]], torch.Generator]
 
 # Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
 TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 0.60}}
@@ -83,7 +93,7 @@ class CoCor(Plugin):
         if self.mode == "learned":
             self.target = MonotoneTarget(self.n_ops, int(pcfg.get("hidden", 64)), seed=self.seed)
             self.target.fit_constants(self.constants, self.n_ops, seed=self.seed)  # the same on every rank
-        self._labelled = None
+        self._labelled: Labelled | None = None  # loaded on first use
         self._pending: dict | None = None
         self.updates = 0
         self.skipped = 0  # bi-level steps skipped for a non-finite outer loss
@@ -163,6 +173,7 @@ class CoCor(Plugin):
     def _labelled_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._labelled is None:
             self._load_labelled()
+        assert self._labelled is not None  # set by _load_labelled
         split, pre, gen = self._labelled
         idx = torch.randperm(len(split.encoded), generator=gen)[: self.labelled_batch].numpy()
         x, kept = pre([split.encoded[i] for i in idx])
@@ -272,4 +283,4 @@ def _average_grads(params: list[torch.Tensor]) -> None:
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    dist.average_([p.grad for p in params])
+    dist.average_(cast(list[torch.Tensor], [p.grad for p in params]))  # none is None: set above

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import ConfigError, to_yaml
@@ -41,17 +42,24 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
     # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
     # console; plain prints are enough (the driver propagates this variable to the workers).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    from pipeline.train.resources import worker_bundle
+
     tr = cfg["trainer"]
-    resources = {"CPU": tr["cpus_per_worker"]}
-    if tr["use_gpu"]:
-        resources["GPU"] = tr["gpus_per_worker"]
+    # Ray Data hands blocks to whichever worker asks first; keeping their order makes each worker's batches a
+    # function of the seed alone (the same curve on 1 node x 2 workers and 2 nodes x 1), at some throughput
+    ingest = ray.train.DataConfig.default_ingest_options()
+    ingest.preserve_order = bool(cfg["train"].get("deterministic_data"))
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg,
         scaling_config=ray.train.ScalingConfig(
-            num_workers=tr["num_workers"], use_gpu=tr["use_gpu"], resources_per_worker=resources
+            num_workers=tr["num_workers"],
+            use_gpu=tr["use_gpu"],
+            resources_per_worker=worker_bundle(tr),
+            placement_strategy=tr.get("placement_strategy", "PACK"),
         ),
-        run_config=ray.train.RunConfig(
+        # ray.train re-exports Train V2's RunConfig at runtime (it takes logging_config); mypy sees V1's
+        run_config=ray.train.RunConfig(  # type: ignore[call-arg]
             name=cfg["run"]["name"],
             storage_path=tr["storage"],
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
@@ -61,6 +69,7 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
             callbacks=list(callbacks),
         ),
         datasets={"train": train_dataset(cfg["data"]["train"], seed=cfg["seed"])},
+        dataset_config=ray.train.DataConfig(execution_options=ingest),
     )
 
 
@@ -73,8 +82,6 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
     resumes from its last checkpoint into the same MLflow run. Any error after the MLflow run opened ends it
     FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed). As a sweep's `trial`,
     its MLflow run is a child of the sweep's run."""
-    import mlflow
-
     from pipeline import tracking
 
     if "runtime" not in cfg:
@@ -92,25 +99,40 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(cfg)
-        from pipeline.train.resources import check_resources
+        from pipeline.train.resources import check_resources, request_workers
 
-        check_resources(cfg["trainer"], log=_log)  # before any MLflow run: a job that cannot start leaves none
-        if trial is None:
-            run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
-        else:
-            run_id = tracking.start_child(
-                trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
-            )
+        # before any MLflow run: a job that cannot start leaves none
+        asked = check_resources(cfg["trainer"], log=_log)
         try:
-            out = _train_and_log(cfg, run_id, trial)
-        except BaseException as e:
-            if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
-                _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
-            status = tracking.end_failed(e)
-            _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
-            raise
-        mlflow.end_run()
+            out = _run(cfg, name, trial)
+        finally:
+            if asked:  # the autoscaler may remove the job's nodes once they idle
+                request_workers([])
+    return out
+
+
+def _run(cfg: dict, name: str, trial: Trial | None) -> dict:
+    """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
+    import mlflow
+
+    from pipeline import tracking
+
+    if trial is None:
+        run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+    else:
+        run_id = tracking.start_child(
+            trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
+        )
+    try:
+        out = _train_and_log(cfg, run_id, trial)
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
+            _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
+        status = tracking.end_failed(e)
+        _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
+        raise
+    mlflow.end_run()
     return out
 
 
@@ -139,7 +161,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     mlflow.log_metric("train_minutes", minutes)
     log_curves(cfg, run_id)
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
-    out = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
+    out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
         from pipeline.eval.run_probe import compare_with_random
 

@@ -203,7 +203,8 @@ class _Trainer:
         rt = cfg["runtime"]
         self.memory_format = memory_format(cfg["train"], device)
         self.method = build_method(cfg)
-        self.method.to(device, memory_format=self.memory_format)
+        # Module.to takes a device and a memory_format together; torch's overloads type each alone
+        self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
         self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1
@@ -286,6 +287,7 @@ class _Trainer:
 
 
 def train_loop_per_worker(cfg: dict) -> None:
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -329,11 +331,18 @@ def train_loop_per_worker(cfg: dict) -> None:
         if rank == 0:
             print(f"[train] resumed from the checkpoint of epoch {start_epoch}/{epochs} (step {tr.step})", flush=True)
 
+    # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
+    placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
     logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger
 
-        logger = StepLogger(cfg["runtime"]["tracking_uri"], cfg["runtime"]["mlflow_run_id"])
+        logger = StepLogger(
+            cfg["runtime"]["tracking_uri"],
+            cfg["runtime"]["mlflow_run_id"],
+            flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0)),
+        )
+        logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
     shard = ray.train.get_dataset_shard("train")
 

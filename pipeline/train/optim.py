@@ -4,6 +4,7 @@ them live in pipeline/schedules.py."""
 from __future__ import annotations
 
 import inspect
+from typing import cast
 
 import torch
 from torch import nn
@@ -35,7 +36,7 @@ class LARS(torch.optim.Optimizer):
 
     def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
         """One group's parameters that share a device and dtype."""
-        grads = [p.grad for p in params]
+        grads = cast(list[torch.Tensor], [p.grad for p in params])  # step() passes only params with a grad
         if group["lars"]:
             wd = group["weight_decay"]
             d = torch._foreach_add(grads, params, alpha=wd) if wd else grads
@@ -50,7 +51,8 @@ class LARS(torch.optim.Optimizer):
                 d = torch._foreach_mul(grads, trust)
         else:
             d = grads  # plain momentum SGD, no weight decay; p.grad is only read
-        old, new = [], []  # indices of params with and without a momentum buffer
+        old: list[int] = []  # indices of params with and without a momentum buffer
+        new: list[int] = []
         for i, p in enumerate(params):
             (old if "momentum_buffer" in self.state[p] else new).append(i)
         if old:  # buf = momentum * buf + d
@@ -75,7 +77,8 @@ def _by_device_and_dtype(params) -> list[list[torch.Tensor]]:
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weights get weight decay (and LARS adaptation); biases and norm parameters get neither."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from pipeline.config import ConfigError
 
@@ -23,19 +23,25 @@ def cluster_address(trainer: Mapping) -> str | None:
 
 
 def worker_bundle(trainer: Mapping) -> dict[str, float]:
-    """What one Ray Train worker asks for (the same dict build_trainer hands to ScalingConfig)."""
+    """What one Ray Train worker asks for (the dict build_trainer hands to ScalingConfig): CPUs, GPUs when
+    use_gpu, and the custom resources of trainer.worker_resources."""
     bundle = {"CPU": float(trainer["cpus_per_worker"])}
     if trainer["use_gpu"]:
         bundle["GPU"] = float(trainer["gpus_per_worker"])
+    bundle.update({k: float(v) for k, v in (trainer.get("worker_resources") or {}).items()})
     return bundle
 
 
-def workers_that_fit(nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float]) -> int:
-    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node)."""
+def workers_that_fit(
+    nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float], one_per_node: bool = False
+) -> int:
+    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node; at most one
+    a node under STRICT_SPREAD)."""
     total = 0
     for res in nodes:
         per_node = [math.floor(res.get(name, 0.0) / amount + 1e-9) for name, amount in bundle.items() if amount > 0]
-        total += min(per_node) if per_node else 0
+        fit = min(per_node) if per_node else 0
+        total += min(fit, 1) if one_per_node else fit
     return total
 
 
@@ -47,7 +53,7 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def cluster_summary(nodes: list[Mapping[str, float]]) -> str:
+def cluster_summary(nodes: Sequence[Mapping[str, float]]) -> str:
     cpus = sum(n.get("CPU", 0.0) for n in nodes)
     gpus = sum(n.get("GPU", 0.0) for n in nodes)
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {_num(cpus)} CPU, {_num(gpus)} GPU in all"
@@ -59,6 +65,14 @@ def alive_nodes() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
+def request_workers(bundles: list[dict[str, float]]) -> None:
+    """Ask the autoscaler for room for these bundles at once (ray.autoscaler.sdk.request_resources): a floor it
+    scales the cluster up to and keeps until asked again; `[]` withdraws it, so idle nodes can go."""
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=bundles)
+
+
 def check_resources(
     trainer: Mapping,
     nodes: Callable[[], list[dict[str, float]]] = alive_nodes,
@@ -66,18 +80,27 @@ def check_resources(
     log: Callable[[str], None] = print,
     poll_s: float = 10.0,
     trials: int = 1,
-) -> None:
-    """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed; on an
-    autoscaling cluster, wait up to trainer.resource_wait_s for them first. `trials`: a sweep's concurrent
-    Train runs, each with the same workers."""
+    request: Callable[[list[dict[str, float]]], None] = request_workers,
+) -> bool:
+    """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed. On an
+    autoscaling cluster, ask the autoscaler for them (nothing is pending yet that would tell it) and wait up to
+    trainer.resource_wait_s; returns True when it asked, and the caller withdraws the request (`request([])`) when
+    its job ends. `trials`: a sweep's concurrent Train runs, each with the same workers."""
     want, bundle = int(trainer["num_workers"]) * trials, worker_bundle(trainer)
+    spread = trainer.get("placement_strategy") == "STRICT_SPREAD" and trials == 1
+
+    def fits(have: list) -> bool:
+        return workers_that_fit(have, bundle, spread) >= want
+
     asked = f"trainer.num_workers={trainer['num_workers']} x ({describe(bundle)})" + (
         f" for each of sweep.max_concurrent_trials={trials} trials" if trials > 1 else ""
     )
     have = nodes()
-    if workers_that_fit(have, bundle) >= want:
-        return
+    if fits(have):
+        return False
     if trainer.get("autoscale"):
+        request([dict(bundle) for _ in range(want)])
+        log(f"asked the autoscaler for {asked}")
         deadline = time.monotonic() + float(trainer.get("resource_wait_s", 1800))
         last_said = -math.inf
         while time.monotonic() < deadline:
@@ -86,18 +109,24 @@ def check_resources(
                 last_said = time.monotonic()
             sleep(poll_s)
             have = nodes()
-            if workers_that_fit(have, bundle) >= want:
-                return
+            if fits(have):
+                return True
+        request([])
         raise ConfigError(
             f"{asked} still cannot be placed after trainer.resource_wait_s="
             f"{trainer.get('resource_wait_s')}: the cluster has {cluster_summary(have)}"
         )
-    fit = workers_that_fit(have, bundle)
+    fit = workers_that_fit(have, bundle, spread)
     hint = (
         "set trainer.use_gpu=false or fewer trainer.num_workers"
         if bundle.get("GPU")
         else "lower trainer.num_workers or trainer.cpus_per_worker"
     )
+    missing = [k for k in bundle if k not in ("CPU", "GPU") and not any(n.get(k) for n in have)]
+    if missing:
+        hint = f"no node offers {', '.join(missing)}: check trainer.worker_resources against the nodes' resources"
+    elif spread:
+        hint = "STRICT_SPREAD places one worker a node: " + hint
     if trials > 1:
         hint = "lower sweep.max_concurrent_trials, " + hint
     raise ConfigError(

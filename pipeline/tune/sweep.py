@@ -55,7 +55,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
         if found is not None:
             _log(f"resuming sweep {name} (MLflow run {found.info.run_id}, {found.info.status})")
         init_ray(cfg, trials=s["max_concurrent_trials"])
-        _check_room(cfg)
+        asked = _check_room(cfg)
         run_id = tracking.start_or_resume(cfg, name, name, job="tune")
         try:
             out = _run(cfg, argv, dims, run_id)
@@ -63,6 +63,11 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
             status = tracking.end_failed(e)
             _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
             raise
+        finally:
+            if asked:  # the autoscaler may remove the sweep's nodes once they idle
+                from pipeline.train.resources import request_workers
+
+                request_workers([])
         failed = [r for r in out["rows"] if r["status"].startswith("failed")]
         if out.get("interrupted"):
             mlflow.end_run(status="KILLED")
@@ -83,14 +88,14 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
     return out
 
 
-def _check_room(cfg: dict) -> None:
+def _check_room(cfg: dict) -> bool:
     """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
-    cluster was checked against this machine's cores before Ray started: settings._check_local_room)."""
+    cluster was checked against this machine's cores before Ray started: settings._check_local_room). True when
+    it asked an autoscaler for them (the sweep withdraws the request at its end)."""
     from pipeline.train.resources import check_resources, cluster_address
 
     tr = cfg["trainer"]
-    if cluster_address(tr):
-        check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
+    return bool(cluster_address(tr)) and check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
 
 
 def _threads(cfg: dict, dims: list[Dim]) -> int:
@@ -157,7 +162,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
 def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from pipeline.tune.console import Console
@@ -184,6 +189,7 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
                 f"starting it afresh"
             )
             os.rename(path, aside)
+    scheduler: TrialScheduler
     if s["scheduler"] == "asha":
         # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)
         scheduler = ASHAScheduler(
@@ -320,7 +326,7 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     top = report.best(rows, s["mode"])
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
-        mlflow.log_artifact(shutil.copy(plot_path, Path(d) / Path(PLOT).name), "sweep")
+        mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
     counts = {f"trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
     mlflow.log_metrics({**counts, "sweep_minutes": minutes})
     if baseline is not None:

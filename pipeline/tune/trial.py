@@ -37,7 +37,8 @@ class ForwardToTune(TuneReportCallback):
 
     def __init__(self, epochs: int):
         super().__init__()
-        self.epochs, self.last = epochs, {}
+        self.epochs = epochs
+        self.last: dict[str, int | float] = {}  # the numbers of the latest result
 
     def after_report(self, run_context, metrics, checkpoint):
         self.last.update({k: v for k, v in metrics[0].items() if isinstance(v, (int, float))})

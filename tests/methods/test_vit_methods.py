@@ -67,6 +67,26 @@ def test_the_frozen_patch_projection_is_random_uniform_and_never_trained():
     assert float(w.abs().max()) > 0.9 * bound and torch.equal(net.conv_proj.bias, torch.zeros(192))
 
 
+def test_the_sincos_position_embedding_matches_its_formula_and_is_never_trained():
+    from pipeline.models.backbones import sincos_position_embedding
+
+    g, d = 3, 8
+    emb = sincos_position_embedding(g, d)
+    q = d // 4
+    for p in range(g * g):
+        r, c = divmod(p, g)  # conv_proj's patches, row by row
+        for k in range(q):
+            w = 10000.0 ** (-k / q)
+            want = [math.sin(r * w), math.cos(r * w), math.sin(c * w), math.cos(c * w)]
+            got = [float(emb[1 + p, j * q + k]) for j in range(4)]
+            assert got == pytest.approx(want, abs=1e-6)
+    assert torch.equal(emb[0], torch.zeros(d))  # the class token's
+    net = build_backbone({**TINY, "pos_embedding": "sincos"})
+    pos = net.encoder.pos_embedding
+    assert not pos.requires_grad and torch.equal(pos[0], sincos_position_embedding(4, 192))
+    assert build_backbone(TINY).encoder.pos_embedding.requires_grad  # DINO's: learned
+
+
 # ---------------------------------------------------------------------------------------------------------- losses
 
 
@@ -169,8 +189,16 @@ def test_mocov3_follows_the_paper_by_backbone(backbone, tau, layers):
     assert m.temperature == tau and sum(isinstance(x, nn.Linear) for x in proj) == layers
     assert isinstance(proj[-1], nn.BatchNorm1d) and not proj[-1].affine and proj[-2].bias is None
     assert not isinstance(pred[-1], nn.BatchNorm1d) and isinstance(pred[1], nn.BatchNorm1d)
-    if backbone.startswith("vit"):  # the random patch projection
+    if backbone.startswith("vit"):  # the random patch projection, the fixed position embedding
         assert not m.online.backbone.conv_proj.weight.requires_grad
+
+
+def test_the_mocov3_vit_recipe_fixes_the_position_embedding():
+    from pipeline.models.backbones import sincos_position_embedding
+
+    m = build_method(_cfg("+experiment=mocov3_vit", "model.backbone=vit_tiny"))
+    pos = m.online.backbone.encoder.pos_embedding
+    assert not pos.requires_grad and torch.equal(pos[0], sincos_position_embedding(8, 192))  # 32 px, 4-px patches
 
 
 def test_mocov3_step_is_the_symmetrised_loss_and_trains_the_online_network_only():

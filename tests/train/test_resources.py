@@ -30,6 +30,21 @@ def test_worker_bundle_asks_for_gpus_only_with_use_gpu():
     assert worker_bundle(GPU_TRAINER) == {"CPU": 1.0, "GPU": 1.0}
 
 
+def test_worker_bundle_adds_the_custom_resources_and_strict_spread_places_one_a_node():
+    trainer = {**GPU_TRAINER, "use_gpu": False, "worker_resources": {"single": 1}}
+    assert worker_bundle(trainer) == {"CPU": 1.0, "single": 1.0}
+    nodes = [{"CPU": 4.0, "single": 2.0}, {"CPU": 4.0}]
+    assert workers_that_fit(nodes, worker_bundle(trainer)) == 2  # both on the first node
+    assert workers_that_fit(nodes, worker_bundle(trainer), one_per_node=True) == 1
+    check_resources(trainer, nodes=lambda: nodes, sleep=pytest.fail)
+    with pytest.raises(ConfigError, match="room for 1 .*STRICT_SPREAD places one worker a node"):
+        check_resources({**trainer, "placement_strategy": "STRICT_SPREAD"}, nodes=lambda: nodes, sleep=pytest.fail)
+    with pytest.raises(ConfigError, match=r"\(1 CPU \+ 1 single \+ 1 gpu_node\).*room for 0.*no node offers gpu_node"):
+        check_resources(
+            {**trainer, "worker_resources": {"single": 1, "gpu_node": 1}}, nodes=lambda: nodes, sleep=pytest.fail
+        )
+
+
 def test_a_fixed_cluster_too_small_fails_in_one_line_naming_both_sides():
     with pytest.raises(ConfigError) as e:
         check_resources(GPU_TRAINER, nodes=lambda: [{"CPU": 16.0, "GPU": 1.0}], sleep=pytest.fail)
@@ -42,21 +57,35 @@ def test_enough_resources_pass_without_waiting():
     check_resources(GPU_TRAINER, nodes=lambda: [{"CPU": 8.0, "GPU": 2.0}], sleep=pytest.fail)
 
 
-def test_an_autoscaling_cluster_is_waited_for_with_progress():
+def test_an_autoscaling_cluster_is_asked_for_the_workers_then_waited_for_with_progress():
     offers = iter([[{"CPU": 8.0}], [{"CPU": 8.0}], [{"CPU": 8.0}, {"CPU": 8.0, "GPU": 4.0}]])
-    said, slept = [], []
-    check_resources(
+    said, slept, asked = [], [], []
+    assert check_resources(
         {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 60},
         nodes=lambda: next(offers),
         sleep=slept.append,
         log=said.append,
         poll_s=0.01,
+        request=asked.append,
     )
+    # the autoscaler sees no pending work before Train asks: the job asks it for the workers itself
+    assert asked == [[{"CPU": 1.0, "GPU": 1.0}] * 2]
     assert len(slept) == 2
-    assert said and "waiting for the autoscaler" in said[0] and "0 GPU" in said[0]
+    assert "asked the autoscaler for trainer.num_workers=2 x (1 CPU + 1 GPU)" in said[0]
+    assert "waiting for the autoscaler" in said[1] and "0 GPU" in said[1]
 
 
-def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait():
+def test_a_cluster_that_fits_is_neither_asked_nor_waited_for():
+    assert not check_resources(
+        {**GPU_TRAINER, "autoscale": True},
+        nodes=lambda: [{"CPU": 8.0, "GPU": 2.0}],
+        sleep=pytest.fail,
+        request=pytest.fail,
+    )
+
+
+def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait_and_withdraws_the_request():
+    asked = []
     with pytest.raises(ConfigError, match="still cannot be placed"):
         check_resources(
             {**GPU_TRAINER, "autoscale": True, "resource_wait_s": 0.05},
@@ -64,7 +93,9 @@ def test_an_autoscaling_cluster_that_never_grows_fails_after_the_wait():
             sleep=time.sleep,
             log=lambda s: None,
             poll_s=0.01,
+            request=asked.append,
         )
+    assert asked == [[{"CPU": 1.0, "GPU": 1.0}] * 2, []]
 
 
 @pytest.mark.slow

@@ -1,0 +1,172 @@
+"""benchmarks/scale_model.py: each formula against a hand computation, the model sizes against an independently built
+torchvision ResNet-50 with MoCo v2's head, the checkpoint prediction against a file pipeline/checkpoint.py writes,
+the command line, and docs/scale.md against what the defaults generate."""
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "scale_model.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("scale_model", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sm = _load()
+
+
+@pytest.fixture(scope="module")
+def sizes() -> dict:
+    return sm.model_sizes(sm.OVERRIDES)  # ResNet-50 MoCo v2, built once on the CPU
+
+
+# ----------------------------------------------------------------------------- the formulas, by hand
+def test_moco_rate_is_three_quarters_of_the_supervised_rate_at_a_two_forward_backward():
+    # supervised: 1 forward + 1 backward = 3 forwards an image; MoCo v2: 2 forwards + 1 backward = 4 a pair
+    assert sm.moco_rate(2000.0, 2.0) == pytest.approx(1500.0)
+    assert sm.moco_rate(1000.0, 1.0) == pytest.approx(1000.0 * 2 / 3)
+
+
+def test_compute_and_backward_time():
+    assert sm.compute_time(32, 1600.0) == pytest.approx(0.02)
+    assert sm.backward_time(0.02, 2.0) == pytest.approx(0.01)  # 2 of the step's 4 forward-equivalents
+
+
+def test_ring_allreduce_bytes_for_8_gpus_and_1_mb():
+    assert sm.ring_allreduce_bytes(1e6, 8) == pytest.approx(1.75e6)  # 2 * 7 / 8 MB
+    assert sm.ring_allreduce_bytes(1e6, 1) == 0
+
+
+def test_ring_allgather_bytes():
+    assert sm.ring_allgather_bytes(1000, 4) == 3000  # the three other GPUs' chunks
+
+
+def test_link_bandwidth_is_nvlink_within_a_node_and_the_network_past_it():
+    assert sm.link_bandwidth(8, 8, nvlink_bytes_s=200e9, node_bytes_s=50e9) == 200e9
+    assert sm.link_bandwidth(16, 8, nvlink_bytes_s=200e9, node_bytes_s=50e9) == 50e9
+
+
+def test_transfer_and_step_time():
+    assert sm.transfer_time(100e6, 50e9) == pytest.approx(2e-3)
+    assert sm.step_time(0.017, 0.002, 0.003) == pytest.approx(0.022)
+
+
+def test_exposed_allreduce_hides_a_share_capped_at_the_backward():
+    assert sm.exposed_allreduce(0.010, 0.008, 0.5) == pytest.approx(0.005)  # half of 10 ms hidden
+    assert sm.exposed_allreduce(0.010, 0.008, 1.0) == pytest.approx(0.002)  # only 8 ms of backward to hide in
+
+
+@pytest.mark.parametrize("allreduce,gather", [(200e6, 100e6), (200e6, 0.0), (2e9, 0.0)])
+def test_bandwidth_for_budget_gives_the_budgeted_exposed_time(allreduce, gather):
+    t_c, t_b, overlap, budget = 0.02, 0.01, 0.5, 0.1
+    bw = sm.bandwidth_for_budget(allreduce, gather, t_c, t_b, overlap, budget)
+    exposed = sm.exposed_allreduce(allreduce / bw, t_b, overlap) + gather / bw
+    assert exposed == pytest.approx(budget * t_c)
+
+
+def test_steps_per_epoch_as_prepare_counts_them():
+    assert sm.steps_per_epoch(1_281_167, 64, 32) == (1_281_167 // 64) // 32 == 625
+
+
+def test_read_rate_decode_cpus_write_time():
+    assert sm.read_bytes_s(1000.0, 110_000 + 1792) == pytest.approx(111.792e6)
+    assert sm.decode_cpus(1852.5, 51.1) == pytest.approx(36.2524, rel=1e-4)
+    assert sm.write_time(370e6, 500e6) == pytest.approx(0.74)
+    assert sm.lost_work(90.0) == 90.0
+
+
+def test_scenario_at_64_gpus_by_hand(sizes):
+    args = sm.parse([])
+    args.checkpoint_every = 1
+    c = sm.scenario(64, 32, sizes, args)
+    t_c = 32 / (2470 * 3 / 4)
+    node_bytes_s = 400e9 / 8
+    t_ar = 2 * 63 / 64 * sizes["grad_bytes"] / node_bytes_s
+    t_gather = 63 * 32 * (3 * 224 * 224 * 4 + 2 * 128 * 4) / node_bytes_s
+    assert c["t_compute"] == pytest.approx(t_c)
+    assert c["t_step"] == pytest.approx(t_c + t_ar / 2 + t_gather)
+    assert c["cpus_per_gpu"] == pytest.approx(32 / c["t_step"] / 51.1)
+    assert c["node_read_bytes_s"] == pytest.approx(8 * 32 / c["t_step"] * (110e3 + 1792))
+    assert c["epoch_s"] == pytest.approx(625 * c["t_step"])
+
+
+# ----------------------------------------------------------------------------- the model, counted
+def test_parameter_count_matches_torchvision_resnet50_and_a_mocov2_head(sizes):
+    from torchvision.models import resnet50
+
+    backbone = resnet50()
+    backbone.fc = nn.Identity()
+    head = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 128))
+    n_backbone = sum(p.numel() for p in backbone.parameters())
+    n_head = sum(p.numel() for p in head.parameters())
+    assert (sizes["backbone"], sizes["head"]) == (n_backbone, n_head)
+    assert sizes["trainable"] == sizes["momentum"] == n_backbone + n_head
+    assert sizes["grad_bytes"] == 4 * (n_backbone + n_head) and sizes["grad_dtypes"] == ["float32"]
+    assert sizes["queue_shape"] == (65536, 128)
+
+    buffers = sum(b.numel() * b.element_size() for b in backbone.buffers())  # BN running stats, counters
+    params = 4 * (n_backbone + n_head)
+    # online + key encoder (each with BN buffers) + SGD momentum + queue keys + its int64 pointer
+    assert sizes["checkpoint_bytes"] == 3 * params + 2 * buffers + 65536 * 128 * 4 + 8
+
+
+def test_checkpoint_prediction_matches_the_file_checkpoint_save_writes(tmp_path):
+    from pipeline import checkpoint
+    from pipeline.build import build_method
+    from pipeline.config import compose_config
+    from pipeline.train.optim import build_optimizer
+
+    cfg = compose_config(
+        ["method=mocov2", "model.backbone=resnet18", "model.width=8", "method.bn_splits=1", "method.queue_size=256"]
+    )
+    method = build_method(cfg)
+    optimizer = build_optimizer(method.online, cfg["optim"], 0.1)
+    for p in method.online.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # SGD's momentum buffers exist from the first step on, as in every saved checkpoint
+    path = checkpoint.save(tmp_path, method, optimizer, epoch=0, step=1, cfg=cfg)
+
+    predicted = sm.checkpoint_bytes(method)
+    tensors = len(checkpoint.method_state(method)) + len(optimizer.state)
+    overhead = path.stat().st_size - predicted
+    assert 0 < overhead < 1024 * tensors, (path.stat().st_size, predicted, tensors)  # keys, cfg, zip records
+
+
+# ----------------------------------------------------------------------------- the command and the doc
+def test_the_command_writes_a_report_with_its_command_and_the_three_gpu_counts(tmp_path):
+    out = tmp_path / "scale.md"
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = out.read_text()
+    assert f"`python benchmarks/scale_model.py --out {out}`" in text
+    for n in (8, 64, 256):
+        assert f"| {n} GPUs" in text
+    assert "No GPU has run this project yet" in text and "benchmarks/gpu.py" in text
+    assert text == r.stdout
+
+
+def test_docs_scale_md_is_what_the_defaults_generate(sizes):
+    generated = sm.run(["--out", "docs/scale.md"])["text"]
+    hint = "regenerate it: python benchmarks/scale_model.py --out docs/scale.md"
+    assert (ROOT / "docs" / "scale.md").read_text() == generated, hint
+
+
+def test_every_number_is_finite(sizes):
+    result = sm.run([])
+    for c in result["weak"] + result["fixed"]:
+        for key, value in c.items():
+            if isinstance(value, float):
+                assert math.isfinite(value) and value >= 0, key
