@@ -99,7 +99,7 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(cfg)
-        from pipeline.train.resources import check_resources, request_workers
+        from pipeline.train.resources import check_resources, withdraw_request
 
         # before any MLflow run: a job that cannot start leaves none
         asked = check_resources(cfg["trainer"], log=_log)
@@ -107,7 +107,7 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
             out = _run(cfg, name, trial)
         finally:
             if asked:  # the autoscaler may remove the job's nodes once they idle
-                request_workers([])
+                withdraw_request(_log)
     return out
 
 

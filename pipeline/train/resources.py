@@ -73,6 +73,18 @@ def request_workers(bundles: list[dict[str, float]]) -> None:
     request_resources(bundles=bundles)
 
 
+def withdraw_request(log: Callable[[str], None] = print) -> None:
+    """The end of a job that asked the autoscaler for its workers: withdraw the request. Never raises (it runs as
+    the job ends, perhaps on its way out with an error of its own); a request left in place keeps nodes up."""
+    try:
+        request_workers([])
+    except Exception as e:
+        log(
+            f"could not withdraw the request for workers from the autoscaler ({type(e).__name__}: {e}); its nodes "
+            f"stay up until it is asked again"
+        )
+
+
 def check_resources(
     trainer: Mapping,
     nodes: Callable[[], list[dict[str, float]]] = alive_nodes,

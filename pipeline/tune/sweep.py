@@ -65,9 +65,9 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
             raise
         finally:
             if asked:  # the autoscaler may remove the sweep's nodes once they idle
-                from pipeline.train.resources import request_workers
+                from pipeline.train.resources import withdraw_request
 
-                request_workers([])
+                withdraw_request(_log)
         failed = [r for r in out["rows"] if r["status"].startswith("failed")]
         if out.get("interrupted"):
             mlflow.end_run(status="KILLED")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import ConfigError
-from pipeline.train.resources import check_resources, worker_bundle, workers_that_fit
+from pipeline.train import resources
+from pipeline.train.resources import check_resources, withdraw_request, worker_bundle, workers_that_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TRAINER = {"num_workers": 2, "use_gpu": True, "cpus_per_worker": 1, "gpus_per_worker": 1}
@@ -128,3 +129,13 @@ def test_gpu_workers_on_a_machine_without_them_fail_fast_without_an_mlflow_run(t
 
         with sqlite3.connect(db) as c:
             assert c.execute("select count(*) from runs").fetchone()[0] == 0
+
+
+def test_withdrawing_the_request_never_raises_and_says_what_is_left(monkeypatch):
+    def gone(bundles):
+        raise ConnectionError("the cluster is gone")
+
+    monkeypatch.setattr(resources, "request_workers", gone)
+    said = []
+    withdraw_request(said.append)
+    assert len(said) == 1 and "ConnectionError: the cluster is gone" in said[0] and "stay up" in said[0]
