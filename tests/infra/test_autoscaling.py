@@ -44,6 +44,7 @@ def test_a_job_bigger_than_the_head_makes_the_autoscaler_add_nodes_and_remove_th
                 f"trainer.worker_resources={{{worker_type}:1}}",
                 "trainer.autoscale=true",
                 "trainer.resource_wait_s=240",
+                "eval.probe.after_pretrain=false",
             ],
             cwd=tmp_path,
             env=c.job_env(),

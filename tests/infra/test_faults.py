@@ -18,9 +18,10 @@ from sim_cluster import TINY, SimCluster
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
-EPOCHS, STEPS_PER_EPOCH = 3, 16  # 256 samples in batches of 16; a checkpoint every epoch
+EPOCHS, STEPS_PER_EPOCH = 3, 8  # 128 samples in batches of 16; a checkpoint every epoch
 FAULTY = [
     *TINY,
+    "data.generate.n_train=128",
     "train.batch_size=16",
     f"train.epochs={EPOCHS}",
     "train.checkpoint_every=1",
@@ -109,7 +110,7 @@ def _node_of_rank(c: SimCluster, run, rank: int) -> str:
 
 def test_a_worker_process_killed_mid_epoch(cluster, tmp_path):
     job = _job(cluster, tmp_path, "killed_worker")
-    run, seen = _wait_for_step(tmp_path, "killed_worker", STEPS_PER_EPOCH + 4, job)
+    run, seen = _wait_for_step(tmp_path, "killed_worker", STEPS_PER_EPOCH + 3, job)
     node = _node_of_rank(cluster, run, 1)
     (worker,) = cluster.processes(node, "RayTrainWorker")
     os.kill(worker, signal.SIGKILL)
@@ -120,7 +121,7 @@ def test_a_worker_process_killed_mid_epoch(cluster, tmp_path):
 
 def test_a_worker_node_removed_mid_epoch(cluster, tmp_path):
     job = _job(cluster, tmp_path, "lost_node")
-    run, seen = _wait_for_step(tmp_path, "lost_node", STEPS_PER_EPOCH + 4, job)
+    run, seen = _wait_for_step(tmp_path, "lost_node", STEPS_PER_EPOCH + 3, job)
     lost = _node_of_rank(cluster, run, 1)
     cluster.remove_node(lost)
     try:
@@ -136,7 +137,7 @@ def test_a_worker_node_removed_mid_epoch(cluster, tmp_path):
 
 def test_the_driver_killed_then_the_job_run_again(cluster, tmp_path):
     job = _job(cluster, tmp_path, "killed_driver")
-    _, seen = _wait_for_step(tmp_path, "killed_driver", STEPS_PER_EPOCH + 4, job)
+    _, seen = _wait_for_step(tmp_path, "killed_driver", STEPS_PER_EPOCH + 3, job)
     job.send_signal(signal.SIGKILL)
     job.wait(timeout=60)
     assert _runs(tmp_path, "killed_driver")[0].info.status == "RUNNING"  # killed outright: nobody closed it

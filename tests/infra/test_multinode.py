@@ -106,6 +106,12 @@ def test_a_sweeps_two_concurrent_trials_train_on_two_nodes(cluster, tmp_path):
             "trainer.torch_threads=1",
             "sweep.max_concurrent_trials=2",
             "gallery.at_pretrain=false",
+            "data.generate.n_train=256",
+            "data.generate.n_val=128",
+            "data.generate.maxcount=128",
+            "eval.knn.bank_size=256",
+            "eval.knn.val_size=128",
+            "eval.probe.steps=10",
         ],
         cwd=tmp_path,
         env=cluster.job_env(),
@@ -126,39 +132,34 @@ def test_a_sweeps_two_concurrent_trials_train_on_two_nodes(cluster, tmp_path):
 
 
 def test_the_cluster_refuses_a_driver_and_a_dashboard_call_without_its_token(cluster, tmp_path):
-    code = f"import ray; ray.init(address={cluster.address!r}); print('joined', len(ray.nodes()))"
     env = cluster.job_env(HOME=str(tmp_path))  # no ~/.ray/auth_token there either
-    for auth in ({"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_TOKEN": "0" * 64}):
-        bad = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"} | auth
-        r = subprocess.run([sys.executable, "-c", code], env=bad, capture_output=True, text=True, timeout=120)
-        assert r.returncode != 0 and "joined" not in r.stdout, r.stdout
-        assert "AuthenticationError" in r.stderr or "InvalidAuthToken" in r.stderr, r.stderr[-2000:]
-    # the dashboard's job API: refused without the token, answered with it
+    no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"}
+    code = f"import ray; ray.init(address={cluster.address!r}); print('joined', len(ray.nodes()))"
+    submit = [str(Path(sys.executable).with_name("ray")), "job", "submit", "--address", cluster.dashboard]
+    # at once (each is a Python start and a refused handshake): drivers without a token and with a wrong one, and
+    # `ray job submit` without the token
+    tries = {
+        "no token": ([sys.executable, "-c", code], no_token | {"RAY_AUTH_MODE": "disabled"}),
+        "wrong token": ([sys.executable, "-c", code], no_token | {"RAY_AUTH_TOKEN": "0" * 64}),
+        "job submit": ([*submit, "--", "echo", "ran"], no_token | {"RAY_AUTH_MODE": "disabled"}),
+    }
+    procs = {
+        name: subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, (cmd, e) in tries.items()
+    }
+    done = {name: (p.communicate(timeout=120), p.returncode) for name, p in procs.items()}
+    for name in ("no token", "wrong token"):
+        (out, err), rc = done[name]
+        assert rc != 0 and "joined" not in out, (name, out)
+        assert "AuthenticationError" in err or "InvalidAuthToken" in err, (name, err[-2000:])
+    (out, _), rc = done["job submit"]
+    assert rc != 0 and "ran" not in out.splitlines(), out[-2000:]
+    # the dashboard's job API: refused without the token, answered with it, and no job was made above
     url = f"{cluster.dashboard}/api/jobs/"
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(url, timeout=30)
     assert refused.value.code in (401, 403)
     token = cluster.token_path.read_text().strip()
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    assert isinstance(json.loads(urllib.request.urlopen(req, timeout=30).read()), list)
-    # ray job submit without the token: refused by the dashboard, and no job was made
-    no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"} | {"RAY_AUTH_MODE": "disabled"}
-    r = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ray")),
-            "job",
-            "submit",
-            "--address",
-            cluster.dashboard,
-            "--",
-            "echo",
-            "ran",
-        ],
-        env=no_token,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode != 0 and "ran" not in r.stdout.splitlines(), r.stdout[-2000:]
     jobs = json.loads(urllib.request.urlopen(req, timeout=30).read())
     assert [j for j in jobs if j["type"] == "SUBMISSION"] == []  # the drivers of the tests above are listed too
