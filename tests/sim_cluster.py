@@ -37,8 +37,16 @@ TINY = [
     "tracking.log_every=1",
     "gallery.at_pretrain=false",
 ]
+ROOT = Path(__file__).resolve().parents[1]
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def store(root: Path):
+    """The MLflow store of the jobs run with paths.root=<root> (their default sqlite file)."""
+    import mlflow
+
+    return mlflow.MlflowClient(f"sqlite:///{root / 'runs' / 'mlflow.db'}")
 
 
 def free_port() -> int:
@@ -176,6 +184,19 @@ class SimCluster:
         """A job's environment joining this cluster: the auth mode and the token's file (the address goes in
         trainer.address or RAY_ADDRESS)."""
         return {**self.base_env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path), **extra}
+
+    def job(self, script: str, root: Path, *overrides: str) -> subprocess.Popen:
+        """`python jobs/<script> paths.root=<root> trainer.address=<this cluster> <overrides>` from `root`, as a
+        user's shell would run it; its stdout and stderr in one pipe."""
+        cmd = [sys.executable, str(ROOT / "jobs" / script), f"paths.root={root}", f"trainer.address={self.address}"]
+        return subprocess.Popen(
+            [*cmd, *overrides],
+            cwd=root,
+            env=self.job_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def _autoscaling_head(self, config: dict) -> tuple[list[str], dict]:
         """The head's extra arguments and environment for the fake multi-node provider (autoscaler v2): the head

@@ -96,7 +96,7 @@ def check_resources(
 ) -> bool:
     """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed. On an
     autoscaling cluster, ask the autoscaler for them (nothing is pending yet that would tell it) and wait up to
-    trainer.resource_wait_s; returns True when it asked, and the caller withdraws the request (`request([])`) when
+    trainer.resource_wait_s; returns True when it asked, and the caller withdraws the request (withdraw_request) when
     its job ends. `trials`: a sweep's concurrent Train runs, each with the same workers."""
     want, bundle = int(trainer["num_workers"]) * trials, worker_bundle(trainer)
     spread = trainer.get("placement_strategy") == "STRICT_SPREAD" and trials == 1

@@ -3,15 +3,13 @@ driven by a cluster config made from infra/aws.yaml's node types. A pretraining 
 head holds makes the autoscaler add nodes, trains on them, and once it ends the idle nodes are removed: each step
 read from the autoscaler's own state (autoscaler v2's cluster status)."""
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sim_cluster import TINY, SimCluster, fake_autoscaling_config
+from sim_cluster import TINY, SimCluster, fake_autoscaling_config, store
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -32,25 +30,16 @@ def test_a_job_bigger_than_the_head_makes_the_autoscaler_add_nodes_and_remove_th
     c = SimCluster(head_cpus=2, autoscaling=config)
     try:
         assert _nodes_of(c.status(), worker_type) == 0  # the launcher's min_workers: 0
-        job = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "jobs" / "pretrain.py"),
-                f"paths.root={tmp_path}",
-                f"trainer.address={c.address}",
-                *TINY,
-                "trainer.num_workers=2",
-                "trainer.torch_threads=1",
-                f"trainer.worker_resources={{{worker_type}:1}}",
-                "trainer.autoscale=true",
-                "trainer.resource_wait_s=240",
-                "eval.probe.after_pretrain=false",
-            ],
-            cwd=tmp_path,
-            env=c.job_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        job = c.job(
+            "pretrain.py",
+            tmp_path,
+            *TINY,
+            "trainer.num_workers=2",
+            "trainer.torch_threads=1",
+            f"trainer.worker_resources={{{worker_type}:1}}",
+            "trainer.autoscale=true",
+            "trainer.resource_wait_s=240",
+            "eval.probe.after_pretrain=false",
         )
         most = 0
         while job.poll() is None and time.monotonic() - t0 < 420:
@@ -61,9 +50,7 @@ def test_a_job_bigger_than_the_head_makes_the_autoscaler_add_nodes_and_remove_th
         assert f"asked the autoscaler for trainer.num_workers=2 x (1 CPU + 1 {worker_type})" in out
         assert most == 2  # one node per worker: each offers one unit of its type's resource
 
-        import mlflow
-
-        client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+        client = store(tmp_path)
         (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
         assert run.info.status == "FINISHED"
         placed = run.data.tags["worker_nodes"].split(",")

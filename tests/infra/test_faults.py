@@ -7,15 +7,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from sim_cluster import TINY, SimCluster
+from sim_cluster import TINY, SimCluster, store
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 EPOCHS, STEPS_PER_EPOCH = 3, 8  # 128 samples in batches of 16; a checkpoint every epoch
@@ -47,25 +45,11 @@ def cluster():
 
 
 def _job(c: SimCluster, root: Path, name: str) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={root}", f"trainer.address={c.address}"]
-    return subprocess.Popen(
-        [*cmd, *FAULTY, f"run.name={name}"],
-        cwd=root,
-        env=c.job_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _client(root: Path):
-    import mlflow
-
-    return mlflow.MlflowClient(f"sqlite:///{root / 'runs' / 'mlflow.db'}")
+    return c.job("pretrain.py", root, *FAULTY, f"run.name={name}")
 
 
 def _runs(root: Path, name: str) -> list:
-    client = _client(root)
+    client = store(root)
     exp = client.get_experiment_by_name("augssl")
     return client.search_runs([exp.experiment_id], f"attributes.run_name = '{name}'") if exp else []
 
@@ -77,7 +61,7 @@ def _wait_for_step(root: Path, name: str, step: int, job: subprocess.Popen, time
         assert job.poll() is None, job.communicate()[0][-4000:]
         runs = _runs(root, name)
         if runs:
-            history = _client(root).get_metric_history(runs[0].info.run_id, "loss")
+            history = store(root).get_metric_history(runs[0].info.run_id, "loss")
             if history and max(m.step for m in history) >= step:
                 return runs[0], max(m.step for m in history)
         time.sleep(0.5)
@@ -89,7 +73,7 @@ def _finished_with_nothing_lost(root: Path, name: str, out: str, seen: int) -> i
     logged before the fault) or a later one; returns the steps redone."""
     runs = _runs(root, name)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]
-    steps = [m.step for m in _client(root).get_metric_history(runs[0].info.run_id, "loss")]
+    steps = [m.step for m in store(root).get_metric_history(runs[0].info.run_id, "loss")]
     assert sorted(set(steps)) == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))  # every step trained and logged
     # one resume (Ray may echo the worker's line more than once)
     resumed = sorted({int(s) for s in re.findall(r"resumed from the checkpoint of epoch \d+/\d+ \(step (\d+)\)", out)})

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim_cluster import TINY, SimCluster
+from sim_cluster import TINY, SimCluster, store
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
@@ -32,30 +31,15 @@ def cluster():
         c.shutdown()
 
 
-def _pretrain(c: SimCluster, root: Path, *overrides: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "jobs" / "pretrain.py"),
-            f"paths.root={root}",
-            f"trainer.address={c.address}",
-            *TINY,
-            *overrides,
-        ],
-        cwd=root,
-        env=c.job_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, f"pretrain failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r
+def _pretrain(c: SimCluster, root: Path, *overrides: str) -> str:
+    job = c.job("pretrain.py", root, *TINY, *overrides)
+    out = job.communicate(timeout=600)[0]
+    assert job.returncode == 0, f"pretrain failed ({job.returncode}):\n{out[-6000:]}"
+    return out
 
 
 def _run(root: Path, name: str):
-    import mlflow
-
-    client = mlflow.MlflowClient(f"sqlite:///{root / 'runs' / 'mlflow.db'}")
+    client = store(root)
     exp = client.get_experiment_by_name("augssl")
     runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{name}'")
     assert len(runs) == 1, [r.info.run_name for r in runs]
@@ -89,40 +73,30 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     # the cluster's token reached neither the jobs' output nor what their runs logged
     token = cluster.token_path.read_text().strip()
     for job in jobs:
-        assert token not in job.stdout + job.stderr
+        assert token not in job
     for run in (one, two):
         assert not any(token in str(v) for v in [*run.data.params.values(), *run.data.tags.values()])
 
 
 def test_a_sweeps_two_concurrent_trials_train_on_two_nodes(cluster, tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "jobs" / "tune.py"),
-            "+sweep=smoke",
-            f"paths.root={tmp_path}",
-            f"trainer.address={cluster.address}",
-            "trainer.worker_resources={single:1}",
-            "trainer.torch_threads=1",
-            "sweep.max_concurrent_trials=2",
-            "gallery.at_pretrain=false",
-            "data.generate.n_train=256",
-            "data.generate.n_val=128",
-            "data.generate.maxcount=128",
-            "eval.knn.bank_size=256",
-            "eval.knn.val_size=128",
-            "eval.probe.steps=10",
-        ],
-        cwd=tmp_path,
-        env=cluster.job_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    sweep = cluster.job(
+        "tune.py",
+        tmp_path,
+        "+sweep=smoke",
+        "trainer.worker_resources={single:1}",
+        "trainer.torch_threads=1",
+        "sweep.max_concurrent_trials=2",
+        "gallery.at_pretrain=false",
+        "data.generate.n_train=256",
+        "data.generate.n_val=128",
+        "data.generate.maxcount=128",
+        "eval.knn.bank_size=256",
+        "eval.knn.val_size=128",
+        "eval.probe.steps=10",
     )
-    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    import mlflow
-
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    out = sweep.communicate(timeout=600)[0]
+    assert sweep.returncode == 0, out[-6000:]
+    client = store(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     trials = [t for t in runs if t.data.tags.get("job") == "tune-trial"]
     assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials)
