@@ -52,6 +52,30 @@ def ui_command(store_uri: str, port: int) -> list[str]:
     return [str(mlflow), "ui", "--backend-store-uri", store_uri, "--port", str(port)]
 
 
+# ---------------------------------------------------------------- metric names
+
+
+def metric_name(key: str) -> str:
+    """A metric the training loop reports (to Ray Train, and Tune) as the run logs it in MLflow: the kNN monitor
+    under knn/, the rest under train/, so the UI's charts and search group them as every job names them."""
+    if key == "time_knn_s":
+        return "knn/time_s"
+    if key.startswith("knn_"):
+        return "knn/" + key[len("knn_") :]
+    return "train/" + key
+
+
+def report_name(name: str) -> str:
+    """The name Tune's sweeps know a run's MLflow metric by (sweep.metric=knn_r2, probe_pretrained_r2_m, ...):
+    metric_name's inverse, and the probe's probe/<backbone>_<score> as probe_<backbone>_<score>."""
+    group, _, rest = name.partition("/")
+    if group == "knn":
+        return "time_knn_s" if rest == "time_s" else "knn_" + rest
+    if group == "probe":
+        return rest if rest.startswith("invariance_") else "probe_" + rest
+    return rest if group == "train" else name
+
+
 # ---------------------------------------------------------------- dataset inputs
 
 

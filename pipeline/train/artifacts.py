@@ -58,8 +58,8 @@ def report_finished(cfg: dict, run) -> dict:
     where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
     print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
     print(f"  run page    {run_link(tracking.tracking_uri(cfg), run_id)}", flush=True)
-    if "train_minutes" in run.data.metrics:
-        print(f"  trained in  {run.data.metrics['train_minutes']:.1f} min", flush=True)
+    if "train/minutes" in run.data.metrics:
+        print(f"  trained in  {run.data.metrics['train/minutes']:.1f} min", flush=True)
     if probe:
         shown = {k: v for k, v in probe.items() if k != "invariance"}
         solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")

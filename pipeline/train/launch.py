@@ -160,7 +160,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
-    mlflow.log_metric("train_minutes", minutes)
+    mlflow.log_metric("train/minutes", minutes)
     log_curves(cfg, run_id)
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}

@@ -22,6 +22,7 @@ from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
+from pipeline.mlflow_ui import metric_name
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
@@ -392,7 +393,7 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
                 now = time.monotonic()
                 out["images_per_s"] = steps_since_log * tr.local_bs * world / (now - t_log)
                 t_log, steps_since_log = now, 0
-                logger.log(out, tr.step)
+                logger.log({metric_name(k): v for k, v in out.items()}, tr.step)
                 if bar:
                     bar.set_description(f"{_bar_text(epoch, epochs, label)} loss {out['loss']:.3f}")
                 if verbose:
@@ -421,7 +422,8 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
             metrics["time_knn_s"] = time.monotonic() - t_knn
         if logger:
             shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-            logger.log(shown, tr.step)
+            # the step axis is optimisation steps; the epoch is a metric of its own (1-based: epochs done)
+            logger.log({"train/epoch": epoch + 1, **{metric_name(k): v for k, v in shown.items()}}, tr.step)
             logger.flush()
             if verbose or not label:
                 print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)
