@@ -237,4 +237,4 @@ def test_knn_job_and_the_sgd_probe_on_a_checkpoint(tmp_path):
     assert "SGD, MoCo's protocol, on features extracted by Ray Data" in probe.stdout
     assert len(list((tmp_path / "runs" / "features").glob("*/meta.json"))) == 4  # the kNN's features, reused
     runs = client.search_runs([run.info.experiment_id], filter_string="tags.job = 'linear_probe'")
-    assert runs[0].data.tags["probe_solver"] == "sgd" and "probe_pretrained_top1" in runs[0].data.metrics
+    assert runs[0].data.tags["probe_solver"] == "sgd" and "probe/pretrained_top1" in runs[0].data.metrics
