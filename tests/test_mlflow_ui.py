@@ -128,3 +128,24 @@ def test_make_mlflow_ui_prints_its_command_and_a_link_per_experiment(store, tmp_
     db = (tmp_path / "runs" / "mlflow.db").resolve()
     assert lines[0].endswith(f"mlflow ui --backend-store-uri sqlite:///{db} --port 5001")
     assert lines[1:] == [f"  augssl: http://127.0.0.1:5001/#/experiments/{exp_id}?workflowType=machine_learning"]
+
+
+def test_metric_names_group_by_job_and_tune_reads_them_back_under_its_own():
+    reported = ["loss", "epoch_loss", "knn_r2", "knn_r2_m", "time_knn_s", "cocor_target_l2", "minutes"]
+    logged = [mlflow_ui.metric_name(k) for k in reported]
+    assert logged == [
+        "train/loss",
+        "train/epoch_loss",
+        "knn/r2",
+        "knn/r2_m",
+        "knn/time_s",
+        "train/cocor_target_l2",
+        "train/minutes",
+    ]
+    assert [mlflow_ui.report_name(k) for k in logged] == reported
+    probe = ["probe/pretrained_r2_m", "probe/invariance_alpha_reference", "system/cpu_utilization_percentage"]
+    assert [mlflow_ui.report_name(k) for k in probe] == [
+        "probe_pretrained_r2_m",
+        "invariance_alpha_reference",
+        "system/cpu_utilization_percentage",
+    ]
