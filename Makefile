@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast venv clean cluster cluster-stop image
+.PHONY: demo test test-fast venv clean cluster cluster-stop image mlflow-ui
 
 venv: $(STAMP)
 
@@ -30,6 +30,12 @@ test: $(STAMP)
 # The fast default while developing: end-to-end runs deselected.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# The MLflow UI on this project's store (runs/mlflow.db): prints the command it runs and a link per experiment
+# that opens the model-training view (docs/tracking.md). MLFLOW_PORT=5001 for another port.
+MLFLOW_PORT ?= 5000
+mlflow-ui: $(STAMP)
+	$(PY) -m pipeline.mlflow_ui --runs runs --port $(MLFLOW_PORT)
 
 # A local Ray head whose jobs run in .venv; prints the exports to paste. cluster-stop stops that head alone.
 cluster: $(STAMP)

@@ -24,7 +24,7 @@ to docs/performance.md with the command, the device, the torch version and the d
     project >= 0.97x bare; CO2 <= 1.02x its baseline's step time, CLSA (single strong crop) <= 1.32x, InvCLR <= 2x
     its SimCLR baseline.
 (c) End to end (--e2e): `jobs/pretrain.py` in a subprocess on a generated ImageFolder of 500x375 JPEGs sharded with
-    `jobs/make_shards.py`, MoCo v2 with (b)'s settings; epoch_images_per_s of its last epoch (from its MLflow
+    `jobs/make_shards.py`, MoCo v2 with (b)'s settings; train/epoch_images_per_s of its last epoch (from its MLflow
     store) against (b)'s project MoCo v2 step fed pre-made tensors.
 
 Both loops of a row compute the same thing: same networks (widths from the composed config), same views (random
@@ -984,7 +984,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
 
 # ============================================================================= (c) end to end
 def measure_e2e(s: dict, device, workdir: Path) -> dict:
-    """jobs/pretrain.py (MoCo v2, (b)'s settings) on generated JPEG shards; the last epoch's epoch_images_per_s."""
+    """jobs/pretrain.py (MoCo v2, (b)'s settings) on generated JPEG shards; its last train/epoch_images_per_s."""
     import mlflow
 
     data = make_imagefolder_shards(workdir / "e2e_data", s["e2e_images"], max(s["batch"], 16), s["classes"])
@@ -1026,7 +1026,7 @@ def measure_e2e(s: dict, device, workdir: Path) -> dict:
     client = mlflow.MlflowClient(uri)
     exp = client.get_experiment_by_name("augssl")
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.runName = '{name}'")
-    history = sorted(client.get_metric_history(runs[0].info.run_id, "epoch_images_per_s"), key=lambda m: m.step)
+    history = sorted(client.get_metric_history(runs[0].info.run_id, "train/epoch_images_per_s"), key=lambda m: m.step)
     return {
         "per_epoch": [m.value for m in history],
         "images_s": history[-1].value,

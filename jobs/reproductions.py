@@ -368,7 +368,7 @@ def finished_run(cfg: dict) -> dict | None:
     return {
         "run_id": found.info.run_id,
         "probe": probe,
-        "minutes": found.data.metrics.get("train_minutes", float("nan")),
+        "minutes": found.data.metrics.get("train/minutes", float("nan")),
     }
 
 

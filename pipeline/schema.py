@@ -144,6 +144,7 @@ class Tracking(_Section):
     experiment: Str()
     log_every: Int(1)
     flush_every_s: Num(ge=0) = 5.0
+    system_metrics: Bool() = True
 
 
 class Model(_Section):

@@ -81,12 +81,17 @@ def start_child(parent_run_id: str, run_key: str, run_name: str, job: str, tags:
 
 
 def _open(exp_id: str, found: Run | None, tags: dict[str, str], run_name: str) -> str:
+    from pipeline.mlflow_ui import NOTE_TAG, command_line, mark_model_training
+
+    mark_model_training(exp_id)  # the UI's model-training view, not its GenAI overview
     if found:
         run_id = found.info.run_id
         if "error" in found.data.tags:  # an earlier attempt's; its traceback stays under errors/
             MlflowClient().delete_tag(run_id, "error")
         mlflow.start_run(run_id=run_id)
         return run_id
+    # the run page's Description starts as the command that made the run (pretraining says more)
+    tags = {NOTE_TAG: f"{tags['job']}: `{command_line()}`", **tags}
     return mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags).info.run_id
 
 

@@ -118,6 +118,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
         ("augment.joint.crop.beta=0", "augment.joint.crop.beta=0: null with augment=spirograph"),
         ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
+        ("tracking.system_metrics=sometimes", "tracking.system_metrics=sometimes: expected true or false"),
     ],
 )
 def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle):

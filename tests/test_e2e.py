@@ -53,7 +53,8 @@ def mlflow_runs(root: Path):
     return client, client.search_runs([exp.experiment_id])
 
 
-def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
+def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "2")  # MLflow's own knob; 10 s by default
     r = pretrain(
         tmp_path,
         "trainer.num_workers=2",
@@ -77,13 +78,13 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     assert run.info.status == "FINISHED"
     p = run.data.params
     assert p["method.name"] == "mocov2" and p["trainer.num_workers"] == "2" and p["augment.kind"] == "views"
-    loss = client.get_metric_history(run.info.run_id, "loss")
+    loss = client.get_metric_history(run.info.run_id, "train/loss")
     assert len(loss) >= 3 and all(m.value == m.value for m in loss)  # per-step, finite
-    assert len(client.get_metric_history(run.info.run_id, "lr")) == len(loss)
-    assert len(client.get_metric_history(run.info.run_id, "images_per_s")) == len(loss)
-    knn = client.get_metric_history(run.info.run_id, "knn_r2")
+    assert len(client.get_metric_history(run.info.run_id, "train/lr")) == len(loss)
+    assert len(client.get_metric_history(run.info.run_id, "train/images_per_s")) == len(loss)
+    knn = client.get_metric_history(run.info.run_id, "knn/r2")
     assert len(knn) == 2  # one per epoch
-    assert {"probe_pretrained_r2_m", "probe_random_r2_m"} <= set(run.data.metrics)
+    assert {"probe/pretrained_r2_m", "probe/random_r2_m"} <= set(run.data.metrics)
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "checkpoint", "probe", "gallery"} <= arts
     assert run.info.artifact_uri.startswith((tmp_path / "runs" / "mlartifacts").as_uri())  # not ./mlruns
@@ -93,6 +94,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     # through the client: mlflow.set_tracking_uri would export MLFLOW_TRACKING_URI to later subprocesses
     models = client.search_logged_models(experiment_ids=[run.info.experiment_id])
     assert any(m.name == "backbone" and m.source_run_id == run.info.run_id for m in models)
+    _check_the_ui_view(client, run, r.stdout)
     # the two workers ran one DDP group and the views came from DALI
     assert "[train] 2 worker(s)" in r.stdout + r.stderr
     assert "DALI on cpu" in r.stdout + r.stderr
@@ -128,6 +130,29 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path):
     assert len(runs) == 1 and runs[0].info.end_time == run.info.end_time
 
 
+def _check_the_ui_view(client, run, stdout: str) -> None:
+    """What the MLflow UI shows of a finished pretraining run (docs/tracking.md)."""
+    rid, exp_id = run.info.run_id, run.info.experiment_id
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    link = f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs/{rid}?workflowType=machine_learning"
+    assert f"run page   {link}" in stdout and "browse it: make mlflow-ui" in stdout
+    inputs = {d.tags[0].value: d.dataset for d in client.get_run(rid).inputs.dataset_inputs}
+    assert sorted(inputs) == ["training", "validation"] and inputs["training"].name.endswith("/train")
+    assert '"num_samples": 512' in inputs["training"].profile and '"num_samples": 128' in inputs["validation"].profile
+    assert len(inputs["training"].digest) == 16 and inputs["training"].digest != inputs["validation"].digest
+    assert "system/cpu_utilization_percentage" in run.data.metrics  # sampled on the training node
+    note = run.data.tags["mlflow.note.content"]
+    assert "jobs/pretrain.py" in note and "**method** mocov2, plug-ins: none" in note and "/train (512 samples" in note
+    assert "**Results**" in note and "| pretrained |" in note and "knn/r2" in note
+    # params under their config paths; metrics grouped by job, the epoch a metric of its own on the step axis
+    groups = {k.split(".")[0] for k in run.data.params if "." in k}
+    assert {"method", "augment", "data", "train", "trainer", "optim", "model"} <= groups
+    assert {k for k in run.data.params if "." not in k} == {"seed", "verbose"}
+    assert {k.split("/")[0] for k in run.data.metrics} == {"train", "knn", "probe", "system"}
+    epochs = sorted(client.get_metric_history(rid, "train/epoch"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in epochs] == [(8, 1.0), (16, 2.0)]  # 512 samples / batch 64 = 8 steps an epoch
+
+
 def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     marker = tmp_path / "failed-once"
     args = [
@@ -145,7 +170,7 @@ def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     # the worker's error, recorded on the run: one line in a tag, the traceback's tail as a text artifact
     assert "RuntimeError: injected failure at epoch 1" in runs[0].data.tags["error"]
     assert [a.path.endswith("-failed.txt") for a in client.list_artifacts(run_id, "errors")] == [True]
-    steps_first = [m.step for m in client.get_metric_history(runs[0].info.run_id, "epoch_loss")]
+    steps_first = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/epoch_loss")]
     assert len(steps_first) == 1
     # the same command again: resumes after the first epoch, into the same MLflow run
     second = pretrain(tmp_path, *args)
@@ -153,7 +178,7 @@ def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
     client, runs = mlflow_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].info.run_id == run_id
     assert "error" not in runs[0].data.tags
-    epochs = client.get_metric_history(runs[0].info.run_id, "epoch_loss")
+    epochs = client.get_metric_history(runs[0].info.run_id, "train/epoch_loss")
     assert len(epochs) == 3 and len({m.step for m in epochs}) == 3
 
 
@@ -286,9 +311,9 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     r = pretrain(tmp_path, *data, "method=simclr", "train.epochs=1", "train.batch_size=29", "eval.knn.k=5")
     client, runs = mlflow_runs(tmp_path)
     run = runs[0]
-    assert run.data.metrics["skipped_images"] == 1.0
-    assert 0.0 <= run.data.metrics["knn_top1"] <= 1.0
-    assert "probe_pretrained_top1" in run.data.metrics
+    assert run.data.metrics["train/skipped_images"] == 1.0
+    assert 0.0 <= run.data.metrics["knn/top1"] <= 1.0
+    assert "probe/pretrained_top1" in run.data.metrics
     assert "skipped 1 undecodable images" in r.stdout + r.stderr
 
     # probe by run id with no data= on the command line: the run's data, model and image size, into a child run
@@ -311,7 +336,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert "top1" in probe.stdout
     client, runs = mlflow_runs(tmp_path)
     (child,) = [c for c in runs if c.data.tags.get("mlflow.parentRunId") == run.info.run_id]
-    assert child.info.status == "FINISHED" and "probe_pretrained_top1" in child.data.metrics
+    assert child.info.status == "FINISHED" and "probe/pretrained_top1" in child.data.metrics
     from omegaconf import OmegaConf
 
     from pipeline.augment.view_maker import eval_settings
@@ -391,7 +416,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert "[cocor] labelled subset: 3 samples" in r.stdout + r.stderr
     assert "views by GpuExecutor on cpu" in r.stdout + r.stderr
     client, runs = mlflow_runs(tmp_path / "supcon")
-    outer = client.get_metric_history(runs[0].info.run_id, "cocor_outer_loss")
+    outer = client.get_metric_history(runs[0].info.run_id, "train/cocor_outer_loss")
     assert outer and all(0 < m.value < 10 for m in outer)  # cross-entropy over 3 classes
 
 
@@ -411,7 +436,7 @@ def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
     client, runs = mlflow_runs(tmp_path / "invclr")
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.params["plugin.invclr.lam"] == "0.01"
-    pen = client.get_metric_history(run.info.run_id, "invclr_penalty")
+    pen = client.get_metric_history(run.info.run_id, "train/invclr_penalty")
     assert pen and all(m.value > 0 and m.value == m.value for m in pen)
     assert "[train] 2 worker(s)" in r.stdout + r.stderr
     # CLSA: the strong view (pool ops, Equalize as a DALI python_function) made by DALI inside the worker
@@ -425,7 +450,7 @@ def test_plugins_through_ray_invclr_on_two_workers_and_clsa_with_dali(tmp_path):
         "method.queue_size=256",
     )
     client, runs = mlflow_runs(tmp_path / "clsa")
-    ddm = client.get_metric_history(runs[0].info.run_id, "clsa_ddm")
+    ddm = client.get_metric_history(runs[0].info.run_id, "train/clsa_ddm")
     assert ddm and all(m.value > 0 for m in ddm)
     assert "DALI on cpu" in r.stdout + r.stderr
 
@@ -452,7 +477,7 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
     assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
     assert "[cocor] labelled subset: 8 samples" in r.stdout + r.stderr  # 1 % of 512, floored at 8 for regression
     hist = {
-        k: client.get_metric_history(run.info.run_id, k)
+        k: client.get_metric_history(run.info.run_id, f"train/{k}")
         for k in ("cocor_target_l1", "cocor_target_l3", "cocor_sim_l2", "cocor_outer_loss", "cocor_target_lr")
     }
     assert all(hist.values()), {k: len(v) for k, v in hist.items()}
@@ -473,7 +498,7 @@ def test_cocor_learned_targets_on_two_workers_and_simsiam_on_one(tmp_path):
         "tracking.log_every=2",
     )
     client, runs = mlflow_runs(tmp_path / "simsiam")
-    targets = client.get_metric_history(runs[0].info.run_id, "cocor_target_l2")
+    targets = client.get_metric_history(runs[0].info.run_id, "train/cocor_target_l2")
     assert targets and all(abs(m.value - 0.70) < 1e-6 for m in targets)  # SimSiam's Table 9 constant
 
 
@@ -496,9 +521,9 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
     run = runs[0]
     assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
     assert run.data.params["model.backbone"] == "vit_tiny" and run.data.params["method.kind"] == "dino"
-    temps = client.get_metric_history(run.info.run_id, "teacher_temperature")
+    temps = client.get_metric_history(run.info.run_id, "train/teacher_temperature")
     assert temps and all(0.04 <= m.value <= 0.07 for m in temps)
-    assert "probe_pretrained_r2" in run.data.metrics  # the probe loaded the ViT backbone from the checkpoint
+    assert "probe/pretrained_r2" in run.data.metrics  # the probe loaded the ViT backbone from the checkpoint
     pretrain(
         tmp_path / "mocov3",
         "+experiment=mocov3_vit",
@@ -512,4 +537,4 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
     client, runs = mlflow_runs(tmp_path / "mocov3")
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.params["augment.joint.crop.beta"] == "0"
-    assert run.data.params["optim.name"] == "adamw" and client.get_metric_history(run.info.run_id, "pos_sim")
+    assert run.data.params["optim.name"] == "adamw" and client.get_metric_history(run.info.run_id, "train/pos_sim")

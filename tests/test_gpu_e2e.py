@@ -22,7 +22,7 @@ def _finished_on_gpu(root: Path, stdout: str):
     client, runs = mlflow_runs(root)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     run = runs[0]
-    loss = client.get_metric_history(run.info.run_id, "loss")
+    loss = client.get_metric_history(run.info.run_id, "train/loss")
     assert loss and all(m.value == m.value for m in loss)
     assert "on cuda" in stdout  # the worker's own line: device, executor, precision
     return client, run
@@ -85,7 +85,7 @@ def test_resnet50_on_jpeg_shards_on_one_gpu(tmp_path, executor):
         "eval.knn.k=5",
     )
     client, run = _finished_on_gpu(tmp_path, r.stdout + r.stderr)
-    assert run.data.metrics["epoch_images_per_s"] > 0
-    assert "probe_pretrained_top1" in run.data.metrics
+    assert run.data.metrics["train/epoch_images_per_s"] > 0
+    assert "probe/pretrained_top1" in run.data.metrics
     cfg = run.data.params
     assert cfg["model.backbone"] == "resnet50" and cfg["data.image_size"] == "224"

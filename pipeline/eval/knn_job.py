@@ -65,10 +65,7 @@ def run(cfg: dict) -> dict:
             f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
             flush=True,
         )
-        results = {
-            label: {k[len(label) + 1 :]: v for k, v in m.items() if k.startswith(f"{label}_knn")}
-            for label in ("pretrained", "random")
-        }
+        results = {label: _logged(m, label) for label in ("pretrained", "random")}
         print(_table({k: v for k, v in results.items() if v}), flush=True)
         return results
     import mlflow
@@ -140,7 +137,9 @@ def _all(cfg: dict, src, data: dict) -> dict:
         )
         results[label] = res
         speed = metas["train"]["images_per_s"]
-        mlflow.log_metrics({**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_extract_images_per_s": speed})
+        # knn/<backbone>_top1 (or _r2...): the kNN monitor's knn/ group, one name per backbone
+        logged = {f"knn/{label}_{k.removeprefix('knn_')}": v for k, v in res.items()}
+        mlflow.log_metrics({**logged, f"knn/{label}_extract_images_per_s": speed})
         print(
             f"[knn] {label}: {', '.join(f'{k} {v:.4f}' for k, v in res.items())} (bank {metas['train']['n']}, "
             f"queries {metas['val']['n']}; features at {speed:.0f} images/s on {metas['train']['actors']} "
@@ -154,3 +153,13 @@ def _table(results: dict[str, dict[str, float]]) -> str:
     from pipeline.eval.downstream import results_table
 
     return results_table(results, list(dict.fromkeys(k for r in results.values() for k in r)))
+
+
+def _logged(metrics: dict[str, float], label: str) -> dict[str, float]:
+    """A backbone's results as run() returns them ({"knn_top1": ...}), read back from its run's metrics."""
+    prefix = f"knn/{label}_"
+    return {
+        "knn_" + k[len(prefix) :]: v
+        for k, v in metrics.items()
+        if k.startswith(prefix) and not k.endswith("extract_images_per_s")
+    }

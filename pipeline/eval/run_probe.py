@@ -3,9 +3,9 @@
 Optional, both off by default (docs/methods/invclr.md §1.3, §4.2, §4.4):
 * eval.feature_averaging.m > 0: the probe is also trained and tested on feature-averaged representations
   z^(m) (Eq. 14, m transformed copies through the training transformations, train and test splits, both
-  backbones); reported beside the single-sample probe as "<backbone>, FA m=<m>" (metrics probe_<backbone>_fa_*).
+  backbones); reported beside the single-sample probe as "<backbone>, FA m=<m>" (metrics probe/<backbone>_fa_*).
 * eval.invariance.enabled: conditional variance V (Eq. 7) and the test MSE of a linear regression of alpha
-  from z, with its reference Mean_i Var(alpha_i), for both backbones (metrics invariance_*).
+  from z, with its reference Mean_i Var(alpha_i), for both backbones (metrics probe/invariance_*).
 """
 
 from __future__ import annotations
@@ -59,15 +59,17 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
 
 
 def probe_results(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
-    """compare_with_random's results read back from a run's metrics (probe_<backbone>_<metric>,
-    invariance_*); {} when the run was never probed."""
+    """compare_with_random's results read back from a run's metrics (probe/<backbone>_<metric>,
+    probe/invariance_*); {} when the run was never probed."""
     out: dict[str, dict[str, float]] = {}
     kinds = ("pretrained_fa", "random_fa", "pretrained", "random")
     for key, value in sorted(metrics.items()):
-        if key.startswith("invariance_"):
-            out.setdefault("invariance", {})[key] = value
-        elif key.startswith("probe_"):
-            rest = key[len("probe_") :]
+        group, _, rest = key.partition("/")
+        if group != "probe":
+            continue
+        if rest.startswith("invariance_"):
+            out.setdefault("invariance", {})[rest] = value
+        else:
             kind = next((k for k in kinds if rest.startswith(k + "_")), None)
             if kind:
                 out.setdefault(kind, {})[rest[len(kind) + 1 :]] = value
@@ -279,8 +281,8 @@ def compare_with_random(
     `baseline=False` probes the pretrained backbone alone (a sweep's trials: the sweep probes the random twin once).
 
     Returns {"pretrained": ..., "random": ...}; with eval.feature_averaging.m > 0 also "pretrained_fa" and
-    "random_fa" (metrics probe_<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
-    keyed by the logged metric names (invariance_<backbone>_conditional_variance, ..._alpha_mse,
+    "random_fa" (metrics probe/<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
+    keyed by the logged metric names less probe/ (invariance_<backbone>_conditional_variance, ..._alpha_mse,
     invariance_alpha_reference)."""
     import mlflow
 
@@ -320,13 +322,13 @@ def compare_with_random(
     if mlflow.active_run():
         for name, res in results.items():
             if name != "invariance":
-                mlflow.log_metrics({f"probe_{name}_{k}": v for k, v in res.items()})
+                mlflow.log_metrics({f"probe/{name}_{k}": v for k, v in res.items()})
         mlflow.set_tag("probe_solver", solver)
         if m > 0:
-            mlflow.log_metric("probe_fa_m", m)
+            mlflow.log_metric("probe/fa_m", m)
         mlflow.log_text(table, "probe/table.txt")
         if inv_on:
-            mlflow.log_metrics(results["invariance"])
+            mlflow.log_metrics({f"probe/{k}": v for k, v in results["invariance"].items()})
             mlflow.log_text(inv_table, "probe/invariance.txt")
         import shutil
         import tempfile

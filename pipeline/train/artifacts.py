@@ -28,12 +28,24 @@ def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> Non
             print(f"  {what:<{width}}  {where}", flush=True)
     uri = cfg["runtime"]["tracking_uri"]
     if uri.startswith("sqlite:"):
-        print(f"  browse it: .venv/bin/mlflow ui --backend-store-uri {uri} --port 5000", flush=True)
+        print(f"  browse it: make mlflow-ui (.venv/bin/mlflow ui --backend-store-uri {uri} --port 5000)", flush=True)
+    print(f"  run page   {run_link(uri, run_id)}", flush=True)
+
+
+def run_link(tracking_uri: str, run_id: str) -> str:
+    """The run's page in the UI's model-training view."""
+    import mlflow
+
+    from pipeline.mlflow_ui import link, ui_base
+
+    exp_id = mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id
+    return link(ui_base(tracking_uri), exp_id, run_id)
 
 
 def report_finished(cfg: dict, run) -> dict:
     """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
     never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
+    from pipeline import tracking
     from pipeline.eval.run_probe import format_table, probe_results
 
     name, run_id = cfg["run"]["name"], run.info.run_id
@@ -45,8 +57,9 @@ def report_finished(cfg: dict, run) -> dict:
     _log(f"run {name} finished before (MLflow run {run_id}, {when}): nothing to train; its results:")
     where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
     print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
-    if "train_minutes" in run.data.metrics:
-        print(f"  trained in  {run.data.metrics['train_minutes']:.1f} min", flush=True)
+    print(f"  run page    {run_link(tracking.tracking_uri(cfg), run_id)}", flush=True)
+    if "train/minutes" in run.data.metrics:
+        print(f"  trained in  {run.data.metrics['train/minutes']:.1f} min", flush=True)
     if probe:
         shown = {k: v for k, v in probe.items() if k != "invariance"}
         solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")

@@ -140,7 +140,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
     import mlflow
 
-    from pipeline import tracking
+    from pipeline import mlflow_ui, tracking
 
     cfg["runtime"].update(
         mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg), trial=trial.label if trial else None
@@ -149,6 +149,8 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(tracking.flatten({k: v for k, v in cfg.items() if k != "runtime"}))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
+        datasets = mlflow_ui.log_datasets(cfg)
+        mlflow_ui.set_description(run_id, mlflow_ui.describe_pretrain(cfg, datasets, trial.label if trial else None))
         if cfg["gallery"]["at_pretrain"] and trial is None:
             log_gallery(cfg)
 
@@ -158,7 +160,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
-    mlflow.log_metric("train_minutes", minutes)
+    mlflow.log_metric("train/minutes", minutes)
     log_curves(cfg, run_id)
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
@@ -166,6 +168,8 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
         from pipeline.eval.run_probe import compare_with_random
 
         out["probe"] = compare_with_random(cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=trial is None)
+    metrics = mlflow.get_run(run_id).data.metrics
+    mlflow_ui.append_description(run_id, mlflow_ui.describe_results(metrics, out["probe"], minutes))
     if trial is None:
         print_summary(cfg, run_id, ckpt_dir, minutes)
     return out

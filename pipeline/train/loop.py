@@ -22,6 +22,7 @@ from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
+from pipeline.mlflow_ui import metric_name
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
@@ -300,7 +301,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
     tr = _Trainer(cfg, rank, world, device)
-    epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
+    epochs = cfg["train"]["epochs"]
     verbose = bool(cfg.get("verbose"))
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
         for name in ("ray.train", "ray.data", *_file_named_loggers()):
@@ -333,6 +334,7 @@ def train_loop_per_worker(cfg: dict) -> None:
 
     # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
     placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
+    monitor = _system_metrics(cfg, ctx, placed)
     logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger
@@ -345,7 +347,30 @@ def train_loop_per_worker(cfg: dict) -> None:
         logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
     shard = ray.train.get_dataset_shard("train")
+    try:
+        _epochs(cfg, tr, shard, start_epoch, logger, knn, label)
+    finally:
+        if monitor:
+            monitor.finish()
 
+
+def _system_metrics(cfg: dict, ctx, placed: list[str]):
+    """System metrics where the training runs: from local rank 0 of each training node (the driver may sit on a
+    CPU-only head). A run on several nodes names each node in the metrics (system/node<k>/...); a resumed run
+    continues its steps."""
+    if ctx.get_local_rank() != 0:
+        return None
+    from pipeline.mlflow_ui import start_system_metrics
+
+    node_id = f"node{ctx.get_node_rank()}" if len(set(placed)) > 1 else None
+    return start_system_metrics(cfg, node_id, resume=True)
+
+
+def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label: str) -> None:
+    """The epochs from `start_epoch` on: train, log (rank 0), report and checkpoint."""
+    rank, world = tr.rank, tr.world
+    epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
+    verbose = bool(cfg.get("verbose"))
     for epoch in range(start_epoch, epochs):
         _maybe_fail(cfg, epoch)
         tr.method.train()
@@ -368,7 +393,7 @@ def train_loop_per_worker(cfg: dict) -> None:
                 now = time.monotonic()
                 out["images_per_s"] = steps_since_log * tr.local_bs * world / (now - t_log)
                 t_log, steps_since_log = now, 0
-                logger.log(out, tr.step)
+                logger.log({metric_name(k): v for k, v in out.items()}, tr.step)
                 if bar:
                     bar.set_description(f"{_bar_text(epoch, epochs, label)} loss {out['loss']:.3f}")
                 if verbose:
@@ -397,7 +422,8 @@ def train_loop_per_worker(cfg: dict) -> None:
             metrics["time_knn_s"] = time.monotonic() - t_knn
         if logger:
             shown = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-            logger.log(shown, tr.step)
+            # the step axis is optimisation steps; the epoch is a metric of its own (1-based: epochs done)
+            logger.log({"train/epoch": epoch + 1, **{metric_name(k): v for k, v in shown.items()}}, tr.step)
             logger.flush()
             if verbose or not label:
                 print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)

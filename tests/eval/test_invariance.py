@@ -255,10 +255,10 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     logged = client.get_run(run_id).data.metrics
-    assert logged["probe_pretrained_fa_r2_m"] == pytest.approx(results["pretrained_fa"]["r2_m"])
-    assert logged["probe_random_fa_mse"] == pytest.approx(results["random_fa"]["mse"])
-    assert logged["probe_pretrained_r2_m"] == pytest.approx(results["pretrained"]["r2_m"])
-    assert logged["probe_fa_m"] == 4
+    assert logged["probe/pretrained_fa_r2_m"] == pytest.approx(results["pretrained_fa"]["r2_m"])
+    assert logged["probe/random_fa_mse"] == pytest.approx(results["random_fa"]["mse"])
+    assert logged["probe/pretrained_r2_m"] == pytest.approx(results["pretrained"]["r2_m"])
+    assert logged["probe/fa_m"] == 4
     for name in (
         "invariance_pretrained_conditional_variance",
         "invariance_pretrained_alpha_mse",
@@ -266,7 +266,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
         "invariance_random_alpha_mse",
         "invariance_alpha_reference",
     ):
-        assert logged[name] == pytest.approx(inv[name])
+        assert logged[f"probe/{name}"] == pytest.approx(inv[name])
     arts = {a.path for a in client.list_artifacts(run_id, "probe")}
     assert {"probe/probe.png", "probe/table.txt", "probe/invariance.txt"} <= arts
     assert client.get_run(run_id).info.artifact_uri.replace("file://", "").startswith(str(tmp_path))

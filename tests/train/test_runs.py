@@ -96,7 +96,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
     # the same command again resumes the run and finishes it; the probe logs into it
     def logged_probe(cfg, ckpt, run_name=None, baseline=True):
         results = {"pretrained": {"r2_m": 0.5, "mse_m": 0.2}, "random": {"r2_m": 0.1, "mse_m": 0.4}}
-        mlflow.log_metrics({f"probe_{k}_{m}": v for k, r in results.items() for m, v in r.items()})
+        mlflow.log_metrics({f"probe/{k}_{m}": v for k, r in results.items() for m, v in r.items()})
         return results
 
     monkeypatch.setattr(launch, "log_checkpoint", lambda checkpoint, cfg, model=True: store / "ckpt")
@@ -151,7 +151,7 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
         probed.append((sorted(ckpt) if isinstance(ckpt, dict) else ckpt, run_name, mlflow.active_run().info.run_id))
         if len(probed) == 1:
             raise MemoryError("probe out of memory")
-        mlflow.log_metrics({"probe_pretrained_r2_m": 0.5, "probe_random_r2_m": 0.1})
+        mlflow.log_metrics({"probe/pretrained_r2_m": 0.5, "probe/random_r2_m": 0.1})
         return {"pretrained": {"r2_m": 0.5}, "random": {"r2_m": 0.1}}
 
     monkeypatch.setattr(run_probe, "compare_with_random", logged_probe)
@@ -304,7 +304,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     (child,) = [r for r in runs if r.info.run_id != run_id]
     assert child.data.tags["mlflow.parentRunId"] == run_id and child.info.status == "FINISHED"
     assert child.data.params["image_size"] == "24" and child.data.params["data.val"] == str(store / "spiro24" / "val")
-    assert "probe_pretrained_r2_m" in child.data.metrics
+    assert "probe/pretrained_r2_m" in child.data.metrics
     assert client.get_run(run_id).info.status == "FINISHED"  # the parent is left as it was
     assert not list((store / "work").rglob("*")) and not list((store / "tmp").rglob(ck.STATE_FILE))
     assert (store / "runs" / "probe" / f"{child.info.run_name}.png").exists()

@@ -69,19 +69,21 @@ def test_curve_panels_group_what_was_logged():
     from pipeline.train.curves import panels
 
     keys = [
-        "loss",
-        "lr",
-        "cocor_consistency",
-        "cocor_target_l1",
-        "cocor_sim_l1",
-        "cocor_target_l3",
-        "knn_r2_m",
-        "cocor_outer_loss",
+        "train/loss",
+        "train/lr",
+        "train/cocor_consistency",
+        "train/cocor_target_l1",
+        "train/cocor_sim_l1",
+        "train/cocor_target_l3",
+        "knn/r2_m",
+        "knn/time_s",
+        "train/cocor_outer_loss",
+        "system/cpu_utilization_percentage",
     ]
     p = panels(keys)
     assert list(p.values()) == [
-        ["loss", "cocor_consistency"],
-        ["knn_r2_m"],
-        ["cocor_sim_l1", "cocor_target_l1", "cocor_target_l3"],
+        ["train/loss", "train/cocor_consistency"],
+        ["knn/r2_m"],
+        ["train/cocor_sim_l1", "train/cocor_target_l1", "train/cocor_target_l3"],
     ]
-    assert panels(["lr"]) == {}
+    assert panels(["train/lr"]) == {}

@@ -373,12 +373,12 @@ def test_asha_stops_the_trial_that_is_worse_at_its_first_rung(smoke):
     children = sorted((c for c in runs if c.data.tags.get("mlflow.parentRunId")), key=lambda c: c.info.run_name)
     assert [c.info.run_name for c in children] == ["00000 temperature=0.2", "00001 temperature=10"]
     first, second = children
-    knn = [client.get_metric_history(c.info.run_id, "knn_r2")[-1].value for c in children]
+    knn = [client.get_metric_history(c.info.run_id, "knn/r2")[-1].value for c in children]
     # ASHA's rule with two trials and reduction factor 2: the second to reach the rung continues only if it is
     # at least as good as the first there
     assert knn[1] < knn[0], knn
-    assert first.info.status == "FINISHED" and "probe_pretrained_mse" in first.data.metrics
-    assert second.info.status == "KILLED" and "probe_pretrained_mse" not in second.data.metrics
+    assert first.info.status == "FINISHED" and "probe/pretrained_mse" in first.data.metrics
+    assert second.info.status == "KILLED" and "probe/pretrained_mse" not in second.data.metrics
     assert second.data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
     out = r.stdout
     assert "[tune] trial 00001 stopped early by the scheduler after epoch 1/2" in out
@@ -408,10 +408,12 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
     done = next(c for c in runs if c.info.run_name.startswith("00000"))
     assert done.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert done.data.params["method.temperature"] == "0.2" and done.data.tags["job"] == "tune-trial"
-    assert m["best_probe_pretrained_mse"] == done.data.metrics["probe_pretrained_mse"]
+    assert m["best_probe_pretrained_mse"] == done.data.metrics["probe/pretrained_mse"]
     child_arts = {a.path for a in client.list_artifacts(done.info.run_id)}
     assert {"config.yaml", "checkpoint", "curves", "probe"} <= child_arts and "gallery" not in child_arts
-    assert len(client.get_metric_history(done.info.run_id, "epoch_loss")) == 2  # its own curves, one point an epoch
+    assert (
+        len(client.get_metric_history(done.info.run_id, "train/epoch_loss")) == 2
+    )  # its own curves, one point an epoch
     name = parent.info.run_name
     assert (root / "runs" / "sweep" / f"{name}.png").stat().st_size > 10_000
     table = (root / "runs" / "sweep" / f"{name}.md").read_text()
@@ -481,11 +483,11 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
     # its Train run went on from the checkpoint of its first epoch
     log1 = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*/*_00001.log")).read_text()
     assert "resuming run" in log1
-    assert [m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")] == sorted(
-        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn_r2")}
+    assert [m.step for m in client.get_metric_history(trial1.info.run_id, "knn/r2")] == sorted(
+        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn/r2")}
     )
-    assert len(client.get_metric_history(trial1.info.run_id, "knn_r2")) == 2
-    assert not math.isnan(trial1.data.metrics["probe_pretrained_mse"])
+    assert len(client.get_metric_history(trial1.info.run_id, "knn/r2")) == 2
+    assert not math.isnan(trial1.data.metrics["probe/pretrained_mse"])
 
 
 def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypatch):

@@ -1,0 +1,258 @@
+"""What a user sees of this project in the MLflow UI: experiments tagged as model training, links that open the
+model-training view, the run's data as dataset inputs, its description, and system metrics from the nodes
+that train. `python -m pipeline.mlflow_ui` (behind `make mlflow-ui`) starts the UI on the project's store.
+
+MLflow 3.17's UI opens an experiment on its GenAI overview unless the URL after the hash route carries
+`?workflowType=machine_learning` (or the browser remembers the toggle): every link printed here carries it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # the run page's Description
+VIEW = "workflowType=machine_learning"
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
+# ---------------------------------------------------------------- experiment kind and links
+
+
+def mark_model_training(exp_id: str) -> None:
+    """Tag the experiment as model training, unless it carries a kind already (one a user picked stays)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    if KIND_TAG not in client.get_experiment(exp_id).tags:
+        client.set_experiment_tag(exp_id, KIND_TAG, MODEL_TRAINING)
+
+
+def ui_base(tracking_uri: str, port: int = 5000) -> str:
+    """Where the UI of `tracking_uri` is: a tracking server serves its own; a local store's is `mlflow ui`'s."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/")
+    return f"http://127.0.0.1:{port}"
+
+
+def link(base: str, exp_id: str, run_id: str | None = None) -> str:
+    """The UI's page of an experiment (its runs) or of one run, in the model-training view."""
+    route = f"#/experiments/{exp_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{base}/{route}?{VIEW}"
+
+
+def ui_command(store_uri: str, port: int) -> list[str]:
+    mlflow = Path(sys.executable).with_name("mlflow")
+    return [str(mlflow), "ui", "--backend-store-uri", store_uri, "--port", str(port)]
+
+
+# ---------------------------------------------------------------- metric names
+
+
+def metric_name(key: str) -> str:
+    """A metric the training loop reports (to Ray Train, and Tune) as the run logs it in MLflow: the kNN monitor
+    under knn/, the rest under train/, so the UI's charts and search group them as every job names them."""
+    if key == "time_knn_s":
+        return "knn/time_s"
+    if key.startswith("knn_"):
+        return "knn/" + key[len("knn_") :]
+    return "train/" + key
+
+
+def report_name(name: str) -> str:
+    """The name Tune's sweeps know a run's MLflow metric by (sweep.metric=knn_r2, probe_pretrained_r2_m, ...):
+    metric_name's inverse, and the probe's probe/<backbone>_<score> as probe_<backbone>_<score>."""
+    group, _, rest = name.partition("/")
+    if group == "knn":
+        return "time_knn_s" if rest == "time_s" else "knn_" + rest
+    if group == "probe":
+        return rest if rest.startswith("invariance_") else "probe_" + rest
+    return rest if group == "train" else name
+
+
+# ---------------------------------------------------------------- dataset inputs
+
+
+def split_digest(manifest: dict) -> str:
+    """A split's fingerprint: sha256 of its manifest (shard names and sizes, sample count, source)."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+def _split_name(location: str) -> str:
+    """`<dataset folder>/<split folder>`, e.g. spirograph-270a7256/train: what the runs table shows."""
+    parts = location.split("?")[0].rstrip("/").split("/")
+    return "/".join(parts[-2:])
+
+
+def _source_uri(location: str) -> str:
+    return location if "://" in location else Path(location).resolve().as_uri()
+
+
+def split_dataset(location: str, manifest: dict, num_samples: int | None = None):
+    """A shard folder as an MLflow dataset: metadata only (the shards stay where they are), its digest the
+    manifest's, its profile the sample and shard counts."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    digest = split_digest(manifest)
+    profile = {
+        "num_samples": int(num_samples if num_samples is not None else manifest["num_samples"]),
+        "num_shards": len(manifest.get("shards", [])),
+        "manifest_sha256": digest,
+    }
+
+    class ShardSplit(MetaDataset):
+        @property
+        def profile(self) -> Any:
+            return profile
+
+        def to_dict(self) -> dict[str, str]:
+            return {**super().to_dict(), "profile": json.dumps(profile)}
+
+    with warnings.catch_warnings():  # MLflow registers its local source twice and says so for every file:// URI
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(_source_uri(location))
+    return ShardSplit(source, name=_split_name(location), digest=digest[:16])
+
+
+def log_datasets(cfg: dict) -> list:
+    """Log the config's train and validation splits as the active run's dataset inputs; returns the datasets.
+    Data without a readable manifest is left out (the job itself says so if it needs it)."""
+    import mlflow
+
+    from pipeline.data.shards import read_manifest
+
+    datasets: list = []
+    contexts: list[str | None] = []
+    for split, context in (("train", "training"), ("val", "validation")):
+        location = (cfg.get("data") or {}).get(split)
+        if not location:
+            continue
+        try:
+            manifest, _ = read_manifest(location)
+        except (OSError, ValueError):
+            continue
+        n = cfg.get("runtime", {}).get("num_train_samples") if split == "train" else None
+        datasets.append(split_dataset(str(location), manifest, n))
+        contexts.append(context)
+    if datasets:
+        mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=[None] * len(datasets))
+    return datasets
+
+
+# ---------------------------------------------------------------- description
+
+
+def command_line() -> str:
+    return "python " + shlex.join(sys.argv)
+
+
+def describe_pretrain(cfg: dict, datasets: list, trial: str | None = None) -> str:
+    """The run page's description of a pretraining run as it starts: the command, what trains on what, where
+    its pictures are. Markdown."""
+    m, t, tr = cfg["method"], cfg["train"], cfg["trainer"]
+    plugins = ", ".join(cfg.get("plugin") or {}) or "none"
+    model = cfg["model"]
+    lines = [
+        f"Pretraining{f' (sweep trial {trial})' if trial else ''}: `{command_line()}`",
+        "",
+        f"- **method** {m['name']}, plug-ins: {plugins}; recipe {cfg['augment']['name']}",
+        f"- **model** {model['backbone']} (width {model.get('width')}); {t['epochs']} epochs, batch {t['batch_size']}"
+        f" on {tr['num_workers']} worker(s){' with GPUs' if tr.get('use_gpu') else ''}",
+        f"- **data** {cfg['data']['name']}: "
+        + "; ".join(f"{d.name} ({d.profile['num_samples']} samples, digest {d.digest})" for d in datasets),
+        "- **pictures** `gallery/` the views with their parameters, `curves/` loss and kNN, `probe/` the linear"
+        " probe against a random-init backbone; `config.yaml` the whole config",
+    ]
+    return "\n".join(lines)
+
+
+def describe_results(metrics: dict[str, float], probe: dict | None, minutes: float) -> str:
+    """The headline results, appended to the description when the run ends."""
+    lines = ["", "**Results**", "", f"- trained in {minutes:.1f} min"]
+    knn = {k: v for k, v in metrics.items() if k.startswith("knn/")}
+    if knn:
+        lines.append("- kNN monitor, last epoch: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(knn.items())))
+    shown = {b: r for b, r in (probe or {}).items() if b != "invariance"}
+    if shown:
+        keys = list(next(iter(shown.values())))
+        lines += ["", "| linear probe | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+        lines += [f"| {b} | " + " | ".join(f"{r[k]:.4f}" for k in keys) + " |" for b, r in shown.items()]
+    return "\n".join(lines)
+
+
+def set_description(run_id: str, text: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient().set_tag(run_id, NOTE_TAG, text)
+
+
+def append_description(run_id: str, text: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    before = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
+    client.set_tag(run_id, NOTE_TAG, before + "\n" + text)
+
+
+# ---------------------------------------------------------------- system metrics
+
+
+def start_system_metrics(cfg: dict, node_id: str | None, resume: bool):
+    """MLflow's system-metrics sampler (CPU, memory, disk, network; GPU utilisation and memory where NVML finds
+    a GPU) logging into the job's run from this process's node, every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+    seconds (10 by default); None with tracking.system_metrics=false. `node_id` names the node in the metric
+    names (system/<node_id>/...) when the run spans several; `resume` continues the steps of an earlier attempt."""
+    if not cfg["tracking"].get("system_metrics", True):
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    rt = cfg["runtime"]
+    monitor = SystemMetricsMonitor(
+        rt["mlflow_run_id"], node_id=node_id, resume_logging=resume, tracking_uri=rt["tracking_uri"]
+    )
+    monitor.start()
+    return monitor
+
+
+# ---------------------------------------------------------------- make mlflow-ui
+
+
+def main(argv: list[str]) -> int:
+    """`make mlflow-ui`: print the `mlflow ui` command for the project's store and a link per experiment in the
+    model-training view, then run it (`--print-only`: print and stop)."""
+    import argparse
+    import os
+
+    p = argparse.ArgumentParser(prog="python -m pipeline.mlflow_ui", description=main.__doc__)
+    p.add_argument("--runs", default="runs", help="the runs folder whose mlflow.db is the store")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--print-only", action="store_true")
+    args = p.parse_args(argv)
+    db = Path(args.runs).resolve() / "mlflow.db"
+    store = f"sqlite:///{db}"
+    cmd = ui_command(store, args.port)
+    print(shlex.join(cmd), flush=True)
+    base = ui_base(store, args.port)
+    if db.exists():
+        from mlflow.tracking import MlflowClient
+
+        for exp in MlflowClient(store).search_experiments():
+            if exp.name != "Default":
+                print(f"  {exp.name}: {link(base, exp.experiment_id)}", flush=True)
+    else:
+        print(f"  no store at {db} yet: a job makes it (python jobs/pretrain.py)", flush=True)
+    if args.print_only:
+        return 0
+    os.execv(cmd[0], cmd)
+    return 0  # not reached: exec replaces this process
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
