@@ -1,7 +1,7 @@
 """Checkpoint files: one `state.pt` with the method (DDP wrapper stripped), optimiser and progress.
 
 Epochs: `state["epoch"]`, like the `epoch` metric the loop reports to Ray Train, is the 0-based index of the
-last completed epoch (training resumes at index epoch + 1). MLflow's per-epoch metrics (epoch_loss, knn_*)
+last completed epoch (training resumes at index epoch + 1). MLflow's per-epoch metrics (train/epoch_loss, knn/*)
 are logged at the optimiser step, not the epoch. Everything printed counts epochs from 1: the state of
 index 0 is "epoch 1/N"."""
 

@@ -61,7 +61,7 @@ def _wait_for_step(root: Path, name: str, step: int, job: subprocess.Popen, time
         assert job.poll() is None, job.communicate()[0][-4000:]
         runs = _runs(root, name)
         if runs:
-            history = store(root).get_metric_history(runs[0].info.run_id, "loss")
+            history = store(root).get_metric_history(runs[0].info.run_id, "train/loss")
             if history and max(m.step for m in history) >= step:
                 return runs[0], max(m.step for m in history)
         time.sleep(0.5)
@@ -73,7 +73,7 @@ def _finished_with_nothing_lost(root: Path, name: str, out: str, seen: int) -> i
     logged before the fault) or a later one; returns the steps redone."""
     runs = _runs(root, name)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]
-    steps = [m.step for m in store(root).get_metric_history(runs[0].info.run_id, "loss")]
+    steps = [m.step for m in store(root).get_metric_history(runs[0].info.run_id, "train/loss")]
     assert sorted(set(steps)) == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))  # every step trained and logged
     # one resume (Ray may echo the worker's line more than once)
     resumed = sorted({int(s) for s in re.findall(r"resumed from the checkpoint of epoch \d+/\d+ \(step (\d+)\)", out)})

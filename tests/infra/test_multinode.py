@@ -44,7 +44,7 @@ def _run(root: Path, name: str):
     runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{name}'")
     assert len(runs) == 1, [r.info.run_name for r in runs]
     run = runs[0]
-    losses = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)]
+    losses = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "train/loss"), key=lambda m: m.step)]
     return run, np.array(losses)
 
 
