@@ -14,6 +14,8 @@ import mlflow
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from pipeline.preflight import check_server
+
 
 def tracking_uri(cfg: dict) -> str:
     """`tracking.uri`, else $MLFLOW_TRACKING_URI, else a SQLite store in the runs folder (MLflow 3 refuses
@@ -39,7 +41,9 @@ def setup(cfg: dict) -> str:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     root = artifact_root(cfg)  # before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide ours
-    mlflow.set_tracking_uri(tracking_uri(cfg))
+    uri = tracking_uri(cfg)
+    check_server(uri, cfg["tracking"]["experiment"])  # one error line, not MLflow's minutes of retries
+    mlflow.set_tracking_uri(uri)
     name = cfg["tracking"]["experiment"]
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:

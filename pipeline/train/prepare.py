@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
 
 
@@ -22,6 +23,9 @@ def resolve(cfg: dict) -> dict:
     from pipeline.schema import validate
 
     validate(cfg)
+    server = preflight.tracking_server(cfg)
+    if server:  # before the data is made or checked: a refused login is answered at once
+        preflight.check_server(server, cfg["tracking"]["experiment"])
     m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
     workers = tr["num_workers"]
     local_bs = t["batch_size"] // workers

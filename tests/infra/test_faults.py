@@ -1,18 +1,25 @@
 """Faults on the multi-node harness, each with nothing lost beyond one checkpoint interval and one MLflow run: a
 training worker process killed mid-epoch, a whole worker node removed mid-epoch, the driver killed and the job
 run again. Each test reports the steps redone: from the last step seen logged before the fault to the checkpoint the
-run resumed from (a lower bound: the step logger flushes every few seconds), at most one checkpoint interval."""
+run resumed from (a lower bound: the step logger flushes every few seconds), at most one checkpoint interval.
+
+The cluster runs as a real one must, on storage every node shares (tests/services.py): the shards, Ray Train's
+checkpoints and run state on S3 (moto's server), MLflow on a tracking server that asks for a login (its basic-auth
+app) with its artifacts on the same S3. The nodes and the jobs reach S3 through their environment and log in to
+MLflow with a credentials file in their HOME; nothing of either is in a job's command line or Ray's runtime env."""
 
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from sim_cluster import TINY, SimCluster, store
+from services import MlflowServer, MotoS3, write_credentials
+from sim_cluster import ROOT, TINY, SimCluster
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +39,43 @@ FAULTY = [
 ]
 
 
+BUCKET = "augssl"
+DATA = {"n_train": 128, "n_val": 128, "seed": 0, "size": 32, "maxcount": 128}  # TINY's Spirograph, 128 samples
+
+
 @pytest.fixture(scope="module")
-def cluster():
-    """head (2 CPUs) and three nodes with room for one worker each: a 2-worker job has a spare node."""
-    c = SimCluster(head_cpus=2)
+def storage(tmp_path_factory):
+    """S3 holding the shards, an MLflow server with its artifacts there, and a HOME with the server's login."""
+    from pipeline.data.shards import make_spirograph_splits
+
+    s3 = MotoS3()
+    server = None
+    try:
+        s3.client().create_bucket(Bucket=BUCKET)
+        local = tmp_path_factory.mktemp("spirograph")
+        make_spirograph_splits(local, progress=False, **DATA)
+        s3.upload_tree(local, BUCKET, "spirograph")
+        server = MlflowServer(tmp_path_factory.mktemp("mlflow"), f"s3://{BUCKET}/mlartifacts", s3.env)
+        home = tmp_path_factory.mktemp("home")
+        write_credentials(home, server.username, server.password)
+        with pytest.MonkeyPatch.context() as mp:  # this process's own client logs in through its environment
+            mp.setenv("MLFLOW_TRACKING_USERNAME", server.username)
+            mp.setenv("MLFLOW_TRACKING_PASSWORD", server.password)
+            yield s3, server, home
+    finally:
+        if server is not None:
+            server.stop()
+        s3.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(storage):
+    """head (2 CPUs) and three nodes with room for one worker each: a 2-worker job has a spare node. Every node's
+    environment has the S3 endpoint and keys and a HOME with the MLflow login, as a cloud node's role and
+    file_mounts would give it."""
+    s3, _, home = storage
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_"))}
+    c = SimCluster(head_cpus=2, base_env={**keep, **s3.env, "HOME": str(home)})
     try:
         for name in ("single_a", "single_b", "single_c"):
             c.add_node(name, 1, {"single": 1})
@@ -44,36 +84,43 @@ def cluster():
         c.shutdown()
 
 
-def _job(c: SimCluster, root: Path, name: str) -> subprocess.Popen:
-    return c.job("pretrain.py", root, *FAULTY, f"run.name={name}")
+def _job(c: SimCluster, server: MlflowServer, root: Path, name: str) -> subprocess.Popen:
+    shared = [
+        f"tracking.uri={server.uri}",
+        f"tracking.experiment={name}",
+        f"trainer.storage=s3://{BUCKET}/ray",
+        f"data.train=s3://{BUCKET}/spirograph/train",
+        f"data.val=s3://{BUCKET}/spirograph/val",
+    ]
+    return c.job("pretrain.py", root, *FAULTY, *shared, f"run.name={name}")
 
 
-def _runs(root: Path, name: str) -> list:
-    client = store(root)
-    exp = client.get_experiment_by_name("augssl")
+def _runs(server: MlflowServer, name: str) -> list:
+    client = server.client()
+    exp = client.get_experiment_by_name(name)
     return client.search_runs([exp.experiment_id], f"attributes.run_name = '{name}'") if exp else []
 
 
-def _wait_for_step(root: Path, name: str, step: int, job: subprocess.Popen, timeout: float = 300) -> tuple:
+def _wait_for_step(server: MlflowServer, name: str, step: int, job: subprocess.Popen, timeout: float = 300) -> tuple:
     """(the run, the last step it logged) once its logged loss reaches `step` (past the first checkpoint)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert job.poll() is None, job.communicate()[0][-4000:]
-        runs = _runs(root, name)
+        runs = _runs(server, name)
         if runs:
-            history = store(root).get_metric_history(runs[0].info.run_id, "train/loss")
+            history = server.client().get_metric_history(runs[0].info.run_id, "train/loss")
             if history and max(m.step for m in history) >= step:
                 return runs[0], max(m.step for m in history)
         time.sleep(0.5)
     raise AssertionError(f"the run never reached step {step}")
 
 
-def _finished_with_nothing_lost(root: Path, name: str, out: str, seen: int) -> int:
+def _finished_with_nothing_lost(server: MlflowServer, name: str, out: str, seen: int) -> int:
     """One FINISHED run whose loss covers every step, resumed from the last checkpoint before step `seen` (the last
     logged before the fault) or a later one; returns the steps redone."""
-    runs = _runs(root, name)
+    runs = _runs(server, name)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]
-    steps = [m.step for m in store(root).get_metric_history(runs[0].info.run_id, "train/loss")]
+    steps = [m.step for m in server.client().get_metric_history(runs[0].info.run_id, "train/loss")]
     assert sorted(set(steps)) == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))  # every step trained and logged
     # one resume (Ray may echo the worker's line more than once)
     resumed = sorted({int(s) for s in re.findall(r"resumed from the checkpoint of epoch \d+/\d+ \(step (\d+)\)", out)})
@@ -92,41 +139,107 @@ def _node_of_rank(c: SimCluster, run, rank: int) -> str:
     return next(name for name, n in c.nodes().items() if n["node_id"] == node_id)
 
 
-def test_a_worker_process_killed_mid_epoch(cluster, tmp_path):
-    job = _job(cluster, tmp_path, "killed_worker")
-    run, seen = _wait_for_step(tmp_path, "killed_worker", STEPS_PER_EPOCH + 3, job)
+def _on_shared_storage(storage, c: SimCluster, root: Path, name: str, out: str) -> None:
+    """The run's checkpoints are on S3 and not on local disk; its artifacts are on S3 through the server; the
+    server's password is in no output, param, tag or Ray log of the cluster."""
+    s3, server, _ = storage
+    run = _runs(server, name)[0]
+    assert any(k.endswith("/state.pt") for k in s3.keys(BUCKET, f"ray/{name}/checkpoint_")), s3.keys(BUCKET, "ray/")
+    assert not (root / "runs" / "ray").exists()
+    artifacts = s3.keys(BUCKET, f"mlartifacts/{run.info.experiment_id}/{run.info.run_id}/artifacts/")
+    assert any(k.endswith("checkpoint/state.pt") for k in artifacts) and any(
+        k.endswith("config.yaml") for k in artifacts
+    )
+    assert server.password not in out
+    assert not any(server.password in v for v in (*run.data.params.values(), *run.data.tags.values()))
+    logs = [p for p in (c.dir / "ray").rglob("*") if p.is_file() and p.suffix in (".log", ".out", ".err", ".json")]
+    assert logs and not any(server.password in p.read_text(errors="replace") for p in logs)
+
+
+def test_a_worker_process_killed_mid_epoch(storage, cluster, tmp_path):
+    server = storage[1]
+    job = _job(cluster, server, tmp_path, "killed_worker")
+    run, seen = _wait_for_step(server, "killed_worker", STEPS_PER_EPOCH + 3, job)
     node = _node_of_rank(cluster, run, 1)
     (worker,) = cluster.processes(node, "RayTrainWorker")
     os.kill(worker, signal.SIGKILL)
     out = job.communicate(timeout=600)[0]
     assert job.returncode == 0, out[-4000:]
-    _finished_with_nothing_lost(tmp_path, "killed_worker", out, seen)
+    _finished_with_nothing_lost(server, "killed_worker", out, seen)
+    _on_shared_storage(storage, cluster, tmp_path, "killed_worker", out)
 
 
-def test_a_worker_node_removed_mid_epoch(cluster, tmp_path):
-    job = _job(cluster, tmp_path, "lost_node")
-    run, seen = _wait_for_step(tmp_path, "lost_node", STEPS_PER_EPOCH + 3, job)
+def test_a_worker_node_removed_mid_epoch(storage, cluster, tmp_path):
+    server = storage[1]
+    job = _job(cluster, server, tmp_path, "lost_node")
+    run, seen = _wait_for_step(server, "lost_node", STEPS_PER_EPOCH + 3, job)
     lost = _node_of_rank(cluster, run, 1)
     cluster.remove_node(lost)
     try:
         out = job.communicate(timeout=600)[0]
         assert job.returncode == 0, out[-4000:]
-        _finished_with_nothing_lost(tmp_path, "lost_node", out, seen)
+        _finished_with_nothing_lost(server, "lost_node", out, seen)
         # it went on over the two nodes left (the spare one took the lost one's place)
-        placed = set(_runs(tmp_path, "lost_node")[0].data.tags["worker_nodes"].split(","))
+        placed = set(_runs(server, "lost_node")[0].data.tags["worker_nodes"].split(","))
         assert lost not in {name for name, n in cluster.nodes().items() if n["node_id"] in placed}
     finally:
         cluster.add_node(lost + "_again", 1, {"single": 1})  # the next test's spare
 
 
-def test_the_driver_killed_then_the_job_run_again(cluster, tmp_path):
-    job = _job(cluster, tmp_path, "killed_driver")
-    _, seen = _wait_for_step(tmp_path, "killed_driver", STEPS_PER_EPOCH + 3, job)
+def test_the_driver_killed_then_the_job_run_again(storage, cluster, tmp_path):
+    server = storage[1]
+    job = _job(cluster, server, tmp_path, "killed_driver")
+    _, seen = _wait_for_step(server, "killed_driver", STEPS_PER_EPOCH + 3, job)
     job.send_signal(signal.SIGKILL)
     job.wait(timeout=60)
-    assert _runs(tmp_path, "killed_driver")[0].info.status == "RUNNING"  # killed outright: nobody closed it
-    again = _job(cluster, tmp_path, "killed_driver")
+    assert _runs(server, "killed_driver")[0].info.status == "RUNNING"  # killed outright: nobody closed it
+    again = _job(cluster, server, tmp_path, "killed_driver")
     out = again.communicate(timeout=600)[0]
     assert again.returncode == 0, out[-4000:]
     assert "resuming run killed_driver" in out
-    _finished_with_nothing_lost(tmp_path, "killed_driver", out, seen)
+    _finished_with_nothing_lost(server, "killed_driver", out, seen)
+
+
+def test_the_tracking_server_refuses_whoever_lacks_its_login(storage, cluster, tmp_path):
+    """No login, a wrong one: the server answers 401 to the REST API and to MlflowClient, and a job says so in one
+    error line before it starts Ray or opens a run."""
+    import requests
+
+    s3, server, _ = storage
+    api = f"{server.uri}/api/2.0/mlflow/experiments/search"
+    assert requests.post(api, json={"max_results": 1}, timeout=30).status_code == 401
+    assert requests.post(api, json={"max_results": 1}, auth=(server.username, "wrong"), timeout=30).status_code == 401
+    assert requests.post(api, json={"max_results": 1}, auth=(server.username, server.password)).status_code == 200
+    home = tmp_path / "home"  # a user without ~/.mlflow/credentials
+    home.mkdir()
+    env = {**cluster.job_env(), "HOME": str(home)}
+    code = f"import mlflow; mlflow.MlflowClient({server.uri!r}).search_experiments()"
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "401" in r.stderr, r.stderr[-2000:]
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "pretrain.py"),
+            f"paths.root={tmp_path}",
+            f"trainer.address={cluster.address}",
+            f"tracking.uri={server.uri}",
+            *TINY,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert job.returncode != 0
+    assert job.stderr.strip().splitlines() == [
+        f"error: tracking.uri={server.uri}: the MLflow server asks for a login and none is set (HTTP 401); set "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or put them in ~/.mlflow/credentials"
+    ], job.stderr[-3000:]
+    assert not (tmp_path / "runs" / "mlflow.db").exists()
