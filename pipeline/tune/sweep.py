@@ -159,6 +159,18 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": False}
 
 
+def _move(src: str, dst: str) -> None:
+    """Rename a folder on local disk or on object storage (trainer.storage=s3://...)."""
+    if "://" not in src:
+        os.rename(src, dst)
+        return
+    import pyarrow.fs as pafs
+
+    fs, from_path = pafs.FileSystem.from_uri(src)
+    pafs.copy_files(src, dst)  # object stores rename files, not folders: copy, then delete
+    fs.delete_dir(from_path)
+
+
 def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
     from ray import tune
@@ -172,8 +184,12 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     s, name, storage = cfg["sweep"], cfg["run"]["name"], cfg["trainer"]["storage"]
     if not cfg.get("verbose"):  # Tune's status tables and "View detailed results here": the Console says enough
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # The trial itself only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it.
-    trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01})
+    # The trial itself only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it,
+    # on the head, beside the sweep's driver: its log and probe go under paths.root there, and a worker node lost
+    # (a spot instance, a scale-down) takes only Train workers, which Train restarts, never a trial's driver.
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01, "node:__internal_head__": 0.01}
+    )
     path = f"{storage.rstrip('/')}/{name}"
     if tune.Tuner.can_restore(path):
         _log(
@@ -188,7 +204,7 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
                 f"it cannot be restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved to {aside}, "
                 f"starting it afresh"
             )
-            os.rename(path, aside)
+            _move(path, aside)
     scheduler: TrialScheduler
     if s["scheduler"] == "asha":
         # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)

@@ -243,3 +243,59 @@ def test_the_tracking_server_refuses_whoever_lacks_its_login(storage, cluster, t
         "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or put them in ~/.mlflow/credentials"
     ], job.stderr[-3000:]
     assert not (tmp_path / "runs" / "mlflow.db").exists()
+
+
+def test_a_sweep_trials_worker_node_lost(storage, cluster, tmp_path):
+    """Two concurrent trials, one worker each on its own node; one trial's node is lost mid-epoch. Its Train run
+    goes on from its last checkpoint on the spare node, inside the same trial (the trials' own actors live on the
+    head), and the sweep ends with both trials finished, each one MLflow run with every step logged, and Tune's
+    experiment state on S3."""
+    s3, server, _ = storage
+    name = "sweep_lost_node"
+    sweep = cluster.job(
+        "tune.py",
+        tmp_path,
+        "+sweep=smoke",
+        *[o for o in FAULTY if not o.startswith("eval.probe.after_pretrain")],
+        "sweep.scheduler=fifo",
+        "sweep.max_concurrent_trials=2",
+        "trainer.num_workers=1",
+        f"tracking.uri={server.uri}",
+        f"tracking.experiment={name}",
+        f"trainer.storage=s3://{BUCKET}/ray",
+        f"data.train=s3://{BUCKET}/spirograph/train",
+        f"data.val=s3://{BUCKET}/spirograph/val",
+    )
+    client = server.client()
+    deadline, hit = time.monotonic() + 300, None
+    while hit is None and time.monotonic() < deadline:
+        assert sweep.poll() is None, sweep.communicate()[0][-4000:]
+        exp = client.get_experiment_by_name(name)
+        for run in client.search_runs([exp.experiment_id], "tags.job = 'tune-trial'") if exp else []:
+            history = client.get_metric_history(run.info.run_id, "train/loss")
+            if history and max(m.step for m in history) >= STEPS_PER_EPOCH + 3 and "worker_nodes" in run.data.tags:
+                hit = run, max(m.step for m in history)
+                break
+        time.sleep(0.5)
+    assert hit is not None, "no trial reached the step"
+    run, seen = hit
+    lost = _node_of_rank(cluster, run, 0)
+    cluster.remove_node(lost)
+    try:
+        out = sweep.communicate(timeout=600)[0]
+        assert sweep.returncode == 0, out[-4000:]
+    finally:
+        cluster.add_node(lost + "_again", 1, {"single": 1})
+    trials = client.search_runs([run.info.experiment_id], "tags.job = 'tune-trial'")
+    assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials), [t.info.status for t in trials]
+    for t in trials:
+        steps = {m.step for m in client.get_metric_history(t.info.run_id, "train/loss")}
+        assert steps == set(range(1, EPOCHS * STEPS_PER_EPOCH + 1)), (t.info.run_name, sorted(steps))
+    # the lost trial's Train run resumed once, from its last checkpoint (its log: <paths.runs>/sweep/<sweep>/<trial>)
+    (log,) = (tmp_path / "runs" / "sweep").glob(f"sweep-smoke-*/{run.data.tags['tune_trial_id']}.log")
+    resumed = sorted(
+        {int(s) for s in re.findall(r"resumed from the checkpoint of epoch \d+/\d+ \(step (\d+)\)", log.read_text())}
+    )
+    assert len(resumed) == 1 and seen - STEPS_PER_EPOCH <= resumed[0] <= seen, (resumed, seen)
+    print(f"[{name}] node lost after step {seen}, the trial resumed at step {resumed[0]}: {seen - resumed[0]} redone")
+    assert any(k.endswith(".json") for k in s3.keys(BUCKET, "ray/sweep-smoke-")), s3.keys(BUCKET, "ray/")
