@@ -124,7 +124,6 @@ def split_dataset(location: str, manifest: dict, num_samples: int | None = None)
 def log_datasets(cfg: dict) -> list:
     """Log the config's train and validation splits as the active run's dataset inputs; returns the datasets.
     Data without a readable manifest is left out (the job itself says so if it needs it)."""
-    import mlflow
 
     from pipeline.data.shards import read_manifest
 
@@ -142,8 +141,28 @@ def log_datasets(cfg: dict) -> list:
         datasets.append(split_dataset(str(location), manifest, n))
         contexts.append(context)
     if datasets:
-        mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=[None] * len(datasets))
+        _log_inputs(datasets, contexts)
     return datasets
+
+
+def _log_inputs(datasets: list, contexts: list[str | None], attempts: int = 5) -> None:
+    """mlflow.log_inputs, again where a concurrent run logged the same dataset first: MLflow looks a dataset up,
+    then inserts it, so two sweep trials starting together race to the insert and one gets a unique-constraint
+    error. Its retry finds the dataset there and links it."""
+    import time
+
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(attempts):
+        try:
+            mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=[None] * len(datasets))
+            return
+        except MlflowException as e:
+            raced = "UNIQUE constraint" in str(e) or "IntegrityError" in str(e)
+            if not raced or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 # ---------------------------------------------------------------- description

@@ -21,6 +21,7 @@ from pathlib import Path
 from sim_cluster import free_port
 
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+BUCKET = "augssl"
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -139,3 +140,15 @@ class MlflowServer:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+def on_storage(server: MlflowServer, experiment: str) -> list[str]:
+    """A job's overrides for the shared storage: the shards under s3://<BUCKET>/spirograph, Ray's checkpoints and
+    Tune's state under s3://<BUCKET>/ray, MLflow on `server` (an experiment of its own)."""
+    return [
+        f"tracking.uri={server.uri}",
+        f"tracking.experiment={experiment}",
+        f"trainer.storage=s3://{BUCKET}/ray",
+        f"data.train=s3://{BUCKET}/spirograph/train",
+        f"data.val=s3://{BUCKET}/spirograph/val",
+    ]

@@ -93,7 +93,13 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
     assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")] == ["checkpoint/state.pt"]
     # through the client: mlflow.set_tracking_uri would export MLFLOW_TRACKING_URI to later subprocesses
     models = client.search_logged_models(experiment_ids=[run.info.experiment_id])
-    assert any(m.name == "backbone" and m.source_run_id == run.info.run_id for m in models)
+    (model,) = [m for m in models if m.name == "backbone" and m.source_run_id == run.info.run_id]
+    from importlib.metadata import version
+
+    import mlflow.artifacts
+
+    reqs = Path(mlflow.artifacts.download_artifacts(f"{model.artifact_location}/requirements.txt"))
+    assert f"torch=={version('torch')}" in reqs.read_text().split()  # pinned to what trained it, not inferred
     _check_the_ui_view(client, run, r.stdout)
     # the two workers ran one DDP group and the views came from DALI
     assert "[train] 2 worker(s)" in r.stdout + r.stderr
@@ -236,21 +242,6 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     # it resumes from the newest complete state.pt on disk, even one Ray had not registered when interrupted
     assert f"resumed from the checkpoint of epoch {last + 1}/" in again.stdout + again.stderr, again.stdout[-2000:]
-
-
-def test_worker_failure_restarts_from_checkpoint(tmp_path):
-    marker = tmp_path / "failed-once"
-    r = pretrain(
-        tmp_path,
-        "train.epochs=2",
-        "eval.knn.every=0",
-        "eval.probe.after_pretrain=false",
-        "trainer.max_failures=1",
-        "debug.fail_at_epoch=1",
-        f"debug.fail_marker={marker}",
-        "method=simclr",
-    )
-    assert marker.exists() and "resumed from the checkpoint of epoch 1/2 " in r.stdout + r.stderr
 
 
 def _imagefolder(root: Path, n_per_class: int, seed: int) -> Path:

@@ -85,6 +85,33 @@ def test_the_splits_are_logged_as_dataset_inputs_with_digest_source_and_count(st
     assert second["validation"].digest == first["validation"].digest
 
 
+def test_a_dataset_another_run_inserted_first_is_linked_on_retry(store, tmp_path, monkeypatch):
+    """Two sweep trials start together and log the same splits: the server's lookup-then-insert lets one of them
+    fail on the unique constraint (seen on a cluster sweep). The retry links the dataset the other one inserted;
+    any other error is raised as it is."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    cfg = {**store, "data": {"train": str(_split(tmp_path / "a" / "train", 10, 0))}}
+    real, calls = mlflow.log_inputs, []
+
+    def racing(**kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            real(**kwargs)  # the other trial's insert
+            raise MlflowException("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets.name")
+        return real(**kwargs)
+
+    monkeypatch.setattr(mlflow, "log_inputs", racing)
+    tracking.start_or_resume(cfg, "race", "r", job="pretrain")
+    mlflow_ui.log_datasets(cfg)
+    run = mlflow.MlflowClient().get_run(tracking.active_run_id())
+    assert len(calls) == 2 and [d.dataset.name for d in run.inputs.dataset_inputs] == ["a/train"]
+    monkeypatch.setattr(mlflow, "log_inputs", lambda **kw: (_ for _ in ()).throw(MlflowException("store is down")))
+    with pytest.raises(MlflowException, match="store is down"):
+        mlflow_ui.log_datasets(cfg)
+
+
 def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, monkeypatch):
     import mlflow
 

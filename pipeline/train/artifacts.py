@@ -164,5 +164,15 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
 
     size = eval_settings(cfg["augment"])[0]
     example = torch.zeros(1, 3, size, size).numpy()
-    mlflow.pytorch.log_model(method.backbone.eval(), name="backbone", input_example=example)
+    mlflow.pytorch.log_model(
+        method.backbone.eval(), name="backbone", input_example=example, pip_requirements=model_requirements()
+    )
     return local
+
+
+def model_requirements() -> list[str]:
+    """What loading the logged backbone needs, pinned to what trained it. Named here: MLflow would otherwise infer
+    them by loading the model in a subprocess, about 5 s of every run for the same answer."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "numpy", "cloudpickle")]
