@@ -26,8 +26,15 @@ def _clean_env(home: Path) -> dict:
 
 
 def _make(target, cwd, env, **settings):
+    # -o: the copy's .venv is the real one, installed already; a pyproject.toml newer than its stamp must not make
+    # the copy reinstall the project into it (that would point the editable install at this temporary copy)
     return subprocess.run(
-        ["make", "-s", target], cwd=cwd, env={**env, **settings}, capture_output=True, text=True, timeout=300
+        ["make", "-s", "-o", ".venv/.installed", target],
+        cwd=cwd,
+        env={**env, **settings},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
