@@ -183,7 +183,7 @@ def run_sweep_for_report(name: str, args: list[str]) -> dict:
         "argv": argv,
         "metric": cfg["sweep"]["metric"],
         "mode": cfg["sweep"]["mode"],
-        "minutes": run.data.metrics.get("sweep_minutes", float("nan")),
+        "minutes": run.data.metrics.get("sweep/minutes", float("nan")),
         "paper": paper,
         "where": where,
         "agree": agree,

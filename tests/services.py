@@ -79,7 +79,8 @@ class MlflowServer:
 
     def __init__(self, folder: Path, artifacts: str, s3_env: dict):
         folder.mkdir(parents=True, exist_ok=True)
-        self.username, self.password = "admin", secrets.token_urlsafe(24)
+        self.username = "admin"
+        self.password = secrets.token_urlsafe(24)  # made here, for this server alone
         self.port = free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         config = folder / "basic_auth.ini"

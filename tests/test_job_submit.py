@@ -130,7 +130,7 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
                 "jobs/tune.py",
                 "+sweep=smoke",
                 f"paths.root={tmp_path / 'store'}",
-                "sweep.max_concurrent_trials=1",
+                "sweep.max_concurrent_trials=2",  # both trials at once: the head has cores + 2 CPUs
                 "sweep.scheduler=fifo",
                 "data.generate.n_train=256",
                 "data.generate.n_val=64",

@@ -136,7 +136,7 @@ def transfer(
 
     `d["workers"]` training processes through detectron2's own `launch` (one per GPU; gloo processes on a CPU),
     DDP with BN synchronised across them; the batch of d["batch_size"] images is split over them. `log`: (MLflow
-    tracking URI, run id, metric prefix) the main process logs the losses to."""
+    tracking URI, run id, metric-name prefix) the main process logs the losses to."""
     from detectron2.engine import launch
 
     workers = int(d.get("workers", 1))
@@ -240,7 +240,7 @@ def _logger(log: tuple[str, str, str] | None):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(f"{prefix}_{k}", v, now, it) for k, v in losses.items()])
+        client.log_batch(run_id, metrics=[Metric(f"{prefix}{k}", v, now, it) for k, v in losses.items()])
 
     return write
 

@@ -227,8 +227,8 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
     out_dir.mkdir(parents=True, exist_ok=True)
     for label in labels:
         saved = out_dir / f"{label}_results.json"
-        if f"{label}_AP" in logged and saved.exists():
-            scores[label] = {m: logged[f"{label}_{m}"] for m in METRICS if f"{label}_{m}" in logged}
+        if key_of(label, "AP") in logged and saved.exists():
+            scores[label] = {m: logged[key_of(label, m)] for m in METRICS if key_of(label, m) in logged}
             results[label] = json.loads(saved.read_text())
             print(f"[detect] {label}: done before (AP {scores[label]['AP']:.1f}); kept", flush=True)
             continue
@@ -240,7 +240,9 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
         scores[label] = {m: res[m] for m in METRICS if m in res}
         results[label] = res["results"]
         saved.write_text(json.dumps(res["results"]))
-        mlflow.log_metrics({**{f"{label}_{m}": v for m, v in scores[label].items()}, f"{label}_minutes": minutes})
+        mlflow.log_metrics(
+            {**{key_of(label, m): v for m, v in scores[label].items()}, key_of(label, "minutes"): minutes}
+        )
         print(
             f"[detect] {label}: "
             + "  ".join(f"{m} {v:.1f}" for m, v in scores[label].items())
@@ -265,7 +267,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     d = {**cfg["detect"], "seed": cfg["seed"]}
 
     def log(it: int, losses: dict) -> None:
-        mlflow.log_metrics({f"{label}_{k}": v for k, v in losses.items()}, step=it)
+        mlflow.log_metrics({key_of(label, k): v for k, v in losses.items()}, step=it)
 
     if cfg["engine"] == "torchvision":
         from pipeline.detect import tv_engine
@@ -288,7 +290,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
         device,
         out_dir,
         f"augssl_{key}",
-        (mlflow.get_tracking_uri(), active, label),
+        (mlflow.get_tracking_uri(), active, key_of(label, "")),
         label,
         verbose=bool(cfg.get("verbose")),
     )
@@ -321,6 +323,12 @@ def _voc_metric(data: dict, results: list[dict]) -> dict:
         return {}
 
 
+def key_of(label: str, name: str) -> str:
+    """A detection metric's MLflow name: detect/<backbone>_<name> (detect/pretrained_AP), grouped in the UI as
+    every job's are (train/, knn/, probe/, finetune/)."""
+    return f"detect/{label}_{name}"
+
+
 def _table(scores: dict[str, dict[str, float]]) -> str:
     from pipeline.eval.downstream import results_table
 
@@ -330,9 +338,9 @@ def _table(scores: dict[str, dict[str, float]]) -> str:
 def _finished(run, name: str) -> dict:
     m = run.data.metrics
     scores = {
-        label: {k: m[f"{label}_{k}"] for k in METRICS if f"{label}_{k}" in m}
+        label: {k: m[key_of(label, k)] for k in METRICS if key_of(label, k) in m}
         for label in ("pretrained", "random")
-        if f"{label}_AP" in m
+        if key_of(label, "AP") in m
     }
     print(f"[detect] {name} finished before (MLflow run {run.info.run_id}); nothing to run. Its results:", flush=True)
     print(_table(scores), flush=True)

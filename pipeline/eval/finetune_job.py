@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
 from pipeline.schema import Bool, Choice, Int, Num, Str, _Section, check_model
 
@@ -138,6 +139,8 @@ def run(cfg: dict) -> dict:
                 }
             )
             mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
+            # the splits as dataset inputs; the training one counts the labelled subset it was tuned on
+            mlflow_ui.log_datasets({"data": data, "runtime": {"num_train_samples": len(train.encoded)}})
         try:
             results = _all(cfg, src, data, train, val, s, out_dir)
         except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line
@@ -197,11 +200,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
     logged = mlflow.get_run(tracking.active_run_id()).data.metrics
     results = {}
     for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
-        done = {
-            k[len(label) + 1 :]: v
-            for k, v in logged.items()
-            if k.startswith(f"{label}_") and k[len(label) + 1 :] in METRIC_KEYS
-        }
+        done = {k: logged[_key(label, k)] for k in METRIC_KEYS if _key(label, k) in logged}
         if done:
             results[label] = done
             print(f"[finetune] {label}: done before; kept", flush=True)
@@ -210,7 +209,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
         t0 = time.monotonic()
 
         def log(epoch: int, m: dict, label=label) -> None:
-            mlflow.log_metrics({f"{label}_{k}": v for k, v in m.items()}, step=epoch)
+            mlflow.log_metrics({_key(label, k): v for k, v in m.items()}, step=epoch)
             print(f"[finetune] {label} epoch {epoch}/{s.epochs}: loss {m['loss']:.4f}", flush=True)
 
         res = finetune(
@@ -230,7 +229,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
         )
         results[label] = res
         mlflow.log_metrics(
-            {**{f"{label}_{k}": v for k, v in res.items()}, f"{label}_minutes": (time.monotonic() - t0) / 60}
+            {**{_key(label, k): v for k, v in res.items()}, _key(label, "minutes"): (time.monotonic() - t0) / 60}
         )
     table = _table(results)
     print(table, flush=True)
@@ -239,6 +238,12 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
     png = _curves_png(tracking.active_run_id(), list(results), out_dir / "finetune.png")
     mlflow.log_artifact(str(png), "finetune")
     return results
+
+
+def _key(label: str, name: str) -> str:
+    """A fine-tuning metric's MLflow name: finetune/<backbone>_<name> (finetune/pretrained_top1), grouped in the UI
+    as every job's are (train/, knn/, probe/, detect/)."""
+    return f"finetune/{label}_{name}"
 
 
 def _table(results: dict[str, dict[str, float]]) -> str:
@@ -261,17 +266,17 @@ def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:
     metrics = client.get_run(run_id).data.metrics
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2))
     for label in labels:
-        hist = sorted(client.get_metric_history(run_id, f"{label}_loss"), key=lambda m: m.step)
+        hist = sorted(client.get_metric_history(run_id, _key(label, "loss")), key=lambda m: m.step)
         ax.plot([m.step for m in hist], [m.value for m in hist], marker="o", ms=3, label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("training loss")
     ax.legend()
-    keys = [k for k in ("top1", "top5", "r2") if f"{labels[0]}_{k}" in metrics]
+    keys = [k for k in ("top1", "top5", "r2") if _key(labels[0], k) in metrics]
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
         bx.bar(
             [j + i * width for j in range(len(keys))],
-            [metrics.get(f"{label}_{k}", 0.0) for k in keys],
+            [metrics.get(_key(label, k), 0.0) for k in keys],
             width,
             label=label,
         )
@@ -287,9 +292,9 @@ def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:
 def _finished(ev) -> dict:
     m = ev.found.data.metrics
     results = {
-        label: {k: m[f"{label}_{k}"] for k in METRIC_KEYS if f"{label}_{k}" in m}
+        label: {k: m[_key(label, k)] for k in METRIC_KEYS if _key(label, k) in m}
         for label in ("pretrained", "random")
-        if any(f"{label}_{k}" in m for k in METRIC_KEYS)
+        if any(_key(label, k) in m for k in METRIC_KEYS)
     }
     print(
         f"[finetune] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",

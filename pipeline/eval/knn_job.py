@@ -4,6 +4,7 @@ whole validation split as queries; the same for a random-init twin; a child run 
 
 from __future__ import annotations
 
+from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
 from pipeline.schema import Bool, Int, Num, _Section, check_model
 
@@ -84,6 +85,7 @@ def run(cfg: dict) -> dict:
                     "data.val": data["val"],
                 }
             )
+            mlflow_ui.log_datasets({"data": data})  # the splits it ran on, as the run page's dataset inputs
         results = _all(cfg, src, data)
         table = _table(results)
         print(table, flush=True)

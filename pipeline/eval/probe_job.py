@@ -4,6 +4,7 @@ finished before with the same settings prints its results and probes nothing."""
 
 from __future__ import annotations
 
+from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
 
 
@@ -90,6 +91,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     try:
         if found is None:
             mlflow.log_params(params)
+            mlflow_ui.log_datasets(cfg)  # the splits it probed on, as the run page's dataset inputs
         results = compare_with_random(cfg, src.state, run_name=name)  # the SGD probe starts Ray itself
     except (FloatingPointError, ValueError) as e:  # a diverging probe, data without decodable images
         tracking.end_failed(e)

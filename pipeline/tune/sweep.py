@@ -343,12 +343,13 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
         mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
-    counts = {f"trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
-    mlflow.log_metrics({**counts, "sweep_minutes": minutes})
+    # under sweep/, as every job groups its metrics (train/, knn/, probe/, ...) for the UI's charts and search
+    counts = {f"sweep/trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
+    mlflow.log_metrics({**counts, "sweep/minutes": minutes})
     if baseline is not None:
-        mlflow.log_metric(f"random_{s['metric']}", baseline)
+        mlflow.log_metric(f"sweep/random_{s['metric']}", baseline)
     if top is not None:
-        mlflow.log_metric(f"best_{s['metric']}", top["metric"])
+        mlflow.log_metric(f"sweep/best_{s['metric']}", top["metric"])
         best = {
             "trial": top["trial_id"],
             "mlflow_run_id": top.get("run_id"),
@@ -416,7 +417,7 @@ def _finished(cfg: dict, run) -> dict:
         "run_id": run_id,
         "rows": None,
         "best": _logged_best(run_id, metric),
-        "baseline": run.data.metrics.get(f"random_{metric}"),
+        "baseline": run.data.metrics.get(f"sweep/random_{metric}"),
         "text": text,
         "table": None,
         "plot": plot,

@@ -343,8 +343,8 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     m = run.data.metrics
     assert run.info.status == "FINISHED" and run.data.tags["job"] == "detect"
-    assert all(0.0 <= m[f"{b}_{k}"] <= 100.0 for b in ("pretrained", "random") for k in ("AP", "AP50", "AP75"))
-    assert len(client.get_metric_history(run.info.run_id, "pretrained_loss")) == 2  # every 2 of 4 iterations
+    assert all(0.0 <= m[f"detect/{b}_{k}"] <= 100.0 for b in ("pretrained", "random") for k in ("AP", "AP50", "AP75"))
+    assert len(client.get_metric_history(run.info.run_id, "detect/pretrained_loss")) == 2  # every 2 of 4 iterations
     assert [a.path for a in client.list_artifacts(run.info.run_id, "detect")] == [
         "detect/predictions.png",
         "detect/table.md",
@@ -465,8 +465,8 @@ def test_detectron2_trains_in_two_processes(tmp_path):
     assert r.stdout.count("detectron2 loaded every backbone weight") == 1  # said once, by the main process
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
-    assert run.info.status == "FINISHED" and 0.0 <= run.data.metrics["pretrained_AP"] <= 100.0
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "pretrained_loss")] == [2, 4]
+    assert run.info.status == "FINISHED" and 0.0 <= run.data.metrics["detect/pretrained_AP"] <= 100.0
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "detect/pretrained_loss")] == [2, 4]
     bad = _detect(tmp_path, "run=x", "engine=detectron2", "detect.workers=3", timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: detect.batch_size=8: does not split over")
 

@@ -153,7 +153,7 @@ def test_detect_job_on_a_voc_tree_reports_voc07_ap50(tmp_path):
     assert "| backbone | AP | AP50 | AP75 | VOC07_AP50 |" in r.stdout
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
-    assert 0.0 <= run.data.metrics["pretrained_VOC07_AP50"] <= 100.0 and run.info.status == "FINISHED"
+    assert 0.0 <= run.data.metrics["detect/pretrained_VOC07_AP50"] <= 100.0 and run.info.status == "FINISHED"
     bad = subprocess.run(
         [
             sys.executable,

@@ -221,6 +221,10 @@ def test_knn_job_and_the_sgd_probe_on_a_checkpoint(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["job"] == "knn"
     assert all(0.0 <= run.data.metrics[f"knn/{b}_top1"] <= 1.0 for b in ("pretrained", "random"))
+    assert sorted(d.tags[0].value for d in client.get_run(run.info.run_id).inputs.dataset_inputs) == [
+        "training",
+        "validation",
+    ]
     assert len(list((tmp_path / "runs" / "features").glob("*/meta.json"))) == 4  # 2 backbones x 2 splits
     again = _job(tmp_path, "knn", f"run={ckpt}", "k=5", "batch_size=16", timeout=120)
     assert again.returncode == 0 and "finished before" in again.stdout
@@ -238,3 +242,7 @@ def test_knn_job_and_the_sgd_probe_on_a_checkpoint(tmp_path):
     assert len(list((tmp_path / "runs" / "features").glob("*/meta.json"))) == 4  # the kNN's features, reused
     runs = client.search_runs([run.info.experiment_id], filter_string="tags.job = 'linear_probe'")
     assert runs[0].data.tags["probe_solver"] == "sgd" and "probe/pretrained_top1" in runs[0].data.metrics
+    assert sorted(d.tags[0].value for d in client.get_run(runs[0].info.run_id).inputs.dataset_inputs) == [
+        "training",
+        "validation",
+    ]

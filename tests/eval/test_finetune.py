@@ -259,9 +259,13 @@ def test_finetune_job_on_a_checkpoint_logs_both_backbones_and_a_rerun_trains_not
     m = run.data.metrics
     assert run.info.status == "FINISHED" and run.data.tags["job"] == "finetune"
     assert run.info.run_name.startswith("colour-run-finetune-0.25-")
-    assert all(0.0 <= m[f"{b}_{k}"] <= 1.0 for b in ("pretrained", "random") for k in ("top1", "top5"))
-    assert [h.step for h in client.get_metric_history(run.info.run_id, "pretrained_loss")] == [1, 2, 3]
-    lrs = {h.step: h.value for h in client.get_metric_history(run.info.run_id, "pretrained_lr_backbone")}
+    assert all(0.0 <= m[f"finetune/{b}_{k}"] <= 1.0 for b in ("pretrained", "random") for k in ("top1", "top5"))
+    inputs = {
+        d.tags[0].value: d.dataset for d in client.get_run(run.info.run_id).inputs.dataset_inputs
+    }  # the splits, the subset's count
+    assert sorted(inputs) == ["training", "validation"] and f'"num_samples": {n},' in inputs["training"].profile
+    assert [h.step for h in client.get_metric_history(run.info.run_id, "finetune/pretrained_loss")] == [1, 2, 3]
+    lrs = {h.step: h.value for h in client.get_metric_history(run.info.run_id, "finetune/pretrained_lr_backbone")}
     assert [lrs[e] for e in (1, 2, 3)] == pytest.approx([0.01, 0.01, 0.002])  # x0.2 after epoch 2
     arts = [a.path for a in client.list_artifacts(run.info.run_id, "finetune")]
     assert arts == ["finetune/finetune.png", "finetune/subset.txt", "finetune/table.md"]

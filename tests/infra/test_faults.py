@@ -8,6 +8,7 @@ checkpoints and run state on S3 (moto's server), MLflow on a tracking server tha
 app) with its artifacts on the same S3. The nodes and the jobs reach S3 through their environment and log in to
 MLflow with a credentials file in their HOME; nothing of either is in a job's command line or Ray's runtime env."""
 
+import json
 import os
 import re
 import signal
@@ -102,6 +103,11 @@ def _on_shared_storage(storage, c: SimCluster, root: Path, name: str, out: str) 
     assert not any(server.password in v for v in (*run.data.params.values(), *run.data.tags.values()))
     logs = [p for p in (c.dir / "ray").rglob("*") if p.is_file() and p.suffix in (".log", ".out", ".err", ".json")]
     assert logs and not any(server.password in p.read_text(errors="replace") for p in logs)
+    # and detect-secrets, which finds a planted high-entropy token among such params, finds none in them
+    dump = root / "params.json"
+    dump.write_text(json.dumps(run.data.params, indent=1, sort_keys=True))
+    scan = subprocess.run([sys.executable, "-m", "detect_secrets", "scan", str(dump)], capture_output=True, text=True)
+    assert scan.returncode == 0 and json.loads(scan.stdout)["results"] == {}, scan.stdout[-2000:]
 
 
 def test_a_worker_process_killed_mid_epoch(storage, cluster, tmp_path):
