@@ -397,8 +397,8 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
     assert parent.data.params["space.method.temperature"] == "grid [0.2, 10.0] (log)"
     assert parent.data.params["sweep.metric"] == "probe_pretrained_mse"
     m = parent.data.metrics
-    assert (m["trials_done"], m["trials_stopped"], m["trials_failed"]) == (1, 1, 0)
-    assert "random_probe_pretrained_mse" in m and "best_probe_pretrained_mse" in m
+    assert (m["sweep/trials_done"], m["sweep/trials_stopped"], m["sweep/trials_failed"]) == (1, 1, 0)
+    assert "sweep/random_probe_pretrained_mse" in m and "sweep/best_probe_pretrained_mse" in m
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
     assert arts == {"sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"}
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"config.yaml", "gallery", "sweep"}
@@ -408,7 +408,7 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
     done = next(c for c in runs if c.info.run_name.startswith("00000"))
     assert done.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert done.data.params["method.temperature"] == "0.2" and done.data.tags["job"] == "tune-trial"
-    assert m["best_probe_pretrained_mse"] == done.data.metrics["probe/pretrained_mse"]
+    assert m["sweep/best_probe_pretrained_mse"] == done.data.metrics["probe/pretrained_mse"]
     child_arts = {a.path for a in client.list_artifacts(done.info.run_id)}
     assert {"config.yaml", "checkpoint", "curves", "probe"} <= child_arts and "gallery" not in child_arts
     assert (
