@@ -230,7 +230,12 @@ def start_system_metrics(cfg: dict, node_id: str | None, resume: bool):
     names (system/<node_id>/...) when the run spans several; `resume` continues the steps of an earlier attempt."""
     if not cfg["tracking"].get("system_metrics", True):
         return None
+    import logging
+
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    if not cfg.get("verbose"):  # its start and stop lines ("Started monitoring system metrics") reach the console
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
     rt = cfg["runtime"]
     monitor = SystemMetricsMonitor(
