@@ -97,17 +97,34 @@ def _source_uri(location: str) -> str:
 def split_dataset(location: str, manifest: dict, num_samples: int | None = None):
     """A shard folder as an MLflow dataset: metadata only (the shards stay where they are), its digest the
     manifest's, its profile the sample and shard counts."""
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
-
     digest = split_digest(manifest)
     profile = {
         "num_samples": int(num_samples if num_samples is not None else manifest["num_samples"]),
         "num_shards": len(manifest.get("shards", [])),
         "manifest_sha256": digest,
     }
+    return _metadata_dataset(location, _split_name(location), digest, profile)
 
-    class ShardSplit(MetaDataset):
+
+def annotation_dataset(annotations: str):
+    """A COCO-format split (what the detection job trains and evaluates on) as an MLflow dataset: its digest the
+    annotation file's sha256, its profile the image and box counts."""
+    raw = Path(annotations).read_bytes()
+    coco = json.loads(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    profile = {
+        "num_samples": len(coco.get("images", [])),
+        "num_boxes": len(coco.get("annotations", [])),
+        "annotations_sha256": digest,
+    }
+    return _metadata_dataset(annotations, _split_name(annotations), digest, profile)
+
+
+def _metadata_dataset(location: str, name: str, digest: str, profile: dict):
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    class DataSplit(MetaDataset):
         @property
         def profile(self) -> Any:
             return profile
@@ -118,7 +135,14 @@ def split_dataset(location: str, manifest: dict, num_samples: int | None = None)
     with warnings.catch_warnings():  # MLflow registers its local source twice and says so for every file:// URI
         warnings.simplefilter("ignore", UserWarning)
         source = resolve_dataset_source(_source_uri(location))
-    return ShardSplit(source, name=_split_name(location), digest=digest[:16])
+    return DataSplit(source, name=name, digest=digest[:16])
+
+
+def log_detection_datasets(data: dict) -> list:
+    """Log a detection job's train and validation annotation files as the active run's dataset inputs."""
+    datasets = [annotation_dataset(data["train_json"]), annotation_dataset(data["val_json"])]
+    _log_inputs(datasets, ["training", "validation"])
+    return datasets
 
 
 def log_datasets(cfg: dict) -> list:

@@ -9,6 +9,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
 from pipeline.schema import Choice, Int, Num, _Section, check_model
 
@@ -207,6 +208,7 @@ def run(cfg: dict) -> dict:
                     **tracking.flatten(d, "detect."),
                 }
             )
+            mlflow_ui.log_detection_datasets(data)  # the annotation files it trains and scores on
         out = _transfer_all(cfg, src, meta, data, device, out_dir, ev.run_key.split(":", 1)[1])
     where = f" (a child of {src.run_id})" if src.run_id else ""
     print(f"[detect] done: MLflow run {run_id}{where}; detections: {out_dir / 'predictions.png'}", flush=True)

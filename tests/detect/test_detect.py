@@ -344,6 +344,9 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     m = run.data.metrics
     assert run.info.status == "FINISHED" and run.data.tags["job"] == "detect"
     assert all(0.0 <= m[f"detect/{b}_{k}"] <= 100.0 for b in ("pretrained", "random") for k in ("AP", "AP50", "AP75"))
+    inputs = {d.tags[0].value: d.dataset for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
+    assert sorted(inputs) == ["training", "validation"]  # the annotation files, each with its digest and count
+    assert inputs["training"].digest != inputs["validation"].digest and '"num_samples": ' in inputs["training"].profile
     assert len(client.get_metric_history(run.info.run_id, "detect/pretrained_loss")) == 2  # every 2 of 4 iterations
     assert [a.path for a in client.list_artifacts(run.info.run_id, "detect")] == [
         "detect/predictions.png",
