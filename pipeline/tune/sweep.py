@@ -109,7 +109,7 @@ def _threads(cfg: dict, dims: list[Dim]) -> int:
 def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
     import mlflow
 
-    from pipeline import tracking
+    from pipeline import mlflow_ui, tracking
     from pipeline.train.artifacts import log_gallery
 
     s, name = cfg["sweep"], cfg["run"]["name"]
@@ -124,6 +124,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
             }
         )
         mlflow.log_text(to_yaml({k: v for k, v in cfg.items() if k != "runtime"}), "config.yaml")
+        mlflow_ui.log_datasets(cfg)  # the data every trial trains on, on the sweep's own page too
         if cfg["gallery"]["at_pretrain"]:
             log_gallery(cfg)
     total = num_trials(dims, s["num_samples"])

@@ -396,6 +396,8 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
     assert parent.info.run_name.startswith("sweep-smoke-")
     assert parent.data.params["space.method.temperature"] == "grid [0.2, 10.0] (log)"
     assert parent.data.params["sweep.metric"] == "probe_pretrained_mse"
+    inputs = client.get_run(parent.info.run_id).inputs.dataset_inputs  # the trials' data, on the sweep's page too
+    assert sorted(d.tags[0].value for d in inputs) == ["training", "validation"]
     m = parent.data.metrics
     assert (m["sweep/trials_done"], m["sweep/trials_stopped"], m["sweep/trials_failed"]) == (1, 1, 0)
     assert "sweep/random_probe_pretrained_mse" in m and "sweep/best_probe_pretrained_mse" in m
