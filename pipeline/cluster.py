@@ -1,12 +1,15 @@
 """The job's Ray: join a cluster or start a private local one, with Ray's, Train's and MLflow's own chatter
-quiet unless verbose=true. Every job (pretraining, sweeps, downstream) starts Ray here."""
+quiet unless verbose=true. Every job (pretraining, sweeps, downstream) starts Ray here. Also what the cluster's
+nodes hold, and how many workers or actors of a resource bundle they can place (Train's workers, the feature
+extraction's actors)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
 
 def init_ray(cfg: dict, trials: int = 1) -> None:
@@ -26,8 +29,6 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         "logging_level": logging.ERROR if quiet else logging.INFO,
         "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO"),
     }
-    from pipeline.train.resources import cluster_address
-
     address = cluster_address(cfg["trainer"])
     if address:
         ray.init(address=address, **logs)
@@ -54,3 +55,42 @@ def quiet_logs(cfg: dict) -> None:
     verbose = bool(cfg.get("verbose"))
     logging.getLogger("mlflow").setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def cluster_address(trainer: Mapping) -> str | None:
+    """The cluster a job joins (trainer.address, else $RAY_ADDRESS, which `ray job submit` sets), or None for a
+    private local cluster of its own."""
+    return trainer.get("address") or os.environ.get("RAY_ADDRESS") or None
+
+
+def workers_that_fit(
+    nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float], one_per_node: bool = False
+) -> int:
+    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node; at most one
+    a node under STRICT_SPREAD)."""
+    total = 0
+    for res in nodes:
+        per_node = [math.floor(res.get(name, 0.0) / amount + 1e-9) for name, amount in bundle.items() if amount > 0]
+        fit = min(per_node) if per_node else 0
+        total += min(fit, 1) if one_per_node else fit
+    return total
+
+
+def describe(bundle: Mapping[str, float]) -> str:
+    return " + ".join(f"{_num(v)} {k}" for k, v in bundle.items())
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def cluster_summary(nodes: Sequence[Mapping[str, float]]) -> str:
+    cpus = sum(n.get("CPU", 0.0) for n in nodes)
+    gpus = sum(n.get("GPU", 0.0) for n in nodes)
+    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {_num(cpus)} CPU, {_num(gpus)} GPU in all"
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]

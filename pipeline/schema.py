@@ -167,6 +167,13 @@ class Train(_Section):
     deterministic_data: Bool() = False
 
 
+# custom resources a worker or actor also asks for: a node type's label ({gpu_node: 1}), which places it
+Resources = Annotated[
+    Optional[dict[StrictStr, Annotated[StrictFloat, Field(gt=0)]]],
+    _Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
+]
+
+
 class Knn(_Section):
     every: Int(0)
     k: Int(1)
@@ -196,6 +203,9 @@ class Probe(_Section):
     solver: Choice("auto", "lbfgs", "sgd")
     lbfgs_max: Int(1)
     sgd: ProbeSgd
+    baseline: Bool() = True
+    actors: Int(1, null=True) = None
+    actor_resources: Resources = None
 
 
 class FeatureAveraging(_Section):
@@ -239,10 +249,7 @@ class Trainer(_Section):
     address: Str(null=True) = None
     # custom resources each worker also asks for (a node type's label, e.g. {gpu_node: 1}), and how Ray places
     # the workers over the nodes (ScalingConfig's placement_strategy)
-    worker_resources: Annotated[
-        Optional[dict[StrictStr, Annotated[StrictFloat, Field(gt=0)]]],
-        _Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
-    ] = None
+    worker_resources: Resources = None
     placement_strategy: Choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD") = "PACK"
 
 

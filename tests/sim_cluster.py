@@ -309,6 +309,22 @@ class SimCluster:
             if p in by_port
         }
 
+    def actors(self, repr_contains: str) -> list[dict]:
+        """Ray's state API: every actor, alive or dead, whose repr names `repr_contains` (Ray Data's map actors
+        are MapWorker(MapBatches(<callable class>))): [{"actor_id", "node_id", "state", "repr_name"}]."""
+        code = (
+            "import json, ray; from ray.util.state import list_actors; ray.init(address=%r); "
+            "print(json.dumps([{k: getattr(a, k) for k in ('actor_id', 'node_id', 'state', 'repr_name')} "
+            "for a in list_actors(detail=True, limit=10000, raise_on_missing_output=False)]))"
+        ) % self.address
+        r = subprocess.run(
+            [sys.executable, "-c", code], env=self.job_env(), capture_output=True, text=True, timeout=120
+        )
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        found = json.loads(r.stdout.strip().splitlines()[-1])
+        return [a for a in found if repr_contains in (a["repr_name"] or "")]
+
     def shutdown(self) -> None:
         """Every process of this cluster (those naming its temp dir or its nodes' ports, and theirs); no other Ray."""
         roots = subprocess.run(["pgrep", "-f", str(self.dir)], capture_output=True, text=True).stdout.split()

@@ -3,6 +3,7 @@ PATH has no .venv on it, exactly as the README shows; `make cluster-stop` stops 
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -123,45 +124,30 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         assert r.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
-        # a sweep submitted the same way: its trials' Train runs on the joined head, tracked in the same store
-        r = _submit(
-            [
-                "python",
-                "jobs/tune.py",
-                "+sweep=smoke",
-                f"paths.root={tmp_path / 'store'}",
-                "sweep.max_concurrent_trials=2",  # both trials at once: the head has cores + 2 CPUs
-                "sweep.scheduler=fifo",
-                "data.generate.n_train=256",
-                "data.generate.n_val=64",
-                "model.width=8",
-                "train.batch_size=64",
-                "eval.knn.bank_size=128",
-                "eval.knn.val_size=64",
-                "eval.probe.steps=10",
-            ],
-            work,
-            shell,
-            900,
-        )
+        # a sweep submitted the same way: its trials' Train runs on the joined head, tracked in the same store; the
+        # same entrypoint first says where it runs: in .venv, without data/, which .rayignore kept out of the upload
+        where = "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), os.path.exists('jobs'), sys.prefix)"
+        sweep = [
+            "python",
+            "jobs/tune.py",
+            "+sweep=smoke",
+            f"paths.root={tmp_path / 'store'}",
+            "sweep.max_concurrent_trials=2",  # both trials at once: the head has cores + 2 CPUs
+            "sweep.scheduler=fifo",
+            "data.generate.n_train=256",
+            "data.generate.n_val=64",
+            "model.width=8",
+            "train.batch_size=64",
+            "eval.knn.bank_size=128",
+            "eval.knn.val_size=64",
+            "eval.probe.steps=10",
+        ]
+        r = _submit(["sh", "-c", f"{shlex.join(['python', '-c', where])} && {shlex.join(sweep)}"], work, shell, 900)
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-4000:]
+        assert re.search(r"UPLOADED False True \S*/\.venv$", r.stdout, flags=re.M), out[-4000:]
         assert "succeeded" in out.lower() and "Done: sweep sweep-smoke-" in out and out.count("done: probe_") == 2
         assert len(list((tmp_path / "store" / "runs" / "sweep").glob("sweep-smoke-*.png"))) == 1
-        # the job ran in .venv, and .rayignore kept data/ out of the uploaded working directory
-        probe = _submit(
-            [
-                "python",
-                "-c",
-                "import os, sys; print('UPLOADED', os.path.exists('data/big.bin'), os.path.exists('jobs'), sys.prefix)",
-            ],
-            work,
-            shell,
-            300,
-        )
-        assert re.search(r"UPLOADED False True \S*/\.venv$", probe.stdout, flags=re.M), (
-            probe.stdout[-2000:] + probe.stderr[-2000:]
-        )
 
         stop = _make("cluster-stop", work, env, **ours)
         assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr

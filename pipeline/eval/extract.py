@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pipeline.augment.view_maker import class_labels
+from pipeline.config import ConfigError
 
 
 def eval_views(batch: dict[str, np.ndarray], size: int, task: str, targets: list[str] | None) -> dict[str, np.ndarray]:
@@ -129,6 +130,7 @@ def split_features(
     std,
     batch_size: int,
     actors: int | None = None,
+    resources: dict[str, float] | None = None,
 ) -> tuple[Path, dict]:
     """extract_split for one split of a run's data, in the folder its settings name; (folder, meta)."""
     task, targets = cfg_data["task"], cfg_data.get("targets")
@@ -146,7 +148,19 @@ def split_features(
         on_bad_shard=on_bad,
     )
     meta = extract_split(
-        state, model_cfg, cfg_data[split], out, size, mean, std, task, targets, batch_size, actors, on_bad_shard=on_bad
+        state,
+        model_cfg,
+        cfg_data[split],
+        out,
+        size,
+        mean,
+        std,
+        task,
+        targets,
+        batch_size,
+        actors,
+        on_bad_shard=on_bad,
+        resources=resources,
     )
     return out, meta
 
@@ -165,9 +179,11 @@ def extract_split(
     actors: int | None = None,
     on_bad_shard: str = "skip",
     progress: bool = True,
+    resources: dict[str, float] | None = None,
 ) -> dict:
     """Features of every decodable sample of the split at `split_root` into `out` (reused when complete);
-    returns its meta {"n", "dim", "seconds", "images_per_s", "actors", "device"}. Ray is initialised."""
+    returns its meta {"n", "dim", "seconds", "images_per_s", "actors", "device"}. Ray is initialised.
+    `resources`: custom resources each actor also asks for (a node type's label), which places them."""
     import logging
 
     import ray
@@ -186,9 +202,8 @@ def extract_split(
 
     manifest, _ = read_manifest(split_root)
     total = int(manifest["num_samples"])
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 4))
+    actors, bundle = actor_plan(actors, resources)
+    gpus = bool(bundle.get("GPU"))
     threads = None if gpus else max(1, (os.cpu_count() or 1) // actors)
     if not ray.data.DataContext.get_current().enable_progress_bars:  # quiet (init_ray): its plan and timing lines
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # also its "progress bars disabled" notice
@@ -208,8 +223,9 @@ def extract_split(
             batch_size=batch_size,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=actors),
-            num_gpus=1 if gpus else 0,
-            num_cpus=0 if gpus else max(1, min(cpus // actors, threads or 1)),
+            num_gpus=bundle.get("GPU", 0),
+            num_cpus=bundle["CPU"],
+            resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")} or None,
             max_restarts=0,
         )
     out.mkdir(parents=True, exist_ok=True)
@@ -232,6 +248,40 @@ def extract_split(
     }
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def actor_plan(actors: int | None, resources: dict[str, float] | None) -> tuple[int, dict[str, float]]:
+    """How many extraction actors, and what each asks of Ray: a GPU each where the cluster has GPUs, else CPUs
+    (a quarter of the cores, at most 4 actors, by default), plus `resources` (a node type's label)."""
+    import ray
+
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 4))
+    threads = max(1, (os.cpu_count() or 1) // actors)
+    bundle = {"CPU": 0.0, "GPU": 1.0} if gpus else {"CPU": float(max(1, min(cpus // actors, threads)))}
+    bundle.update({k: float(v) for k, v in (resources or {}).items()})
+    return actors, bundle
+
+
+def check_actors(actors: int | None, resources: dict[str, float] | None, prefix: str = "") -> None:
+    """ConfigError (one line) when the cluster cannot place the extraction actors, which Ray Data would otherwise
+    wait for in silence. For the jobs, before their runs are made; `prefix`: where their settings are (eval.probe.).
+    Not on an autoscaling cluster: the pending actors are what it scales for."""
+    from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
+
+    n, bundle = actor_plan(actors, resources)
+    asked = {k: v for k, v in bundle.items() if v > 0}
+    nodes = alive_nodes()
+    fit = workers_that_fit(nodes, asked)
+    if fit >= n:
+        return
+    missing = [k for k in resources or {} if not any(node.get(k) for node in nodes)]
+    why = f"no node offers {', '.join(missing)}" if missing else f"room for {fit}"
+    raise ConfigError(
+        f"{n} feature-extraction actor{'s' if n != 1 else ''} x ({describe(asked)}) do not fit: the cluster has "
+        f"{cluster_summary(nodes)}, {why}; check {prefix}actors and {prefix}actor_resources"
+    )
 
 
 def _stream(batches: Iterator[dict], out: Path, total: int, progress: bool) -> tuple[int, tuple[int, float, float]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
-from pipeline.schema import Bool, Int, Num, _Section, check_model
+from pipeline.schema import Bool, Int, Num, Resources, _Section, check_model
 
 
 class KnnError(JobError):
@@ -19,6 +19,7 @@ class Knn(_Section):
     baseline: Bool()
     batch_size: Int(1)
     actors: Int(1, null=True) = None
+    actor_resources: Resources = None
     seed: Int(0)
 
 
@@ -72,8 +73,14 @@ def run(cfg: dict) -> dict:
     import mlflow
 
     from pipeline.cluster import init_ray
+    from pipeline.eval.extract import check_actors
 
     init_ray(cfg)
+    try:  # before the run is made: actors the cluster cannot place
+        if not cfg["trainer"].get("autoscale"):
+            check_actors(cfg["actors"], cfg["actor_resources"])
+    except ConfigError as e:
+        raise KnnError(str(e)) from None
     with downstream.child_run(cfg, src, ev, "knn") as run_id:
         if ev.found is None:
             mlflow.log_params(
@@ -109,22 +116,14 @@ def _all(cfg: dict, src, data: dict) -> dict:
     names = read_manifest(data["train"])[0].get("class_names") or []
     device = pick_device("auto")
     results = {}
+    extraction = {"batch_size": cfg["batch_size"], "actors": cfg["actors"], "resources": cfg["actor_resources"]}
     for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
         net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
         state = net.state_dict()
         feats, metas = {}, {}
         for split in ("train", "val"):
             out, metas[split] = split_features(
-                data,
-                src.cfg["model"],
-                state,
-                cfg["paths"]["runs"],
-                split,
-                size,
-                mean,
-                std,
-                cfg["batch_size"],
-                cfg["actors"],
+                data, src.cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, **extraction
             )
             feats[split] = load_features(out)
         res = knn_streamed(

@@ -25,7 +25,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
     from pipeline.eval.downstream import settings_key
-    from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results
+    from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results, probe_solver
     from pipeline.eval.source import load_source
     from pipeline.schema import validate
 
@@ -47,7 +47,9 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
 
     # One child run per (checkpoint, data, probe settings)
     probe_eval = {k: v for k, v in cfg["eval"].items() if k != "knn"}
-    probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k != "checkpoint"}
+    # what is probed, not where: the checkpoint is the source, the actors place the extraction
+    placing = ("checkpoint", "actors", "actor_resources")
+    probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k not in placing}
     settings = {
         "source": src.ref,
         "data": cfg["data"],
@@ -79,6 +81,16 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
 
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
         return results
+    p = cfg["eval"]["probe"]
+    if probe_solver(cfg) == "sgd" and not cfg["trainer"].get("autoscale"):  # Ray Data's actors: can they be placed?
+        from pipeline.cluster import init_ray
+        from pipeline.eval.extract import check_actors
+
+        init_ray(cfg)
+        try:
+            check_actors(p.get("actors"), p.get("actor_resources"), "eval.probe.")
+        except ConfigError as e:
+            raise ProbeError(str(e)) from None
     if parent_run is not None:
         name = f"{parent_run.info.run_name}-probe-{key[:6]}"
         assert parent is not None  # parent_run is its run

@@ -121,10 +121,9 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     size, mean, std = eval_settings(cfg["augment"])
     state, targets = backbone.state_dict(), data.get("targets")
     feats = {}
+    extraction = {"batch_size": p["batch_size"], "actors": p.get("actors"), "resources": p.get("actor_resources")}
     for split, limit in (("train", p["train_size"]), ("val", p["val_size"])):
-        out, _ = split_features(
-            data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, p["batch_size"]
-        )
+        out, _ = split_features(data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, **extraction)
         feat, y = load_features(out)
         feats[split] = (feat[:limit], y[:limit]) if limit else (feat, y)
     if data["task"] == "classification":
@@ -271,14 +270,15 @@ def probe_png(cfg: dict, name: str) -> Path:
 
 
 def compare_with_random(
-    cfg: dict, ckpt: str | Path | dict, run_name: str | None = None, baseline: bool = True
+    cfg: dict, ckpt: str | Path | dict, run_name: str | None = None, baseline: bool | None = None
 ) -> dict[str, dict[str, float]]:
     """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
 
     `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(cfg,
     run_name) (run_name: the active MLflow run's name by default) and logged as probe/probe.png.
 
-    `baseline=False` probes the pretrained backbone alone (a sweep's trials: the sweep probes the random twin once).
+    `baseline=False` probes the pretrained backbone alone (a sweep's trials: the sweep probes the random twin once);
+    None: eval.probe.baseline.
 
     Returns {"pretrained": ..., "random": ...}; with eval.feature_averaging.m > 0 also "pretrained_fa" and
     "random_fa" (metrics probe/<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
@@ -297,7 +297,7 @@ def compare_with_random(
         "pretrained": lambda: backbone_from(state),
         "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"]),
     }
-    if not baseline:
+    if not (cfg["eval"]["probe"].get("baseline", True) if baseline is None else baseline):
         del backbones["random"]
     results, labels, invariance = {}, {}, {}
     for name, build in backbones.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,9 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
     tr = cfg["trainer"]
     # Ray Data hands blocks to whichever worker asks first; keeping their order makes each worker's batches a
     # function of the seed alone (the same curve on 1 node x 2 workers and 2 nodes x 1), at some throughput
-    ingest = ray.train.DataConfig.default_ingest_options()
+    with warnings.catch_warnings():  # Ray's own default sets the option it calls deprecated (Ray 2.60)
+        warnings.filterwarnings("ignore", message=".*exclude_resources.*deprecated")
+        ingest = ray.train.DataConfig.default_ingest_options()
     ingest.preserve_order = bool(cfg["train"].get("deterministic_data"))
     return TorchTrainer(
         train_loop_per_worker,
@@ -167,7 +170,9 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     if cfg["eval"]["probe"]["after_pretrain"]:
         from pipeline.eval.run_probe import compare_with_random
 
-        out["probe"] = compare_with_random(cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=trial is None)
+        out["probe"] = compare_with_random(
+            cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=None if trial is None else False
+        )
     metrics = mlflow.get_run(run_id).data.metrics
     mlflow_ui.append_description(run_id, mlflow_ui.describe_results(metrics, out["probe"], minutes))
     if trial is None:

@@ -9,17 +9,11 @@ so often saying what it waits for.
 from __future__ import annotations
 
 import math
-import os
 import time
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping
 
+from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
 from pipeline.config import ConfigError
-
-
-def cluster_address(trainer: Mapping) -> str | None:
-    """The cluster a job joins (trainer.address, else $RAY_ADDRESS, which `ray job submit` sets), or None for a
-    private local cluster of its own."""
-    return trainer.get("address") or os.environ.get("RAY_ADDRESS") or None
 
 
 def worker_bundle(trainer: Mapping) -> dict[str, float]:
@@ -30,39 +24,6 @@ def worker_bundle(trainer: Mapping) -> dict[str, float]:
         bundle["GPU"] = float(trainer["gpus_per_worker"])
     bundle.update({k: float(v) for k, v in (trainer.get("worker_resources") or {}).items()})
     return bundle
-
-
-def workers_that_fit(
-    nodes: Iterable[Mapping[str, float]], bundle: Mapping[str, float], one_per_node: bool = False
-) -> int:
-    """How many workers of `bundle` the nodes' total resources can place (a worker lives on one node; at most one
-    a node under STRICT_SPREAD)."""
-    total = 0
-    for res in nodes:
-        per_node = [math.floor(res.get(name, 0.0) / amount + 1e-9) for name, amount in bundle.items() if amount > 0]
-        fit = min(per_node) if per_node else 0
-        total += min(fit, 1) if one_per_node else fit
-    return total
-
-
-def describe(bundle: Mapping[str, float]) -> str:
-    return " + ".join(f"{_num(v)} {k}" for k, v in bundle.items())
-
-
-def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
-
-
-def cluster_summary(nodes: Sequence[Mapping[str, float]]) -> str:
-    cpus = sum(n.get("CPU", 0.0) for n in nodes)
-    gpus = sum(n.get("GPU", 0.0) for n in nodes)
-    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {_num(cpus)} CPU, {_num(gpus)} GPU in all"
-
-
-def alive_nodes() -> list[dict[str, float]]:
-    import ray
-
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
 def request_workers(bundles: list[dict[str, float]]) -> None:

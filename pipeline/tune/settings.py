@@ -15,9 +15,9 @@ import os
 
 from pydantic import ConfigDict
 
+from pipeline.cluster import cluster_address
 from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
-from pipeline.train.resources import cluster_address
 from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 
 # Sections a trial may not vary: where the data lives and how the cluster and store are reached are the

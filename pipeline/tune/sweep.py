@@ -92,7 +92,8 @@ def _check_room(cfg: dict) -> bool:
     """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
     cluster was checked against this machine's cores before Ray started: settings._check_local_room). True when
     it asked an autoscaler for them (the sweep withdraws the request at its end)."""
-    from pipeline.train.resources import check_resources, cluster_address
+    from pipeline.cluster import cluster_address
+    from pipeline.train.resources import check_resources
 
     tr = cfg["trainer"]
     return bool(cluster_address(tr)) and check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])

@@ -153,6 +153,22 @@ def test_ray_extraction_matches_the_in_memory_features_and_is_reused(tmp_path, r
     assert again == meta
 
 
+def test_extraction_actors_the_cluster_cannot_place_are_refused_in_one_line(ray_local):
+    from pipeline.config import ConfigError
+    from pipeline.eval.extract import actor_plan, check_actors
+
+    # a CPU cluster: CPUs only; the custom resources on top
+    assert actor_plan(3, {"gpu_node": 0.5}) == (3, {"CPU": 1.0, "gpu_node": 0.5})
+    check_actors(3, None)  # one CPU each: 3 fit on this 3-CPU node
+    with pytest.raises(ConfigError) as e:
+        check_actors(4, None, "eval.probe.")
+    msg = str(e.value)
+    assert msg.startswith("4 feature-extraction actors x (1 CPU) do not fit") and "room for 3" in msg
+    assert "eval.probe.actors and eval.probe.actor_resources" in msg
+    with pytest.raises(ConfigError, match="no node offers gpu_node; check actors"):
+        check_actors(1, {"gpu_node": 1})
+
+
 def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
     from pipeline.eval.run_probe import probe_solver
 

@@ -54,11 +54,47 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     two, loss_two = _run(tmp_path, "two_nodes")
     # Ray's placement, as each worker saw it (rank order): both on `pair`; on two of the `single` nodes
     assert one.data.tags["worker_nodes"].split(",") == [nodes["pair"]["node_id"]] * 2
-    placed = two.data.tags["worker_nodes"].split(",")
-    assert len(set(placed)) == 2 and set(placed) <= singles, (placed, singles)
+    workers = two.data.tags["worker_nodes"].split(",")
+    assert len(set(workers)) == 2 and set(workers) <= singles, (workers, singles)
     assert one.info.status == two.info.status == "FINISHED"
     assert len(loss_one) == len(loss_two) >= 8
     np.testing.assert_allclose(loss_one, loss_two, rtol=1e-4, atol=1e-5)
+    # the SGD probe of the 2-node run: Ray Data's feature-extraction actors on two `single` nodes
+    before = {a["actor_id"] for a in cluster.actors("Extractor")}
+    probe = cluster.job(
+        "linear_probe.py",
+        tmp_path,
+        f"run={two.info.run_id}",
+        "eval.probe.solver=sgd",
+        "eval.probe.baseline=false",
+        "eval.probe.actors=2",
+        "eval.probe.actor_resources={single:1}",
+        "eval.probe.batch_size=32",
+        "eval.probe.sgd.epochs=2",
+        "eval.probe.sgd.milestones=[1]",
+        "eval.probe.sgd.lr=0.05",
+    )
+    # beside it, actors no node can place: one line, before a run is made (Ray Data would wait for them forever)
+    bad = cluster.job(
+        "linear_probe.py",
+        tmp_path,
+        f"run={two.info.run_id}",
+        "eval.probe.solver=sgd",
+        "eval.probe.actor_resources={nowhere:1}",
+    )
+    refused = bad.communicate(timeout=300)[0]
+    jobs.append(probe.communicate(timeout=600)[0])
+    assert probe.returncode == 0, f"probe failed ({probe.returncode}):\n{jobs[-1][-6000:]}"
+    assert bad.returncode == 2 and refused.startswith("error: ") and len(refused.strip().splitlines()) == 1, refused
+    assert "no node offers nowhere; check eval.probe.actors and eval.probe.actor_resources" in refused
+    extractors = [a for a in cluster.actors("Extractor") if a["actor_id"] not in before]
+    # two actors for each split's extraction, alive together, on `single` nodes, which hold one each: so on two
+    # of them (an actor stopped before its start-up finished has no repr yet, so 3 are seen at least)
+    placed = {a["node_id"] for a in extractors}
+    assert 3 <= len(extractors) <= 4 and placed <= singles and len(placed) >= 2, (extractors, singles)
+    (child,) = store(tmp_path).search_runs([two.info.experiment_id], "tags.job = 'linear_probe'")  # not the refused
+    assert child.info.status == "FINISHED" and child.data.tags["probe_solver"] == "sgd"
+    assert np.isfinite(child.data.metrics["probe/pretrained_mse"]) and "probe/random_mse" not in child.data.metrics
     # the cluster's token reached neither the jobs' output nor what their runs logged
     token = cluster.token_path.read_text().strip()
     for job in jobs:
