@@ -44,11 +44,12 @@ cluster: $(STAMP)
 cluster-stop:
 	@bash infra/local_cluster.sh stop
 
-# The image infra/kuberay-rayjob.yaml and the launcher configs run (Dockerfile); where docker exists.
+# The image infra/kuberay-rayjob.yaml and the launcher configs run (Dockerfile), where a Docker engine runs;
+# BASE_IMAGE=... replaces NVIDIA's base, DOCKER_FLAGS=... goes to docker build (docs/cluster.md).
 IMAGE ?= augssl:latest
 image:
-	@command -v docker >/dev/null || { echo "error: make image needs docker, which is not installed here" >&2; exit 2; }
-	docker build -t $(IMAGE) .
+	@docker info >/dev/null 2>&1 || { echo "error: make image needs a running Docker engine (docker info fails here)" >&2; exit 2; }
+	docker build $(DOCKER_FLAGS) $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache
