@@ -25,7 +25,13 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
     from pipeline.eval.downstream import settings_key
-    from pipeline.eval.run_probe import compare_with_random, config_for_run, probe_results, probe_solver
+    from pipeline.eval.run_probe import (
+        check_probe_actors,
+        compare_with_random,
+        config_for_run,
+        probe_results,
+        probe_solver,
+    )
     from pipeline.eval.source import load_source
     from pipeline.schema import validate
 
@@ -81,14 +87,12 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
 
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
         return results
-    p = cfg["eval"]["probe"]
-    if probe_solver(cfg) == "sgd" and not cfg["trainer"].get("autoscale"):  # Ray Data's actors: can they be placed?
+    if probe_solver(cfg) == "sgd":  # before the run is made: Ray Data's actors, can they be placed?
         from pipeline.cluster import init_ray
-        from pipeline.eval.extract import check_actors
 
         init_ray(cfg)
         try:
-            check_actors(p.get("actors"), p.get("actor_resources"), "eval.probe.")
+            check_probe_actors(cfg)
         except ConfigError as e:
             raise ProbeError(str(e)) from None
     if parent_run is not None:

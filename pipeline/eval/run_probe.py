@@ -103,6 +103,16 @@ def probe_solver(cfg: dict) -> str:
     return "sgd" if min(n, p["train_size"] or n) > p["lbfgs_max"] else "lbfgs"
 
 
+def check_probe_actors(cfg: dict) -> None:
+    """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors;
+    Ray is up. Not on an autoscaling cluster: the pending actors are what it scales for."""
+    from pipeline.eval.extract import check_actors
+
+    p = cfg["eval"]["probe"]
+    if probe_solver(cfg) == "sgd" and not cfg["trainer"].get("autoscale"):
+        check_actors(p.get("actors"), p.get("actor_resources"), "eval.probe.")
+
+
 SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on features extracted by Ray Data"}
 
 

@@ -104,7 +104,11 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
         init_ray(cfg)
         from pipeline.train.resources import check_resources, withdraw_request
 
-        # before any MLflow run: a job that cannot start leaves none
+        # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
+        if cfg["eval"]["probe"]["after_pretrain"]:
+            from pipeline.eval.run_probe import check_probe_actors
+
+            check_probe_actors(cfg)
         asked = check_resources(cfg["trainer"], log=_log)
         try:
             out = _run(cfg, name, trial)

@@ -167,6 +167,15 @@ def test_extraction_actors_the_cluster_cannot_place_are_refused_in_one_line(ray_
     assert "eval.probe.actors and eval.probe.actor_resources" in msg
     with pytest.raises(ConfigError, match="no node offers gpu_node; check actors"):
         check_actors(1, {"gpu_node": 1})
+    # the probe's (jobs/linear_probe.py, and pretraining's own probe before its run is made): sgd alone extracts
+    from pipeline.eval.run_probe import check_probe_actors
+
+    probe = {"solver": "sgd", "actors": None, "actor_resources": {"gpu_node": 1}}
+    cfg = {"eval": {"probe": probe}, "trainer": {"autoscale": False}}
+    with pytest.raises(ConfigError, match="no node offers gpu_node; check eval.probe.actors and eval.probe.actor_"):
+        check_probe_actors(cfg)
+    check_probe_actors({**cfg, "trainer": {"autoscale": True}})  # the autoscaler is asked by the pending actors
+    check_probe_actors({**cfg, "eval": {"probe": {**probe, "solver": "lbfgs"}}})  # in memory: no actors
 
 
 def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
