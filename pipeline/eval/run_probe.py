@@ -105,11 +105,14 @@ def probe_solver(cfg: dict) -> str:
 
 def check_probe_actors(cfg: dict) -> None:
     """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors;
-    Ray is up. Not on an autoscaling cluster: the pending actors are what it scales for."""
+    Ray is up. Only actors or actor_resources set by hand can miss (the default plan fits the cluster by its
+    making); not on an autoscaling cluster either: the pending actors are what it scales for."""
     from pipeline.eval.extract import check_actors
 
     p = cfg["eval"]["probe"]
-    if probe_solver(cfg) == "sgd" and not cfg["trainer"].get("autoscale"):
+    if not (p.get("actors") or p.get("actor_resources")) or cfg["trainer"].get("autoscale"):
+        return
+    if probe_solver(cfg) == "sgd":
         check_actors(p.get("actors"), p.get("actor_resources"), "eval.probe.")
 
 

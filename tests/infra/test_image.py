@@ -26,53 +26,56 @@ def test_make_image_without_an_engine_says_so_in_one_line():
     assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1, r.stderr
 
 
-@pytest.mark.slow
-def test_the_image_runs_a_pretraining_job_as_a_user(tmp_path):
+@pytest.fixture(scope="module")
+def image() -> str:
     if not _engine():
         pytest.skip("no Docker engine runs here (docker info fails): the image is built with make image elsewhere")
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
         pytest.skip(f"no image {IMAGE}: build it first (make image, or set AUGSSL_IMAGE)")
-    script = (
-        "set -e; id -u; python -c 'import ray, mlflow, torch, nvidia.dali, pipeline; print(\"imports\")';"
-        " cd /tmp && python /app/jobs/pretrain.py paths.root=/tmp/r data.generate.n_train=128 data.generate.n_val=64"
-        " data.generate.maxcount=64 model.width=8 train.batch_size=32 train.epochs=1 eval.knn.every=0"
-        " eval.probe.steps=5 gallery.at_pretrain=false"
-    )
-    r = subprocess.run(
-        ["docker", "run", "--rm", "--shm-size=1g", IMAGE, "bash", "-c", script],
-        capture_output=True,
+    return IMAGE
+
+
+def _in(image: str, script: str) -> subprocess.CompletedProcess:
+    """`bash -c script` in a fresh container of the image, its stdout and stderr in one stream, in order."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "--shm-size=1g", image, "bash", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         timeout=900,
     )
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    lines = r.stdout.splitlines()
-    assert lines[0] == "1000" and lines[1] == "imports", out[-2000:]  # uid 1000, as KubeRay expects
-    assert "[train] epoch 1/1 done:" in out and "Done: run " in out and "Linear probe on spirograph" in out
 
 
 @pytest.mark.slow
-def test_the_image_is_a_ray_head_with_token_auth(tmp_path):
+def test_the_image_runs_a_pretraining_job_as_a_user(image):
+    r = _in(
+        image,
+        "set -e; id -u; python -c 'import ray, mlflow, torch, nvidia.dali, pipeline; print(\"imports\")';"
+        " cd /tmp && python /app/jobs/pretrain.py paths.root=/tmp/r data.generate.n_train=128 data.generate.n_val=64"
+        " data.generate.maxcount=64 model.width=8 train.batch_size=32 train.epochs=1 eval.knn.every=0"
+        " eval.probe.steps=5 gallery.at_pretrain=false",
+    )
+    assert r.returncode == 0, r.stdout[-4000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1000" and lines[1] == "imports", r.stdout[-2000:]  # uid 1000, as KubeRay expects
+    assert "[train] epoch 1/1 done:" in r.stdout and "Done: run " in r.stdout
+    assert "Linear probe on spirograph" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_image_is_a_ray_head_with_token_auth(image):
     """What KubeRay and the launchers start in it: a head with token auth, which takes a job submitted with the token
     and refuses one without it."""
-    if not _engine() or subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
-        pytest.skip(f"no Docker engine, or no image {IMAGE} (make image)")
     job = "import ray; ray.init(); print('ON_CLUSTER', ray.cluster_resources()['CPU'])"
-    script = (
+    r = _in(
+        image,
         "export RAY_AUTH_MODE=token; ray get-auth-token --generate >/dev/null;"
         " ray start --head --dashboard-host 127.0.0.1 --num-cpus 2 --disable-usage-stats >/dev/null 2>&1;"
         f' ray job submit --address http://127.0.0.1:8265 -- python -c "{job}";'
         " mv ~/.ray/auth_token /tmp/elsewhere; echo REFUSED_NEXT;"
-        " RAY_AUTH_MODE=disabled ray job submit --address http://127.0.0.1:8265 -- echo ran_without_token; true"
+        " RAY_AUTH_MODE=disabled ray job submit --address http://127.0.0.1:8265 -- echo ran_without_token; true",
     )
-    r = subprocess.run(
-        ["docker", "run", "--rm", "--shm-size=1g", IMAGE, "bash", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    out = r.stdout + r.stderr
-    with_token, _, without = out.partition("REFUSED_NEXT")
-    assert "ON_CLUSTER 2.0" in with_token and "succeeded" in with_token, out[-3000:]
-    assert "ran_without_token" not in without.replace("-- echo ran_without_token", "") and "succeeded" not in without
-    assert "Token authentication is enabled" in without, out[-3000:]
+    with_token, _, without = r.stdout.partition("REFUSED_NEXT")
+    assert "ON_CLUSTER 2.0" in with_token and "succeeded" in with_token, r.stdout[-3000:]
+    assert "Token authentication is enabled" in without and "succeeded" not in without, r.stdout[-3000:]
+    assert not any(line.strip() == "ran_without_token" for line in without.splitlines())
