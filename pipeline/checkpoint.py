@@ -46,17 +46,30 @@ def load(directory: str | Path) -> dict:
 
 
 def newest_on_disk(run_dir: str | Path) -> dict | None:
-    """The newest loadable state under a Ray run folder (checkpoint_*/state.pt), or None.
+    """The newest loadable state under a Ray run folder (checkpoint_*/state.pt), local or on a pyarrow URI
+    (s3://, gs://, file://), or None.
 
     Ray registers a checkpoint only once the controller has processed the worker's report, so an interrupt
-    (Ctrl-C, a killed driver) can leave newer, complete checkpoints on disk that Ray's own restore would
+    (Ctrl-C, a killed driver) can leave newer, complete checkpoints in storage that Ray's own restore would
     skip. A file cut short by the interrupt fails to load and the next newest one is taken."""
-    folder = Path(run_dir)
-    if "://" in str(run_dir) or not folder.is_dir():
+    import io
+
+    from pyarrow import fs as pafs
+
+    if "://" in str(run_dir):
+        filesystem, folder = pafs.FileSystem.from_uri(str(run_dir))
+    else:
+        filesystem, folder = pafs.LocalFileSystem(), str(Path(run_dir).resolve())
+    if filesystem.get_file_info(folder).type != pafs.FileType.Directory:
         return None
-    for path in sorted(folder.glob(f"checkpoint_*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+    found = filesystem.get_file_info(pafs.FileSelector(folder, recursive=False))
+    states = [f"{d.path}/{STATE_FILE}" for d in found if d.base_name.startswith("checkpoint_")]
+    infos = [i for i in filesystem.get_file_info(states) if i.type == pafs.FileType.File]
+    # newest first: by modification time where the store keeps one, else by name (Ray's names carry the time)
+    for info in sorted(infos, key=lambda i: (i.mtime_ns or 0, i.path), reverse=True):
         try:
-            return torch.load(path, map_location="cpu", weights_only=False)
+            with filesystem.open_input_stream(info.path) as f:
+                return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
         except Exception:  # a truncated copy: fall back to the one before it
             continue
     return None

@@ -44,7 +44,8 @@ def test_precision_choice():
 
 
 def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
-    """Resume prefers the newest complete state.pt in the run folder and skips one cut short by an interrupt."""
+    """Resume prefers the newest complete state.pt in the run folder, local or remote, and skips one cut short by an
+    interrupt."""
     import os
 
     from pipeline import checkpoint
@@ -62,7 +63,9 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
     newest.write_bytes(newest.read_bytes()[:100])  # a copy cut short
     os.utime(newest, (2000, 2000))
     assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 1
-    assert checkpoint.newest_on_disk("s3://bucket/run") is None
+    # the same through a pyarrow URI (trainer.storage=s3://..., the code path of every remote store)
+    assert checkpoint.newest_on_disk(tmp_path.as_uri())["epoch"] == 1
+    assert checkpoint.newest_on_disk((tmp_path / "absent").as_uri()) is None
 
 
 def test_curve_panels_group_what_was_logged():
