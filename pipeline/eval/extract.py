@@ -264,12 +264,17 @@ def actor_plan(actors: int | None, resources: dict[str, float] | None) -> tuple[
     return actors, bundle
 
 
-def check_actors(actors: int | None, resources: dict[str, float] | None, prefix: str = "") -> None:
+def check_actors(
+    actors: int | None, resources: dict[str, float] | None, prefix: str = "", autoscale: bool = False
+) -> None:
     """ConfigError (one line) when the cluster cannot place the extraction actors, which Ray Data would otherwise
     wait for in silence. For the jobs, before their runs are made; `prefix`: where their settings are (eval.probe.).
-    Not on an autoscaling cluster: the pending actors are what it scales for."""
+    Only actors or resources set by hand can miss (the default plan fits the cluster by its making); nor is an
+    autoscaling cluster checked: the pending actors are what it scales for."""
     from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
 
+    if autoscale or not (actors or resources):
+        return
     n, bundle = actor_plan(actors, resources)
     asked = {k: v for k, v in bundle.items() if v > 0}
     nodes = alive_nodes()

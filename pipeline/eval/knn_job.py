@@ -77,8 +77,7 @@ def run(cfg: dict) -> dict:
 
     init_ray(cfg)
     try:  # before the run is made: actors the cluster cannot place
-        if not cfg["trainer"].get("autoscale"):
-            check_actors(cfg["actors"], cfg["actor_resources"])
+        check_actors(cfg["actors"], cfg["actor_resources"], autoscale=bool(cfg["trainer"].get("autoscale")))
     except ConfigError as e:
         raise KnnError(str(e)) from None
     with downstream.child_run(cfg, src, ev, "knn") as run_id:

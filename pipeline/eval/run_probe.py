@@ -104,16 +104,14 @@ def probe_solver(cfg: dict) -> str:
 
 
 def check_probe_actors(cfg: dict) -> None:
-    """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors;
-    Ray is up. Only actors or actor_resources set by hand can miss (the default plan fits the cluster by its
-    making); not on an autoscaling cluster either: the pending actors are what it scales for."""
+    """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors
+    (extract.check_actors); Ray is up."""
     from pipeline.eval.extract import check_actors
 
     p = cfg["eval"]["probe"]
-    if not (p.get("actors") or p.get("actor_resources")) or cfg["trainer"].get("autoscale"):
-        return
-    if probe_solver(cfg) == "sgd":
-        check_actors(p.get("actors"), p.get("actor_resources"), "eval.probe.")
+    actors, resources = p.get("actors"), p.get("actor_resources")
+    if (actors or resources) and probe_solver(cfg) == "sgd":  # hand-set alone: no manifest read otherwise
+        check_actors(actors, resources, "eval.probe.", bool(cfg["trainer"].get("autoscale")))
 
 
 SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on features extracted by Ray Data"}
