@@ -294,15 +294,20 @@ class SimCluster:
             _kill(_tree([pid]))
         self.manager_ports.pop(name)
 
-    def nodes(self) -> dict[str, dict]:
-        """Ray's own view, by our node names: {name: {"node_id", "alive", "resources"}}."""
-        code = "import json, ray; ray.init(address=%r); print(json.dumps(ray.nodes()))" % self.address
+    def _ask(self, setup: str, expr: str):
+        """`expr`, evaluated by a driver that joins this cluster (with its token), as JSON: Ray's view from outside
+        the test process, which never joins a cluster itself."""
+        code = f"import json, ray; {setup}; ray.init(address={self.address!r}); print(json.dumps({expr}))"
         r = subprocess.run(
             [sys.executable, "-c", code], env=self.job_env(), capture_output=True, text=True, timeout=120
         )
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-2000:])
-        by_port = {n["NodeManagerPort"]: n for n in json.loads(r.stdout.strip().splitlines()[-1])}
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def nodes(self) -> dict[str, dict]:
+        """Ray's own view, by our node names: {name: {"node_id", "alive", "resources"}}."""
+        by_port = {n["NodeManagerPort"]: n for n in self._ask("pass", "ray.nodes()")}
         return {
             name: {"node_id": by_port[p]["NodeID"], "alive": by_port[p]["Alive"], "resources": by_port[p]["Resources"]}
             for name, p in self.manager_ports.items()
@@ -312,17 +317,11 @@ class SimCluster:
     def actors(self, repr_contains: str) -> list[dict]:
         """Ray's state API: every actor, alive or dead, whose repr names `repr_contains` (Ray Data's map actors
         are MapWorker(MapBatches(<callable class>))): [{"actor_id", "node_id", "state", "repr_name"}]."""
-        code = (
-            "import json, ray; from ray.util.state import list_actors; ray.init(address=%r); "
-            "print(json.dumps([{k: getattr(a, k) for k in ('actor_id', 'node_id', 'state', 'repr_name')} "
-            "for a in list_actors(detail=True, limit=10000, raise_on_missing_output=False)]))"
-        ) % self.address
-        r = subprocess.run(
-            [sys.executable, "-c", code], env=self.job_env(), capture_output=True, text=True, timeout=120
+        found = self._ask(
+            "from ray.util.state import list_actors",
+            "[{k: getattr(a, k) for k in ('actor_id', 'node_id', 'state', 'repr_name')} "
+            "for a in list_actors(detail=True, limit=10000, raise_on_missing_output=False)]",
         )
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr[-2000:])
-        found = json.loads(r.stdout.strip().splitlines()[-1])
         return [a for a in found if repr_contains in (a["repr_name"] or "")]
 
     def shutdown(self) -> None:
