@@ -45,9 +45,10 @@ def load(directory: str | Path) -> dict:
     return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
-def newest_on_disk(run_dir: str | Path) -> dict | None:
+def newest_on_disk(run_dir: str | Path, registered: str | None = None) -> dict | None:
     """The newest loadable state under a Ray run folder (checkpoint_*/state.pt), local or on a pyarrow URI
-    (s3://, gs://, file://), or None.
+    (s3://, gs://, file://), or None; None too when the newest is `registered` (the folder of the checkpoint Ray
+    restored, already loaded: it is not read twice).
 
     Ray registers a checkpoint only once the controller has processed the worker's report, so an interrupt
     (Ctrl-C, a killed driver) can leave newer, complete checkpoints in storage that Ray's own restore would
@@ -66,7 +67,11 @@ def newest_on_disk(run_dir: str | Path) -> dict | None:
     states = [f"{d.path}/{STATE_FILE}" for d in found if d.base_name.startswith("checkpoint_")]
     infos = [i for i in filesystem.get_file_info(states) if i.type == pafs.FileType.File]
     # newest first: by modification time where the store keeps one, else by name (Ray's names carry the time)
+    if registered is not None and "://" not in str(run_dir):
+        registered = str(Path(registered).resolve())
     for info in sorted(infos, key=lambda i: (i.mtime_ns or 0, i.path), reverse=True):
+        if registered is not None and info.path.rsplit("/", 1)[0] == registered.rstrip("/"):
+            return None  # Ray's own is the newest complete one
         try:
             with filesystem.open_input_stream(info.path) as f:
                 return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)

@@ -314,7 +314,9 @@ def train_loop_per_worker(cfg: dict) -> None:
         with ckpt.as_directory() as d:
             state = checkpoint.load(d)
     # a newer complete checkpoint than Ray registered (the run was interrupted while reporting it)
-    on_disk = checkpoint.newest_on_disk(os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]))
+    on_disk = checkpoint.newest_on_disk(
+        os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]), ckpt.path if ckpt else None
+    )
     if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
         state = on_disk
     label = cfg["runtime"].get("trial") or ""  # a sweep's trial: the sweep prints one line per epoch for it

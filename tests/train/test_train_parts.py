@@ -59,12 +59,16 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
         checkpoint.save(folder, model, opt, epoch=epoch, step=10 * epoch, cfg={})
         os.utime(folder / "state.pt", (1000 + epoch, 1000 + epoch))
     assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 2
+    # the newest is the one Ray restored: nothing newer to load (and it is not read again)
+    assert checkpoint.newest_on_disk(tmp_path, str(tmp_path / "checkpoint_2")) is None
+    assert checkpoint.newest_on_disk(tmp_path, str(tmp_path / "checkpoint_1"))["epoch"] == 2
     newest = tmp_path / "checkpoint_2" / "state.pt"
     newest.write_bytes(newest.read_bytes()[:100])  # a copy cut short
     os.utime(newest, (2000, 2000))
     assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 1
     # the same through a pyarrow URI (trainer.storage=s3://..., the code path of every remote store)
     assert checkpoint.newest_on_disk(tmp_path.as_uri())["epoch"] == 1
+    assert checkpoint.newest_on_disk(tmp_path.as_uri(), str(tmp_path / "checkpoint_1")) is None  # Ray's path form
     assert checkpoint.newest_on_disk((tmp_path / "absent").as_uri()) is None
 
 
