@@ -34,6 +34,28 @@ def test_split_bn_equals_bn_per_group():
         torch.testing.assert_close(out[g::2], ref(x[g::2]))
 
 
+@pytest.mark.slow
+def test_compiled_split_bn_gives_the_eager_output_gradients_and_running_statistics():
+    """torch.compile of a split-BN layer (MoCo on one worker with train.compile=true): the whole-model compile test
+    runs one BN group, since split BN there costs minutes of inductor C++ builds on a cold cache."""
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 3, 4, 4), torch.randn(8, 4, 4, 4)  # w: a sum of squares of BN's output has ~0 gradient
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(1)
+        net = nn.Sequential(nn.Conv2d(3, 4, 1), SplitBatchNorm2d(4, splits=2)).train()
+        if compiled:
+            net.compile()
+        xi = x.clone().requires_grad_()
+        out = net(xi)
+        (out * w).sum().backward()
+        bn = net[1]
+        runs.append([out, xi.grad, net[0].weight.grad, bn.running_mean, bn.running_var, bn.num_batches_tracked])
+    for eager, compiled in zip(*runs):
+        torch.testing.assert_close(compiled, eager)
+    assert int(runs[1][-1]) == 1 and not torch.equal(runs[1][3], torch.zeros(4))  # the statistics did move
+
+
 def test_convert_split_bn_replaces_all_bn2d():
     net = convert_split_bn(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 8}), 4)
     bns = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
