@@ -320,8 +320,8 @@ class SimCluster:
         found = self._ask(
             "from ray.util.state import list_actors",
             "[{k: getattr(a, k) for k in ('actor_id', 'node_id', 'state', 'repr_name')} "
-            "for a in list_actors(detail=True, limit=10000, raise_on_missing_output=False)]",
-        )
+            f"for a in list_actors(address={self.address!r}, detail=True, limit=10000, raise_on_missing_output=False)]",
+        )  # the address named: with another Ray on the machine, the state API cannot pick this one by itself
         return [a for a in found if repr_contains in (a["repr_name"] or "")]
 
     def shutdown(self) -> None:
