@@ -87,6 +87,7 @@ PROJECT_TARGET = 0.97  # project step >= 0.97x the bare loop
 COST_TARGET = {"co2": 1.02, "clsa": 1.32, "invclr": 2.0}  # plug-in step time / its baseline's
 EXECUTOR_RECIPES = {"mocov2": "mocov2", "simclr": "simclr", "byol": "byol", "clsa": "clsa", "cocor": "cocor"}
 EXECUTOR_TARGET = 2.0  # executor images/s >= 2x what the step consumes
+E2E_TARGET = 0.85  # jobs/pretrain.py from JPEG shards >= 0.85x the project step fed pre-made tensors
 SRC_W, SRC_H = 500, 375
 
 
@@ -110,12 +111,42 @@ def settings(args) -> dict:
         "classes": 4 if quick else 8,
         "quick": quick,
     }
-    for k in ("backbone", "width", "size", "batch", "warmup", "iters", "rounds", "queue"):
+    for k in (
+        "backbone",
+        "width",
+        "size",
+        "batch",
+        "warmup",
+        "iters",
+        "rounds",
+        "queue",
+        "exec_images",
+        "e2e_images",
+        "e2e_epochs",
+    ):
         if getattr(args, k, None) is not None:
             s[k] = getattr(args, k)
     if s["queue"] % s["batch"]:
         raise SystemExit(f"--queue {s['queue']} must be a multiple of --batch {s['batch']}")
     return s
+
+
+class Deadline:
+    """--deadline: a section starts no new row (or recipe) once the next would likely end past it, so that the
+    benchmark finishes inside a caller's time cap (make gpu-check) with what it measured so far."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.perf_counter() + seconds
+        self.longest = 0.0
+
+    def allows_another(self) -> bool:
+        return self.end is None or time.perf_counter() + self.longest < self.end
+
+    def took(self, seconds: float) -> None:
+        self.longest = max(self.longest, seconds)
+
+
+NOT_RUN = "not run: past --deadline"
 
 
 def device_name(device: torch.device) -> str:
@@ -894,13 +925,20 @@ def trainable(opt: torch.optim.Optimizer) -> list[tuple[int, int]]:
     return [(len(g["params"]), sum(p.numel() for p in g["params"])) for g in opt.param_groups if g["params"]]
 
 
-def measure_rows(rows: list[str], s: dict, device, precision: str, fmt, workdir: Path) -> dict:
+def measure_rows(
+    rows: list[str], s: dict, device, precision: str, fmt, workdir: Path, deadline: Deadline | None = None
+) -> dict:
     """{row: {"bare": img/s, "project": img/s, "views": n, "error": str|None}}."""
     results = {}
     total = s["warmup"] + s["iters"] * s["rounds"]
+    deadline = deadline or Deadline(None)
     for row in rows:
         t0 = time.perf_counter()
         res = results[row] = {"bare": math.nan, "project": math.nan, "views": 0, "error": None, "same_params": None}
+        if not deadline.allows_another():
+            res["error"] = NOT_RUN
+            print(f"  {row:8s} {NOT_RUN}", flush=True)
+            continue
         try:
             data_root = None
             if row == "cocor":
@@ -928,6 +966,7 @@ def measure_rows(rows: list[str], s: dict, device, precision: str, fmt, workdir:
             res["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             traceback.print_exc()
             free_memory(device)
+        deadline.took(time.perf_counter() - t0)
         print(
             f"  {row:8s} bare {res['bare']:9.1f} img/s   project {res['project']:9.1f} img/s   "
             f"ratio {res['project'] / res['bare']:.3f}   ({time.perf_counter() - t0:.1f} s)"
@@ -938,8 +977,9 @@ def measure_rows(rows: list[str], s: dict, device, precision: str, fmt, workdir:
 
 
 # ============================================================================= (a) gpu view executor
-def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
-    """{recipe: {"images_s": .., "views_s": .., "views": n}} or {"unavailable": reason}."""
+def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | None = None) -> dict:
+    """{recipe: {"images_s": .., "views_s": .., "views": n}} or {"unavailable": reason}; recipes past the deadline
+    are left out."""
     from pipeline.augment.params import sample_views
     from pipeline.augment.view_maker import image_recipe
     from pipeline.config import compose_config
@@ -951,7 +991,12 @@ def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
     out = {}
     batch = min(s["batch"], len(jpegs))
     batches = [jpegs[i : i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
+    deadline = deadline or Deadline(None)
     for name, recipe_name in EXECUTOR_RECIPES.items():
+        if not deadline.allows_another():
+            print(f"  {name:8s} {NOT_RUN}", flush=True)
+            continue
+        t_recipe = time.perf_counter()
         aug = compose_config([f"augment={recipe_name}", "data=imagenet", f"data.image_size={s['size']}"])["augment"]
         recipe = image_recipe(aug)
         try:
@@ -979,6 +1024,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes]) -> dict:
         print(f"  {name:8s} {n / wall:9.1f} images/s  {n * len(views) / wall:9.1f} views/s", flush=True)
         del executor, views
         free_memory(device)
+        deadline.took(time.perf_counter() - t_recipe)
     return out
 
 
@@ -1021,6 +1067,7 @@ def measure_e2e(s: dict, device, workdir: Path) -> dict:
     wall = time.perf_counter() - t0
     (workdir / "e2e.log").write_text(done.stdout + "\n" + done.stderr)
     if done.returncode:
+        print("\n".join((done.stdout + "\n" + done.stderr).strip().splitlines()[-40:]), flush=True)
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
         return {"error": f"jobs/pretrain.py exited {done.returncode}: " + " | ".join(tail), "command": cmd}
     client = mlflow.MlflowClient(uri)
@@ -1131,11 +1178,14 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
     lines += ["", "## End to end: jobs/pretrain.py from JPEG shards", ""]
     if e2e is None:
         lines.append("Not run: add `--e2e`.")
+    elif "skipped" in e2e:
+        lines.append(f"Not run: {e2e['skipped']}.")
     elif "error" in e2e:
         lines += [f"Failed: {e2e['error']}", "", f"`{shlex.join(e2e['command'])}`"]
     else:
-        step = steps.get("mocov2", {}).get("project", math.nan)
+        step = e2e.get("step", steps.get("mocov2", {}).get("project", math.nan))  # the same run's mocov2 row
         ratio = e2e["images_s"] / step if step and not math.isnan(step) else math.nan
+        e2e_verdict = _verdict(None if math.isnan(ratio) else ratio >= E2E_TARGET)
         lines += [
             f"`{shlex.join(e2e['command'])}`",
             "",
@@ -1147,7 +1197,7 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
             "| --- | --- |",
             f"| jobs/pretrain.py, last epoch | {_fmt(e2e['images_s'])} |",
             f"| project step on pre-made tensors (mocov2 row) | {_fmt(step)} |",
-            f"| end to end / step | {_fmt(ratio, '.3f')} |",
+            f"| end to end / step | {_fmt(ratio, '.3f')} (target >= {E2E_TARGET}x{e2e_verdict}) |",
         ]
     return "\n".join(lines) + "\n"
 
@@ -1165,6 +1215,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-executor", action="store_true", help="leave out section (a)")
     ap.add_argument("--workdir", default=None, help="generated data and the e2e run (default: a temporary folder)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds: start no row or recipe likely to end later")
+    ap.add_argument("--json", default=None, help="also write the measurements as JSON here (make gpu-check reads it)")
     for k, t in (
         ("backbone", str),
         ("width", int),
@@ -1174,8 +1226,11 @@ def main(argv: list[str] | None = None) -> dict:
         ("iters", int),
         ("rounds", int),
         ("queue", int),
+        ("exec_images", int),
+        ("e2e_images", int),
+        ("e2e_epochs", int),
     ):
-        ap.add_argument(f"--{k}", type=t, default=None, help=f"override the {k} of the chosen mode")
+        ap.add_argument(f"--{k.replace('_', '-')}", type=t, default=None, help=f"override the {k} of the chosen mode")
     args = ap.parse_args(argv)
     argv_used = list(sys.argv[1:] if argv is None else argv)
     command = "python benchmarks/gpu.py" + (" " + shlex.join(argv_used) if argv_used else "")
@@ -1213,26 +1268,31 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         workdir = Path(args.workdir or tmp).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
+        deadline = Deadline(args.deadline)
         print("(b) training step, bare vs project", flush=True)
-        steps = measure_rows(rows, s, device, precision, fmt, workdir)
+        steps = measure_rows(rows, s, device, precision, fmt, workdir, deadline)
         executor = None
         if not args.skip_executor:
             print("(a) gpu view executor", flush=True)
             jpegs, meta["jpeg_source"] = make_jpegs(s["exec_images"])
-            executor = measure_executor(s, device, jpegs)
+            executor = measure_executor(s, device, jpegs, deadline)
             if "unavailable" in executor:
                 print(f"gpu executor: not available ({executor['unavailable']})", flush=True)
         e2e = None
         if args.e2e:
             print("(c) end to end", flush=True)
             e2e = measure_e2e(s, device, workdir)
+            e2e["step"] = steps.get("mocov2", {}).get("project", math.nan)
             print(f"  {e2e['error']}" if "error" in e2e else f"  {e2e['images_s']:.1f} img/s", flush=True)
     text = report(meta, s, steps, executor, e2e)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print("\n" + text + f"\nwritten to {out}", flush=True)
-    return {"meta": meta, "settings": s, "steps": steps, "executor": executor, "e2e": e2e}
+    result = {"meta": meta, "settings": s, "steps": steps, "executor": executor, "e2e": e2e}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -1,0 +1,320 @@
+"""Everything a GPU machine should run, in one call: `make gpu-check OUT=<dir>` (python benchmarks/gpu_check.py).
+
+Three steps in this order, each a process group of its own, stopped at its time cap (the caps add up to 7.5
+minutes, so that the whole fits 8 minutes on one H100 with the bundle's unpacking):
+
+  1. tests  `pytest -m gpu` with --durations and a junit XML: every GPU test, the end-to-end runs included
+  2. bench  `benchmarks/gpu.py` at the sizes of docs/performance.md, told to start nothing it cannot finish in time
+  3. e2e    `benchmarks/gpu.py --rows mocov2 --e2e`: jobs/pretrain.py with trainer.use_gpu=true from JPEG shards,
+            against the project's MoCo v2 step fed tensors in the same process
+
+OUT receives tests.log, tests.xml, bench.log, bench.json, e2e.log, e2e.json, performance.md (docs/performance.md's
+new text, steps 2 and 3 together) and summary.txt, the one screen printed at the end: pass/fail per test file and
+every ratio against its target. Without CUDA, step 1 runs (each test skips, saying why), step 2 runs at its CPU
+smoke size (ratios that say nothing of the GPU targets), step 3 is skipped, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPS = {"tests": 200, "bench": 170, "e2e": 80}  # seconds; 450 in all
+BENCH_GPU = ["--warmup", "5", "--iters", "8", "--rounds", "2", "--exec-images", "512"]
+BENCH_CPU = ["--quick", "--device", "cpu", "--threads", "1"]
+E2E_GPU = [
+    "--rows",
+    "mocov2",
+    "--skip-executor",
+    "--e2e",
+    "--warmup",
+    "5",
+    "--iters",
+    "8",
+    "--rounds",
+    "2",
+    "--e2e-images",
+    "3072",
+    "--e2e-epochs",
+    "2",
+]
+
+
+def run_capped(name: str, cmd: list[str], cap: float, log: Path) -> dict:
+    """`cmd` in a new process group, its output streamed to the console and to `log`; the whole group is stopped
+    (SIGTERM, then SIGKILL) once `cap` seconds have passed."""
+    print(f"\n== {name}: {shlex.join(cmd)}   (cap {cap:.0f} s)", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    capped = threading.Event()
+
+    def stop():
+        capped.set()
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    timer = threading.Timer(cap, stop)
+    timer.start()
+    with log.open("w") as f:
+        f.write(f"$ {shlex.join(cmd)}\n")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+    rc = proc.wait()
+    timer.cancel()
+    seconds = time.perf_counter() - t0
+    with log.open("a") as f:
+        f.write(f"\n[{name}: exit {rc} after {seconds:.0f} s{', stopped at its cap' if capped.is_set() else ''}]\n")
+    return {"rc": rc, "seconds": seconds, "cap": cap, "capped": capped.is_set(), "command": cmd}
+
+
+def test_file(classname: str) -> str:
+    """tests.train.test_device_step[.TestX] -> tests/train/test_device_step.py"""
+    parts = classname.split(".")
+    last = max(i for i, p in enumerate(parts) if p.startswith("test_") or p == "conftest")
+    return "/".join(parts[: last + 1]) + ".py"
+
+
+def read_junit(path: Path) -> dict:
+    """{file: Counter(passed/failed/skipped)} and the failures' first lines, from pytest's junit XML."""
+    groups: dict[str, Counter] = defaultdict(Counter)
+    failures = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        file = test_file(case.get("classname", "?"))
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            groups[file]["failed"] += 1
+            why = (bad.get("message") or bad.text or "").strip().splitlines()
+            failures.append(f"{file}::{case.get('name')}: {why[0][:150] if why else '?'}")
+        elif case.find("skipped") is not None:
+            groups[file]["skipped"] += 1
+        else:
+            groups[file]["passed"] += 1
+    return {"groups": dict(groups), "failures": failures}
+
+
+def _counts(c: Counter) -> str:
+    return ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "skipped") if c[k]) or "none"
+
+
+def _took(step: dict) -> str:
+    return f"{step['seconds']:.0f} s of {step['cap']:.0f}" + (", STOPPED AT ITS CAP" if step["capped"] else "")
+
+
+def ratio_lines(bench: dict, e2e: dict | None) -> tuple[list[str], int]:
+    """Every measured ratio against its target, and how many targets are not met."""
+    import gpu  # benchmarks/gpu.py: the targets live there
+
+    lines, missed = [], 0
+
+    def judge(label: str, value: float, op: str, target: float) -> None:
+        nonlocal missed
+        if value is None or math.isnan(value):
+            lines.append(f"   {label:34s} –")
+            return
+        ok = value >= target if op == ">=" else value <= target
+        missed += not ok
+        lines.append(f"   {label:34s} {value:6.3f}  {op} {target:<5} {'met' if ok else 'NOT MET'}")
+
+    steps = bench.get("steps", {})
+    for row, r in steps.items():
+        if r.get("error"):
+            lines.append(f"   step {row:29s} {r['error'][:60]}")
+            continue
+        judge(f"step {row} project/bare", r["project"] / r["bare"], ">=", gpu.PROJECT_TARGET)
+    for row, target in gpu.COST_TARGET.items():
+        base = gpu.BASELINE[row]
+        if row in steps and base in steps and not steps[row].get("error") and not steps[base].get("error"):
+            judge(f"cost {row} / {base}", steps[base]["project"] / steps[row]["project"], "<=", target)
+    executor = bench.get("executor") or {}
+    for recipe, r in executor.items():
+        if isinstance(r, dict):
+            step = steps.get(recipe, {}).get("project", math.nan)
+            judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", gpu.EXECUTOR_TARGET)
+    if "unavailable" in executor:
+        lines.append(f"   views: gpu executor not available ({executor['unavailable'][:80]})")
+    if e2e and "images_s" in e2e:
+        judge("end to end / tensor-fed step", e2e["images_s"] / e2e["step"], ">=", gpu.E2E_TARGET)
+    elif e2e and "error" in e2e:
+        lines.append(f"   end to end: {e2e['error'][:100]}")
+    return lines, missed
+
+
+def summary(meta: dict, steps: dict, junit: dict | None, bench: dict | None, e2e: dict | None, cuda: bool) -> tuple:
+    lines = [
+        f"gpu-check · {meta['date']} · {meta['device']} · torch {meta['torch']} · Python {meta['python']}"
+        + (f" · commit {meta['commit']}" if meta["commit"] else "")
+    ]
+    if not cuda:
+        lines.append(
+            "NO CUDA HERE: the GPU tests skip, the benchmark runs at its CPU smoke size (its ratios say nothing of the "
+            "GPU targets), the end-to-end step is skipped."
+        )
+    problems = sum(st["capped"] for st in steps.values())
+    t = steps["tests"]
+    if junit is None:
+        lines.append(f"1 tests  pytest -m gpu: no junit XML (exit {t['rc']}; {_took(t)}): see tests.log")
+        problems += 1
+    else:
+        total = sum((c for c in junit["groups"].values()), Counter())
+        lines.append(f"1 tests  pytest -m gpu: {_counts(total)}  ({_took(t)})")
+        for file, c in sorted(junit["groups"].items()):
+            lines.append(f"   {file:48s} {_counts(c)}")
+        lines += [f"   FAILED {f}" for f in junit["failures"]]
+        problems += total["failed"]
+    b = steps["bench"]
+    if bench is None:
+        lines.append(f"2 bench  benchmarks/gpu.py: no results (exit {b['rc']}; {_took(b)}): see bench.log")
+        problems += 1
+    else:
+        s = bench["settings"]
+        lines.append(
+            f"2 bench  benchmarks/gpu.py, {s['backbone']} {s['size']} px, batch {s['batch']}: "
+            f"{sum(not r.get('error') for r in bench['steps'].values())} of {len(bench['steps'])} rows ({_took(b)})"
+        )
+    e = steps.get("e2e")
+    if e is None:
+        lines.append("3 e2e    skipped: it trains with trainer.use_gpu=true, which needs CUDA")
+    elif e2e is None:
+        lines.append(f"3 e2e    no results (exit {e['rc']}; {_took(e)}): see e2e.log")
+        problems += 1
+    else:
+        got = f"{e2e['images_s']:.0f} img/s" if "images_s" in e2e else "failed"
+        lines.append(f"3 e2e    jobs/pretrain.py trainer.use_gpu=true from JPEG shards: {got} ({_took(e)})")
+        problems += "error" in e2e
+    ratios, missed = ratio_lines(bench or {}, e2e) if bench or e2e else ([], 0)
+    if ratios:
+        lines += ["ratios (measured in one run each)" + ("" if cuda else ": CPU smoke sizes, not the GPU targets")]
+        lines += ratios
+    lines.append(
+        f"verdict: {problems} problem(s) (failed tests, steps without results or stopped at their cap)"
+        + (f"; {missed} target(s) not met" if cuda else "")
+    )
+    return "\n".join(lines) + "\n", problems
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _commit() -> str | None:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="the folder every file goes to (made if missing)")
+    ap.add_argument(
+        "--caps",
+        default=",".join(str(c) for c in CAPS.values()),
+        help="seconds for tests,bench,e2e (default %(default)s)",
+    )
+    args = ap.parse_args(argv)
+    try:
+        caps = dict(zip(CAPS, (float(c) for c in args.caps.split(",")), strict=True))
+    except ValueError:
+        print(f"error: --caps {args.caps}: give three numbers of seconds, e.g. 200,170,80", file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+
+    cuda = torch.cuda.is_available()
+    meta = {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "commit": _commit(),
+    }
+    py = sys.executable
+    steps = {
+        "tests": run_capped(
+            "tests",
+            [
+                py,
+                "-m",
+                "pytest",
+                "-m",
+                "gpu",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--durations=0",
+                f"--junitxml={out / 'tests.xml'}",
+            ],
+            caps["tests"],
+            out / "tests.log",
+        )
+    }
+    bench_args = BENCH_GPU + ["--deadline", str(max(10.0, caps["bench"] - 40))] if cuda else BENCH_CPU
+    steps["bench"] = run_capped(
+        "bench",
+        [py, "benchmarks/gpu.py", *bench_args, "--json", str(out / "bench.json"), "--out", str(out / "bench.md")],
+        caps["bench"],
+        out / "bench.log",
+    )
+    if cuda:
+        steps["e2e"] = run_capped(
+            "e2e",
+            [py, "benchmarks/gpu.py", *E2E_GPU, "--json", str(out / "e2e.json"), "--out", str(out / "e2e.md")],
+            caps["e2e"],
+            out / "e2e.log",
+        )
+    bench = _json(out / "bench.json")
+    e2e_run = _json(out / "e2e.json")
+    e2e = (e2e_run or {}).get("e2e")
+    junit = read_junit(out / "tests.xml") if (out / "tests.xml").exists() else None
+    for scratch in ("bench.md", "e2e.md"):  # their text is in performance.md
+        (out / scratch).unlink(missing_ok=True)
+    if bench:
+        import gpu
+
+        meta_b = dict(bench["meta"])
+        meta_b["command"] = "make gpu-check: " + " ; ".join(
+            shlex.join(["python", *s["command"][1:]]) for s in steps.values() if s["command"][1] == "benchmarks/gpu.py"
+        )
+        text = gpu.report(meta_b, bench["settings"], bench["steps"], bench.get("executor"), e2e or _skipped(cuda))
+        (out / "performance.md").write_text(text)
+    text, problems = summary(meta, steps, junit, bench, e2e, cuda)
+    (out / "summary.txt").write_text(text)
+    print("\n" + text + f"files in {out}: {', '.join(sorted(p.name for p in out.iterdir()))}", flush=True)
+    return 1 if problems else 0
+
+
+def _skipped(cuda: bool) -> dict:
+    return {"skipped": "step 3 of make gpu-check did not finish" if cuda else "no CUDA here (make gpu-check skips it)"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
