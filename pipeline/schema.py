@@ -367,6 +367,9 @@ def validate(cfg: dict) -> None:
     _check_data(cfg)
 
 
+BOTTLENECK_RESNETS = ("resnet50", "resnet101", "resnet152")  # their shortcuts see 4x the width
+
+
 def bad(key: str, value: Any, allowed: str) -> ConfigError:
     """The one-line error for a key: `key=value: allowed`."""
     return ConfigError(f"{key}={_show(value)}: {allowed}")
@@ -495,6 +498,20 @@ def _check_relations(cfg: dict) -> None:
         )
     if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
+    shortcut = int(model.get("width", 64)) * (4 if model["backbone"] in BOTTLENECK_RESNETS else 1)
+    if (
+        t.get("channels_last") is True
+        and not tr["use_gpu"]
+        and not model["backbone"].startswith("vit")
+        and shortcut < 16
+    ):
+        raise bad(
+            "train.channels_last",
+            True,
+            f"on the CPU with model.width={model.get('width')}: oneDNN's channels_last backward of the 1x1 stride-2 "
+            f"shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; a crash or "
+            f"wrong gradients); use model.width >= 16, or train.channels_last=auto",
+        )
     if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
         raise ConfigError(
             "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "

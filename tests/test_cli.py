@@ -131,6 +131,23 @@ def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle
     assert list(tmp_path.iterdir()) == []  # nothing made
 
 
+def test_channels_last_on_the_cpu_is_refused_where_onednn_would_corrupt_the_shortcut_gradient(tmp_path):
+    """oneDNN issue 6035: the 1x1 stride-2 convolution's channels_last backward with fewer than 16 input channels
+    (seen here as a double free, a hang, or quietly wrong weight gradients, on torch 2.11 and 2.14 alike)."""
+    from pipeline.schema import validate
+
+    narrow = compose_config([f"paths.root={tmp_path}", *SMALL, "train.channels_last=true", "model.width=8"])
+    with pytest.raises(ConfigError, match=r"^train.channels_last=true: on the CPU with model.width=8: oneDNN"):
+        validate(narrow)
+    for fine in (
+        ["train.channels_last=true", "model.width=16"],  # wide enough
+        ["train.channels_last=true", "model.width=4", "model.backbone=resnet50"],  # bottleneck shortcuts: 4 x 4
+        ["train.channels_last=auto", "model.width=8"],  # contiguous on the CPU
+        ["train.channels_last=true", "model.width=8", "trainer.use_gpu=true"],  # cuDNN, not oneDNN
+    ):
+        validate(compose_config([f"paths.root={tmp_path}", *SMALL, *fine]))
+
+
 @pytest.mark.parametrize("group", ["experiment", "method", "augment", "data", "optim"])
 def test_the_schema_takes_every_shipped_option(tmp_path, group):
     from pipeline.schema import _check_relations, _check_types, check_augment

@@ -24,9 +24,10 @@ WHEELS = ROOT.parent / "shared" / "wheels"  # make venv installs detectron2 from
 
 
 def test_detectron2_is_installed_where_its_wheel_is():
-    """CI has the wheel folder: there the detectron2 tests must run, not skip."""
-    if not list(WHEELS.glob("detectron2-*.whl")):
-        pytest.skip(f"no detectron2 wheel in {WHEELS}: the detectron2 tests may skip here")
+    """CI has the wheel folder: there the detectron2 tests must run, not skip (where a wheel fits this Python)."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if not list(WHEELS.glob(f"detectron2-*-{tag}-*.whl")):
+        pytest.skip(f"no detectron2 wheel for {tag} in {WHEELS}: the detectron2 tests may skip here")
     assert HAVE_D2, f"{WHEELS} holds a detectron2 wheel but detectron2 is not installed: run make venv"
     import detectron2  # noqa: F401  (and it imports)
 
