@@ -499,19 +499,16 @@ def _check_relations(cfg: dict) -> None:
     if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
     shortcut = int(model.get("width", 64)) * (4 if model["backbone"] in BOTTLENECK_RESNETS else 1)
-    if (
-        t.get("channels_last") is True
-        and not tr["use_gpu"]
-        and not model["backbone"].startswith("vit")
-        and shortcut < 16
-    ):
-        raise bad(
-            "train.channels_last",
-            True,
-            f"on the CPU with model.width={model.get('width')}: oneDNN's channels_last backward of the 1x1 stride-2 "
-            f"shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; a crash or "
-            f"wrong gradients); use model.width >= 16, or train.channels_last=auto",
-        )
+    cpu_resnet = not tr["use_gpu"] and not model["backbone"].startswith("vit")
+    for key in ("channels_last", "compile"):  # inductor lays the CPU's convolutions out channels_last too
+        if t.get(key) is True and cpu_resnet and shortcut < 16:
+            raise bad(
+                f"train.{key}",
+                True,
+                f"on the CPU with model.width={model.get('width')}: oneDNN's channels_last backward of the 1x1 "
+                f"stride-2 shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; "
+                f"a crash or wrong gradients); use model.width >= 16, or leave train.{key} at its default",
+            )
     if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
         raise ConfigError(
             "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "

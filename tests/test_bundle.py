@@ -181,7 +181,8 @@ def test_setup_puts_the_bundle_on_every_process_path_once(tmp_path):
     _fake_bundle(b, {}, TOY)
     # a child that inherits nothing from this shell (as a Ray worker started by a raylet may not): the .pth carries it
     child = f"env -u PYTHONPATH {python} -c 'import toy, sys; print(toy.WHERE); print(sys.path[1:3])'"
-    done = _source(b, python, f"{child}; echo PY=$AUGSSL_PYTHON; head -1 $(command -v toy)", cwd=tmp_path)
+    then = f"{child}; echo PY=$AUGSSL_PYTHON; head -1 $(command -v toy); command -v python"
+    done = _source(b, python, then, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "unpacking" in done.stderr and "augssl bundle: Python" in done.stderr
     out = done.stdout.splitlines()
@@ -191,6 +192,7 @@ def test_setup_puts_the_bundle_on_every_process_path_once(tmp_path):
     )  # the bundle, then the project, first (after -c's '')
     assert out[2] == f"PY={python}"
     assert out[3] == f"#!{python}"  # console scripts run this node's interpreter
+    assert out[4] == str(python)  # and so does `python` in this shell
     again = _source(b, python, "true", cwd=tmp_path)
     assert again.returncode == 0 and "unpacking" not in again.stderr  # unpacked once
     _fake_bundle(b, {}, {**TOY, "toy/__init__.py": "WHERE = 'v2'\n"})  # a new bundle replaces the old one

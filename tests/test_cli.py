@@ -136,13 +136,15 @@ def test_channels_last_on_the_cpu_is_refused_where_onednn_would_corrupt_the_shor
     (seen here as a double free, a hang, or quietly wrong weight gradients, on torch 2.11 and 2.14 alike)."""
     from pipeline.schema import validate
 
-    narrow = compose_config([f"paths.root={tmp_path}", *SMALL, "train.channels_last=true", "model.width=8"])
-    with pytest.raises(ConfigError, match=r"^train.channels_last=true: on the CPU with model.width=8: oneDNN"):
-        validate(narrow)
+    for key in ("channels_last", "compile"):
+        narrow = compose_config([f"paths.root={tmp_path}", *SMALL, f"train.{key}=true", "model.width=8"])
+        with pytest.raises(ConfigError, match=rf"^train.{key}=true: on the CPU with model.width=8: oneDNN"):
+            validate(narrow)
     for fine in (
-        ["train.channels_last=true", "model.width=16"],  # wide enough
+        ["train.channels_last=true", "train.compile=true", "model.width=16"],  # wide enough
         ["train.channels_last=true", "model.width=4", "model.backbone=resnet50"],  # bottleneck shortcuts: 4 x 4
         ["train.channels_last=auto", "model.width=8"],  # contiguous on the CPU
+        ["train.compile=true", "model.width=8", "model.backbone=vit_tiny"],  # no convolution shortcut
         ["train.channels_last=true", "model.width=8", "trainer.use_gpu=true"],  # cuDNN, not oneDNN
     ):
         validate(compose_config([f"paths.root={tmp_path}", *SMALL, *fine]))

@@ -116,7 +116,10 @@ print(f"augssl bundle: Python {sys.version.split()[0]} ({sys.executable}), torch
       f"{len(manifest['carried'])} packages in {target}" + (f", on every process's path through {pth}" if pth else "")
       + (f"; project {root}" if root else "; no project found (set AUGSSL_ROOT)"), file=sys.stderr)
 print(f"export PYTHONPATH={shlex.quote(os.pathsep.join(first + old))}")
-print(f"export PATH={shlex.quote(os.path.join(target, 'bin') + os.pathsep + os.environ.get('PATH', ''))}")
+# the bundle's console scripts, then this interpreter's folder: `python3` in this shell is the one checked above
+path = [os.path.join(target, "bin"), os.path.dirname(sys.executable)]
+path += [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p not in path]
+print(f"export PATH={shlex.quote(os.pathsep.join(path))}")
 print(f"export AUGSSL_PYTHON={shlex.quote(sys.executable)}")
 PY
 ) && eval "$_augssl_env"

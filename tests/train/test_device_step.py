@@ -50,8 +50,9 @@ CASES = [
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])]
 N = 8
-# channels_last on the CPU: oneDNN's 1x1 stride-2 convolution backward (the ResNet shortcut) writes past its buffer
-# with fewer than 16 input channels (oneDNN issue 6035), so the layout test runs a backbone wide enough
+# channels_last on the CPU (train.channels_last=true, or torch.compile's inductor): oneDNN's 1x1 stride-2 convolution
+# backward (the ResNet shortcut) writes past its buffer with fewer than 16 input channels (oneDNN issue 6035: an abort,
+# a hang or wrong gradients), so the layout and compile tests run a backbone wide enough
 WIDE_ENOUGH = 16
 
 
@@ -306,6 +307,7 @@ def test_compiled_backbones_give_the_eager_step_and_keep_checkpoint_keys():
         torch.manual_seed(0)
         cfg = _cfg("mocov2", None, "mocov2", "cpu")
         cfg["method"]["bn_splits"] = 1
+        cfg["model"]["width"] = WIDE_ENOUGH  # inductor runs the CPU's convolutions channels_last
         m = build_method(cfg)
         keys = list(m.state_dict())
         if compiled:
