@@ -83,3 +83,36 @@ def average_(tensors: list[torch.Tensor]) -> None:
     for t in tensors:
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
+
+
+def ddp_options() -> dict:
+    """DistributedDataParallel's arguments: no buffer sync inside forward. Several methods run the online encoder
+    more than once before backward (symmetric MoCo, BYOL, DINO's crops, CLSA, CoCor); on torch 2.11 DDP's sync at
+    the second forward rewrites BatchNorm's running statistics in place, which the first forward saved for
+    backward, and backward fails ("modified by an inplace operation"). sync_buffers_ does it once a step instead.
+    torch >= 2.14 names the option forward_sync_buffers and deprecates broadcast_buffers."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    accepted = inspect.signature(DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers": False} if "forward_sync_buffers" in accepted else {"broadcast_buffers": False}
+
+
+@torch.no_grad()
+def sync_buffers_(module: torch.nn.Module, src: int = 0) -> None:
+    """Every rank's buffers (BatchNorm's running statistics) set to rank `src`'s, in one broadcast per dtype: what
+    DDP did at each forward, done once before a step's first forward (running statistics only matter in eval
+    mode, on rank 0's checkpoints and monitors, so once a step keeps every rank on rank 0's trajectory)."""
+    if not is_dist():
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for b in module.buffers():
+        by_dtype.setdefault(b.dtype, []).append(b)
+    for tensors in by_dtype.values():
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        dist.broadcast(flat, src)
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()

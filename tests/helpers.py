@@ -76,8 +76,10 @@ def loss_and_grads(method, images, params=None, *, distributed: bool, plugins: b
     plug-ins' terms too) instead of framework_loss."""
     from torch import nn
 
-    if distributed:
-        method.online = nn.parallel.DistributedDataParallel(method.online)
+    from pipeline import dist
+
+    if distributed:  # as the trainer wraps it (pipeline/train/loop.py)
+        method.online = nn.parallel.DistributedDataParallel(method.online, **dist.ddp_options())
     out = (method.total_loss if plugins else method.framework_loss)(images, params)
     out["loss"].backward()
     online = getattr(method.online, "module", method.online)

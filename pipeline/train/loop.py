@@ -208,7 +208,8 @@ class _Trainer:
         self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
-        self.method.online = ray.train.torch.prepare_model(self.method.online)  # DDP when world > 1
+        # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
+        self.method.online = ray.train.torch.prepare_model(self.method.online, ddp_kwargs=dist.ddp_options())
         self.local_bs = cfg["train"]["batch_size"] // world
         self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"])
         self.peak_lr = rt["lr"]
@@ -236,6 +237,7 @@ class _Trainer:
         t0 = time.monotonic()
         lr = schedule_step(self.optimizer, self.cfg["optim"], self.step, self.total_steps, self.warmup, self.peak_lr)
         images, params = to_device(images, params, self.device, self.memory_format)
+        dist.sync_buffers_(self.method.online)
         self.step += 1
         out = optimisation_step(
             self.method,

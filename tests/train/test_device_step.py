@@ -235,6 +235,58 @@ def test_average_is_one_flat_all_reduce(monkeypatch):
     torch.testing.assert_close(b, torch.tensor([5.0, -1.0]))
 
 
+def _two_forwards_through_ddp(rank, world, port, q):
+    """Symmetric MoCo with a BN head on each rank, wrapped as the trainer wraps it: rank 1's running statistics
+    drift (as after a step on its own batch), the step starts with sync_buffers_, runs the online encoder twice,
+    then backward."""
+    import warnings
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from helpers import init_gloo
+
+    init_gloo(rank, world, port)
+    torch.manual_seed(0)
+    cfg = _cfg("mocov2", None, "mocov2", "cpu")
+    cfg["method"].update(symmetric=True, bn_splits=1)
+    cfg["method"]["head"]["bn"] = True
+    cfg["model"]["width"] = WIDE_ENOUGH
+    m = build_method(cfg)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        m.online = DistributedDataParallel(m.online, **dist.ddp_options())
+    deprecated = [str(w.message)[:80] for w in seen if issubclass(w.category, FutureWarning)]
+    with torch.no_grad():
+        for b in m.online.buffers():
+            b.add_(rank)
+    dist.sync_buffers_(m.online)
+    synced = [b.numpy().copy() for b in m.online.buffers()]
+    g = torch.Generator().manual_seed(rank)
+    images = [torch.randn(8, 3, 32, 32, generator=g) for _ in range(2)]
+    try:
+        m.framework_loss(images)["loss"].backward()
+        error = None
+    except RuntimeError as e:
+        error = str(e)[:200]
+    q.put((rank, synced, deprecated, error))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def test_two_forwards_through_ddp_then_backward_with_buffers_synced_once_a_step():
+    """torch 2.11's DDP rewrote BatchNorm's running statistics in place at a step's second forward, which the first
+    forward had saved for backward: symmetric MoCo (BYOL, DINO, CLSA, CoCor alike) failed on two workers. The
+    trainer's DDP options sync no buffer inside forward; sync_buffers_ gives every rank rank 0's once a step."""
+    from helpers import run_process_group
+
+    (r0, synced0, deprecated0, error0), (r1, synced1, _, error1) = run_process_group(_two_forwards_through_ddp, 2)
+    assert (error0, error1) == (None, None)
+    assert len(synced0) > 10  # BN running means, variances, counts of backbone and head
+    for a, b in zip(synced0, synced1, strict=True):
+        np.testing.assert_array_equal(a, b)  # rank 1's drift undone: rank 0's values everywhere
+    assert deprecated0 == []  # the option this torch names (forward_sync_buffers from 2.14 on)
+
+
 def _loss_cases():
     from pipeline import losses
 
