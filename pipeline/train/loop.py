@@ -209,7 +209,9 @@ class _Trainer:
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
         # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
-        self.method.online = ray.train.torch.prepare_model(self.method.online, ddp_kwargs=dist.ddp_options())
+        self.method.online = ray.train.torch.prepare_model(
+            self.method.online, parallel_strategy_kwargs=dist.ddp_options()
+        )
         self.local_bs = cfg["train"]["batch_size"] // world
         self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"])
         self.peak_lr = rt["lr"]
