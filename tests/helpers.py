@@ -70,6 +70,17 @@ def run_process_group(target, world: int = 2, args: tuple = ()) -> list:
     return results
 
 
+def assert_close_at_scale(actual, expected, rel: float = 1e-4) -> None:
+    """`actual` equals `expected` up to float rounding of sums taken in another order (one process against two,
+    whose all-reduce adds partial sums differently). Each element's rounding error is a few units in the last place
+    of the largest terms summed into it, not of the element itself: an element near zero beside large ones moves by
+    about eps x the tensor's scale. So the bound is rel x max|expected| for every element (rel = 1e-4 is about 840
+    units in float32's last place, far below what a missing average or a wrong scale changes: a factor)."""
+    bound = rel * float(expected.abs().max())
+    worst = float((actual - expected).abs().max())
+    assert worst <= bound, f"differs by {worst:.3g} where its scale allows {bound:.3g} (rel {rel} of {bound / rel:.3g})"
+
+
 def loss_and_grads(method, images, params=None, *, distributed: bool, plugins: bool = False):
     """One forward and backward of `method` (its online network in DDP when `distributed`): the loss, and the
     gradient of every online parameter (a parameter left without one fails here). `plugins`: total_loss (the

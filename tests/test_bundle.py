@@ -4,6 +4,7 @@ every process of the target's Python, refusing a Python or a target it was not m
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -227,10 +228,20 @@ def test_setup_will_not_unpack_over_a_folder_that_is_not_a_bundle(tmp_path):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+def _index_reachable() -> bool:
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 def test_a_real_bundle_from_the_index_with_an_sdist_only_dependency(tmp_path):
     """omegaconf 2.3.0 needs antlr4-python3-runtime 4.9, published only as an sdist: built here into a wheel, carried,
     and importable on a bare target after setup.sh; PyYAML, which the target 'has', is left out."""
+    if not _index_reachable():
+        pytest.skip("no package index reachable (a node with no network): a bundle is built where one is")
     out = tmp_path / "b"
     (tmp_path / "freeze.txt").write_text("PyYAML==6.0.2\n")
     done = subprocess.run(

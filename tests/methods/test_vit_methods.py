@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from helpers import loss_and_grads
+from helpers import assert_close_at_scale, loss_and_grads
 from pipeline.build import build_method, check_plugins
 from pipeline.config import compose_config
 from pipeline.losses import co2_consistency_bank, dino_loss, mocov3_loss
@@ -372,7 +372,7 @@ def test_dino_and_mocov3_same_on_one_and_two_workers():
         loss1, grads1, m1 = _two_worker_step(kind, images, False)
         assert sum(r[kind][0] for r in results) / 2 == pytest.approx(loss1, rel=1e-5), kind
         for g1, g2 in zip(grads1, results[0][kind][1], strict=True):
-            torch.testing.assert_close(torch.from_numpy(g2), g1, rtol=1e-4, atol=1e-6)
+            assert_close_at_scale(torch.from_numpy(g2), g1)
         if kind == "dino":  # the centre is the global batch mean on every worker
             for r in results:
-                torch.testing.assert_close(torch.from_numpy(r[kind][2]), m1.center, rtol=1e-5, atol=1e-7)
+                assert_close_at_scale(torch.from_numpy(r[kind][2]), m1.center, rel=1e-5)
