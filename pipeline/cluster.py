@@ -43,11 +43,31 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         if quiet:  # Ray's own deprecation notices and Ray Data's execution plans are not the user's to act on
             env.update(PYTHONWARNINGS="ignore::DeprecationWarning", RAY_DATA_LOG_LEVEL="ERROR")
-        # address="local": a private cluster even when another one runs on this machine (tests, a demo).
-        ray.init(address="local", num_cpus=max(cores, need) + 2, runtime_env={"env_vars": env}, **logs)
+        # address="local": a private cluster even when another one runs on this machine (tests, a demo). Its GCS
+        # gets a port chosen here, named to every worker as RAY_ADDRESS: Train's placement-group cleaner asks the
+        # state API without an address, which otherwise searches the machine and fails when it finds two clusters.
+        port = _free_port()
+        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+        before = os.environ.get("RAY_GCS_SERVER_PORT")
+        os.environ["RAY_GCS_SERVER_PORT"] = str(port)
+        try:
+            ray.init(address="local", num_cpus=max(cores, need) + 2, runtime_env={"env_vars": env}, **logs)
+        finally:
+            if before is None:
+                os.environ.pop("RAY_GCS_SERVER_PORT", None)
+            else:
+                os.environ["RAY_GCS_SERVER_PORT"] = before
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = not quiet
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def quiet_logs(cfg: dict) -> None:

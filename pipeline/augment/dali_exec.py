@@ -20,8 +20,11 @@ to the maximum); inputs larger than batch_size are processed in chunks.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import shutil
+import tempfile
 from typing import Callable, Sequence, cast
 
 import numpy as np
@@ -177,6 +180,22 @@ def _view_inputs(spec: ViewSpec) -> dict[str, tuple]:
     if spec.p_solarize > 0:
         inputs["solarize_on"] = (DALIDataType.BOOL, 0)
     return inputs  # strong-op slots have their own sources: strong_dali.strong_inputs
+
+
+@contextlib.contextmanager
+def _autograph_files_removed():
+    """DALI's conditionals compile through autograph, which writes each converted function to a
+    `__autograph_generated_file*.py` in the temp folder and deletes it only at a clean interpreter exit, which a Ray
+    worker never has: hundreds piled up in /tmp. The graph is built here with the temp folder pointed at one of its
+    own, removed once the modules are loaded (they need their files no more)."""
+    own = tempfile.mkdtemp(prefix="augssl-dali-")
+    before = tempfile.tempdir
+    tempfile.tempdir = own
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pipeline_def(enable_conditionals=True)
@@ -340,15 +359,16 @@ class DaliExecutor:
 
     def _build(self, graph: Callable, *args) -> Pipeline:
         device_id = torch.cuda.current_device() if self.gpu else None  # None = DALI CPU-only mode
-        pipe = graph(
-            *args,
-            batch_size=self.batch_size,
-            num_threads=self.num_threads,
-            device_id=device_id,
-            seed=self.seed,
-            prefetch_queue_depth=1,
-        )
-        pipe.build()
+        with _autograph_files_removed():
+            pipe = graph(
+                *args,
+                batch_size=self.batch_size,
+                num_threads=self.num_threads,
+                device_id=device_id,
+                seed=self.seed,
+                prefetch_queue_depth=1,
+            )
+            pipe.build()
         return pipe
 
     # -- running with corrupt-sample recovery

@@ -150,7 +150,10 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     from pipeline import mlflow_ui, tracking
 
     cfg["runtime"].update(
-        mlflow_run_id=run_id, tracking_uri=tracking.tracking_uri(cfg), trial=trial.label if trial else None
+        mlflow_run_id=run_id,
+        tracking_uri=tracking.tracking_uri(cfg),
+        trial=trial.label if trial else None,
+        console_is_tty=sys.stdout.isatty(),  # a terminal gets progress bars; a file (ray job logs, CI) plain lines
     )
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
     if not mlflow.get_run(run_id).data.params:

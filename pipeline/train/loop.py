@@ -156,13 +156,45 @@ class _KnnMonitor:
         )
 
 
-def _progress_bar(epoch: int, epochs: int, images: int, label: str = ""):
-    """Rank 0's bar for one epoch (images, images/s and ETA), drawn on the driver's console by Ray's tqdm_ray
-    (a worker's own tqdm would print one line per refresh through Ray's log forwarding). A sweep's trials
-    carry their label, so concurrent bars tell apart."""
+def _progress_bar(epoch: int, epochs: int, images: int, label: str = "", tty: bool = True):
+    """Rank 0's progress through one epoch (images, images/s and ETA). On a terminal, a bar drawn on the driver's
+    console by Ray's tqdm_ray (a worker's own tqdm would print one line per refresh through Ray's log forwarding);
+    where the driver's console is a file (ray job logs, CI, a redirect), where every redraw would be kept, a plain
+    line now and then. A sweep's trials carry their label, so concurrent bars tell apart."""
+    if not tty:
+        return ProgressLines(_bar_text(epoch, epochs, label), images)
     from ray.experimental.tqdm_ray import tqdm
 
     return tqdm(total=images, desc=_bar_text(epoch, epochs, label), unit="img")
+
+
+class ProgressLines:
+    """A progress bar's interface (update, set_description, close) that prints one plain line every `every`
+    seconds: images done, rate and time left."""
+
+    def __init__(self, text: str, total: int, every: float = 30.0, clock=time.monotonic):
+        self.text, self.total, self.every, self.clock = text, total, every, clock
+        self.done = 0
+        self.start = self.last = clock()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.last >= self.every and self.done < self.total:
+            rate = self.done / max(now - self.start, 1e-9)
+            left = (self.total - self.done) / max(rate, 1e-9)
+            print(
+                f"[train] {self.text}: {self.done}/{self.total} img ({100 * self.done / self.total:.0f} %), "
+                f"{rate:.0f} img/s, {left:.0f} s left",
+                flush=True,
+            )
+            self.last = now
+
+    def set_description(self, text: str) -> None:
+        self.text = text
+
+    def close(self) -> None:
+        pass  # the epoch's summary line follows
 
 
 def _bar_text(epoch: int, epochs: int, label: str = "") -> str:
@@ -385,7 +417,13 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
         t0 = t_log = time.monotonic()
         steps_since_log = 0
         bar = (
-            _progress_bar(epoch, epochs, tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world, label)
+            _progress_bar(
+                epoch,
+                epochs,
+                tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world,
+                label,
+                tr.cfg["runtime"].get("console_is_tty", True),
+            )
             if rank == 0
             else None
         )

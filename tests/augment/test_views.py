@@ -442,3 +442,23 @@ def test_class_labels_travel_with_every_view_and_skip_dropped_samples():
     assert views.kept.tolist() == [0, 2, 3]
     assert all(p["label"].tolist() == [3, 0, 12] for p in views.params) and len(views.params) == 2
     assert class_labels([5, b"6", np.bytes_(b"7")]).tolist() == [5, 6, 7]
+
+
+def test_dali_pipelines_leave_no_generated_modules_in_the_temp_folder():
+    """DALI's conditionals write autograph's generated modules to the temp folder and delete them only at a clean
+    interpreter exit, which Ray's workers never have: building the pipelines must leave none behind."""
+    import glob
+    import os
+    import tempfile
+
+    from pipeline.augment.dali_exec import DaliExecutor
+    from pipeline.augment.view_maker import image_recipe
+    from pipeline.config import compose_config
+
+    pattern = os.path.join(tempfile.gettempdir(), "__autograph_generated_file*.py")
+    before = set(glob.glob(pattern))
+    for name in ("mocov2", "clsa"):  # colour jitter, blur and the strong pool: conditionals in every graph
+        aug = compose_config([f"augment={name}", "data=cifar10"])["augment"]
+        assert DaliExecutor(image_recipe(aug), 4, device="cpu").device == "cpu"  # built: the graphs were traced
+    assert set(glob.glob(pattern)) - before == set()
+    assert tempfile.tempdir is None or os.path.isdir(tempfile.tempdir)  # the temp folder is the process's own again

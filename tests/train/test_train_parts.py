@@ -94,3 +94,23 @@ def test_curve_panels_group_what_was_logged():
         ["train/cocor_sim_l1", "train/cocor_target_l1", "train/cocor_target_l3"],
     ]
     assert panels(["train/lr"]) == {}
+
+
+def test_progress_lines_print_a_plain_line_every_interval_and_no_redraws(capsys):
+    """Where the driver's console is a file, rank 0's progress is a line every `every` seconds, never a redraw."""
+    from pipeline.train.loop import ProgressLines
+
+    now = [100.0]
+    p = ProgressLines("epoch 1/3", total=1000, every=30.0, clock=lambda: now[0])
+    for i in range(10):  # 100 images every 10 s: a line at 30, 60 and 90 s, none at 100 s (the epoch is done)
+        if i == 6:
+            p.set_description("epoch 1/3 loss 2.5")
+        now[0] += 10.0
+        p.update(100)
+    p.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "[train] epoch 1/3: 300/1000 img (30 %), 10 img/s, 70 s left",
+        "[train] epoch 1/3: 600/1000 img (60 %), 10 img/s, 40 s left",
+        "[train] epoch 1/3 loss 2.5: 900/1000 img (90 %), 10 img/s, 10 s left",
+    ]
