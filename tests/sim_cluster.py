@@ -327,6 +327,10 @@ class SimCluster:
     def shutdown(self) -> None:
         """Every process of this cluster (those naming its temp dir or its nodes' ports, and theirs); no other Ray."""
         roots = subprocess.run(["pgrep", "-f", str(self.dir)], capture_output=True, text=True).stdout.split()
+        # the head's Ray Client server names neither the temp dir nor a node's port, only the GCS's address
+        roots += subprocess.run(
+            ["pgrep", "-f", f"ray.util.client.server --address=[^ ]*:{self.port}( |$)"], capture_output=True, text=True
+        ).stdout.split()
         pids = [int(p) for p in roots] + [p for n in list(self.manager_ports) if (p := self._raylet(n))]
         _kill(_tree(pids))
         time.sleep(0.5)
