@@ -265,6 +265,8 @@ def row_config(row: str, s: dict, data_root: Path | None = None) -> dict:
     ]
     if row == "dino_vit" and s["quick"]:
         over += ["method.head.out_dim=256", "method.head.hidden_dim=128", "method.head.bottleneck_dim=64"]
+    if row == "mocov3_vit" and s["quick"]:
+        over += ["method.head.hidden_dim=256"]
     if row in ("mocov2", "co2", "clsa", "cocor"):
         over += ["method.bn_splits=1", f"method.queue_size={s['queue']}"]
     if row == "cocor":
@@ -385,14 +387,29 @@ class BareViT(nn.Module):
     """torchvision's VisionTransformer returning the class token, for any crop size (position embedding resized
     bicubically to the crop's patch grid)."""
 
-    def __init__(self, arch: str, size: int):
+    def __init__(self, arch: str, size: int, num_heads: int | None = None, drop_path: float = 0.0):
         from torchvision.models.vision_transformer import VisionTransformer
 
         super().__init__()
         p, layers, heads, dim, mlp = VIT_SPECS[arch]
+        heads = num_heads or heads
         self.vit = VisionTransformer(max(p, -(-size // p) * p), p, layers, heads, dim, mlp)
         self.vit.heads = nn.Identity()
         self.grid = self.vit.image_size // p
+        self.drop = [drop_path * i / max(1, layers - 1) for i in range(layers)]  # DINO's stochastic depth
+
+    def blocks(self, x):
+        if not any(self.drop):
+            return self.vit.encoder.layers(x)
+        from torchvision.ops import stochastic_depth
+
+        for blk, p in zip(self.vit.encoder.layers, self.drop):
+            h = blk.ln_1(x)
+            x = x + stochastic_depth(
+                blk.dropout(blk.self_attention(h, h, h, need_weights=False)[0]), p, "row", self.training
+            )
+            x = x + stochastic_depth(blk.mlp(blk.ln_2(x)), p, "row", self.training)
+        return x
 
     def forward(self, x):
         v = self.vit
@@ -404,20 +421,22 @@ class BareViT(nn.Module):
             g = pos[:, 1:].reshape(1, self.grid, self.grid, -1).permute(0, 3, 1, 2).float()
             g = F.interpolate(g, size=(gh, gw), mode="bicubic", align_corners=False).to(pos.dtype)
             pos = torch.cat([pos[:, :1], g.flatten(2).transpose(1, 2)], 1)
-        return v.encoder.ln(v.encoder.layers(t + pos))[:, 0]
+        return v.encoder.ln(self.blocks(t + pos))[:, 0]
 
 
-def bare_vit(arch: str, size: int) -> tuple[nn.Module, int]:
-    return BareViT(arch, size), VIT_SPECS[arch][3]
+def bare_vit(arch: str, size: int, num_heads: int | None = None, drop_path: float = 0.0) -> tuple[nn.Module, int]:
+    return BareViT(arch, size, num_heads, drop_path), VIT_SPECS[arch][3]
 
 
-def bare_adamw(modules: list[nn.Module], lr: float, betas, wd: float, device: torch.device) -> torch.optim.AdamW:
+def bare_adamw(
+    modules: list[nn.Module], lr: float, betas, wd: float, device: torch.device, decay_all: bool = False
+) -> torch.optim.AdamW:
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(
         [
             {"params": [p for p in params if p.ndim > 1], "weight_decay": wd},
-            {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0},
+            {"params": [p for p in params if p.ndim <= 1], "weight_decay": wd if decay_all else 0.0},
         ],
         lr=lr,
         betas=tuple(betas),
@@ -445,7 +464,9 @@ class Bare:
         self.bf16 = precision == "bf16"
         m, model = cfg["method"], cfg["model"]
         self.backbone, self.dim = (
-            bare_vit(model["backbone"], int(model["image_size"]))
+            bare_vit(
+                model["backbone"], int(model["image_size"]), model.get("num_heads"), float(model.get("drop_path") or 0)
+            )
             if model["backbone"].startswith("vit")
             else bare_backbone(model["backbone"], int(model["width"]))
         )
@@ -810,10 +831,11 @@ class BareMoCoV3(BarePredictorTarget):
             pos.requires_grad_(False)
         self.networks(
             bare_mlp(self.dim, self.hidden, self.out_dim, 3, True, last_bn=True),
-            bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True),
+            bare_mlp(self.out_dim, self.hidden, self.out_dim, 2, True, last_bn=True),  # MoCo_ViT's predictor
             total_steps,
         )
-        self.opt = bare_adamw([self.online, self.predictor], self.lr, cfg["optim"]["betas"], self.wd, device)
+        decay_all = bool(cfg["optim"].get("decay_bias_and_norm"))
+        self.opt = bare_adamw([self.online, self.predictor], self.lr, cfg["optim"]["betas"], self.wd, device, decay_all)
 
     def pair_loss(self, q, k):
         logits = F.normalize(q, dim=1) @ F.normalize(k, dim=1).t() / self.t
@@ -836,6 +858,8 @@ class BareDINO(Bare):
         self.prototypes = nn.Linear(bott, k, bias=False)
         self.student = nn.ModuleDict({"backbone": self.backbone, "mlp": self.mlp, "prototypes": self.prototypes})
         self.teacher = frozen_copy(self.student)
+        if isinstance(self.backbone, BareViT):
+            self.teacher["backbone"].drop = [0.0] * len(self.backbone.drop)  # the teacher drops no path
         self.place(self.student, self.teacher)
         self.center = torch.zeros(1, k, device=device)
         self.s_p, self.t_p = list(self.student.parameters()), list(self.teacher.parameters())

@@ -62,7 +62,15 @@ TARGETS = ("m", "b", "sigma", "f_r")
 # takes 3x as long here)
 DINO_CPU = ["augment.views.1.count=2", "method.head.out_dim=1024"]
 MOCOV2_PHOTOS = ["method=mocov2", "data=photos"]  # Photos picks the image recipe (augment=mocov2)
-MOCOV3_VIT = ["+experiment=mocov3_vit", "model.backbone=vit_tiny", "data=photos", "optim.warmup_epochs=2"]
+# MoCo v3 at CPU scale: MLP heads as wide as the ViT-tiny (192) instead of the recipe's 4096
+MOCOV3_VIT = [
+    "+experiment=mocov3_vit",
+    "model.backbone=vit_tiny",
+    "data=photos",
+    "optim.warmup_epochs=2",
+    "method.head.hidden_dim=null",
+    "model.num_heads=null",  # ViT-tiny's own 3 heads (the recipe's 12 are ViT-S's)
+]
 SUITES = {
     "invclr": [
         ("SimCLR", ["method=simclr"]),

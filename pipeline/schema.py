@@ -154,6 +154,8 @@ class Model(_Section):
     patch_size: Int(1, null=True) = None
     image_size: Int(1, null=True) = None
     pos_embedding: Choice("learned", "sincos") = "learned"
+    num_heads: Int(1, null=True) = None  # ViTs: null = the architecture's (MoCo v3's ViT-S: 12)
+    drop_path: Num(ge=0, lt=1) = 0.0  # ViTs: stochastic depth of the last block (DINO's ViT-S: 0.1)
 
 
 class Train(_Section):
@@ -262,6 +264,8 @@ class Optim(_Section):
     betas: Optional[Nums(2, gt=0)] = None  # AdamW's
     weight_decay_end: Num(ge=0, null=True) = None
     warmup_epochs: Num(ge=0)
+    min_lr: Num(ge=0) = 0.0  # where the cosine ends (DINO: 1e-6)
+    decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 
 
 class Generate(_Section):

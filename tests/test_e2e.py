@@ -535,6 +535,8 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
         "+experiment=mocov3_vit",
         "data.generate.n_train=256",  # half the default split: what is checked needs no more steps
         "model.backbone=vit_tiny",
+        "method.head.hidden_dim=null",  # heads as wide as the ViT-tiny, not the recipe's 4096
+        "model.num_heads=null",
         "train.epochs=1",
         "augment.joint.crop.beta=0",
         "optim.warmup_epochs=0",

@@ -102,6 +102,10 @@ class Method(nn.Module):
     def update_momentum(self, progress: float) -> None:
         """Called after every optimiser step with progress in [0, 1]: momentum encoders follow their schedule."""
 
+    def set_progress(self, progress: float) -> None:
+        """Called when a run resumes, with the fraction of training done: methods that keep it (DINO's teacher
+        temperature) take it up here rather than from 0."""
+
     def after_update(self, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
         """Called after the optimiser step with the step's views and outputs: plug-ins that update their own
         networks from the encoder step's effect (CoCor's bi-level target update) do it here. Returns logged

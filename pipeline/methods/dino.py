@@ -10,10 +10,10 @@ from pipeline import dist
 from pipeline.losses import dino_loss
 from pipeline.methods.base import Encoder, Method, unwrap
 from pipeline.methods.context import StepContext
-from pipeline.models.backbones import build_backbone
+from pipeline.models.backbones import ViT, build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.models.momentum import ema_update, momentum_copy
-from pipeline.schedules import Momentum, linear_warmup
+from pipeline.schedules import Momentum
 
 
 class DINO(Method):
@@ -22,10 +22,12 @@ class DINO(Method):
     the backbone together, as the paper's multi-crop wrapper).
 
     Loss (Eq. 3, Alg. 1): the teacher's centred, sharpened distribution of each global crop is the target of the
-    student's distribution of every other crop. Teacher temperature: linear warm-up 0.04 -> 0.07 over the first
-    epochs, then constant; student's 0.1. The centre is an EMA (0.9) of the teacher's batch mean over every worker.
-    The teacher's momentum follows a cosine from 0.996 to 1. Before each optimiser step the last layer's gradients
-    are dropped during the first epoch and each parameter's gradient norm is clipped to 3.0 (the paper's code)."""
+    student's distribution of every other crop. Teacher temperature: per epoch, as the authors' code (main_dino.py:
+    `linspace(0.04, 0.07, W)` for the first W epochs, then 0.07); student's 0.1. The centre is an EMA (0.9) of the
+    teacher's batch mean over every worker. The teacher's momentum follows a cosine from 0.996 to 1, the update
+    after iteration `it` taking the schedule's value at `it` (0.996 first). Before each optimiser step the last
+    layer's gradients are dropped during the first epoch and each parameter's gradient norm is clipped to 3.0 (the
+    paper's code). The teacher never drops paths (model.drop_path is the student's)."""
 
     provides = frozenset({"features"})
     center: torch.Tensor  # a buffer, registered in __init__
@@ -46,19 +48,31 @@ class DINO(Method):
             ),
         )
         self.teacher = momentum_copy(self.online)
+        if isinstance(self.teacher.backbone, ViT):  # the authors' teacher is built without stochastic depth
+            self.teacher.backbone.set_drop_path(0.0)
         self.register_buffer("center", torch.zeros(1, int(head["out_dim"])))
         self.center_momentum = float(m["center_momentum"])
         self.student_temperature = float(m["student_temperature"])
         self.teacher_temperatures = (float(m["warmup_teacher_temperature"]), float(m["teacher_temperature"]))
-        epochs = max(1, int(cfg.get("train", {}).get("epochs", 1)))
-        self.teacher_warmup = min(1.0, float(m["warmup_teacher_epochs"]) / epochs)  # fractions of training
-        self.freeze_last_layer = min(1.0, float(m["freeze_last_layer_epochs"]) / epochs)
+        self.epochs = epochs = max(1, int(cfg.get("train", {}).get("epochs", 1)))
+        # a warm-up longer than the run is shortened to the run (the CPU runs' few epochs)
+        self.teacher_warmup_epochs = min(epochs, int(m["warmup_teacher_epochs"]))
+        self.freeze_last_layer = min(1.0, float(m["freeze_last_layer_epochs"]) / epochs)  # a fraction of training
         self.clip_grad = None if m.get("clip_grad") is None else float(m["clip_grad"])
         self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
         self.progress = 0.0  # the fraction of training done before the current step
 
     def teacher_temperature(self) -> float:
-        return linear_warmup(self.progress, *self.teacher_temperatures, self.teacher_warmup)
+        """The epoch's teacher temperature: linspace(start, end, W)[epoch] for the first W epochs, then end."""
+        start, end = self.teacher_temperatures
+        epoch, w = int(self.progress * self.epochs + 1e-9), self.teacher_warmup_epochs
+        if epoch >= w:
+            return end
+        return start if w == 1 else start + (end - start) * epoch / (w - 1)
+
+    def set_progress(self, progress: float) -> None:
+        """Where training stands before the next step (a resumed run's first step takes its temperature here)."""
+        self.progress = progress
 
     def _student(self, images: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """(features, outputs) per crop: consecutive crops of one size in one forward."""
@@ -111,5 +125,6 @@ class DINO(Method):
         return {}
 
     def update_momentum(self, progress: float) -> None:
+        # the authors' update after iteration it uses momentum_schedule[it], the schedule at the progress before it
+        ema_update(self.teacher, unwrap(self.online), self.momentum.update(self.progress))
         self.progress = progress
-        ema_update(self.teacher, unwrap(self.online), self.momentum.update(progress))

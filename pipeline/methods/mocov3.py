@@ -18,8 +18,9 @@ from pipeline.schedules import Momentum
 
 class MoCoV3(PredictorMethod):
     """Online: backbone + projector + predictor (`online`, the module DDP wraps); momentum encoder: an EMA copy of
-    backbone + projector. Every MLP has BN after each hidden fc; the projector's output too (no affine), the
-    predictor's not (§4, "BN in MLP heads"). Projector: 3 layers on a ViT, 2 on a ResNet; predictor: 2.
+    backbone + projector. As the authors' `_build_mlp`: every Linear bias-free, BN after each hidden fc, and a BN
+    without affine after the output of the projector and, on a ViT, of the predictor too (`MoCo_ViT`; the ResNet
+    model's predictor ends with its Linear). Projector: 3 layers on a ViT, 2 on a ResNet; predictor: 2.
 
     Loss (Alg. 1): ctr(q1, k2) + ctr(q2, k1), ctr the InfoNCE of each query against every worker's keys of the other
     view, scaled by 2τ; no queue. τ is 0.2 for ViT and 1.0 for ResNet-50 (method.temperature null picks by the
@@ -42,7 +43,8 @@ class MoCoV3(PredictorMethod):
         dim, out = backbone.feat_dim, int(head["out_dim"])
         hidden = int(head.get("hidden_dim") or dim)  # 4096 in the paper
         projector = mlp_head(dim, hidden, out, int(head.get("num_layers") or (3 if vit else 2)), bn=True, last_bn=True)
-        predictor = mlp_head(out, int(pred.get("hidden_dim") or hidden), out, int(pred.get("num_layers", 2)), bn=True)
+        pred_hidden, pred_layers = int(pred.get("hidden_dim") or hidden), int(pred.get("num_layers", 2))
+        predictor = mlp_head(out, pred_hidden, out, pred_layers, bn=True, last_bn=vit, last_bias=False)
         self.online = PredictorEncoder(backbone, projector, predictor)
         self.key_encoder = momentum_copy(Encoder(backbone, projector))
 

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
-from torchvision.models.vision_transformer import VisionTransformer
+from torchvision.models.vision_transformer import EncoderBlock, VisionTransformer
+from torchvision.ops import stochastic_depth
 
 # name -> (block, layers)
 _ARCHS = {
@@ -87,6 +88,14 @@ class ViT(VisionTransformer):
         enc = self.encoder
         return enc.ln(enc.layers(enc.dropout(tokens)))[:, 0]
 
+    def set_drop_path(self, rate: float) -> None:
+        """Stochastic depth (DINO's `drop_path_rate`): block i of L drops each sample's attention and MLP branches
+        with probability rate·i/(L-1) in training, scaling kept ones by 1/(1 - p); 0 turns it off (a teacher)."""
+        blocks = list(self.encoder.layers)
+        for i, block in enumerate(blocks):
+            block.__class__ = DropPathBlock
+            cast(DropPathBlock, block).drop_prob = rate * i / max(1, len(blocks) - 1)
+
     def fix_sincos_position_embedding(self) -> None:
         """MoCo v3's position embedding (Chen et al. 2021, §5): the fixed 2-D sine-cosine one, never trained."""
         g = self.image_size // self.patch_size
@@ -104,6 +113,22 @@ class ViT(VisionTransformer):
             w.uniform_(-bound, bound, generator=torch.Generator().manual_seed(0))
             self.conv_proj.bias.zero_()
         self.conv_proj.requires_grad_(False)
+
+
+class DropPathBlock(EncoderBlock):
+    """torchvision's transformer block with each residual branch dropped per sample (torchvision's
+    stochastic_depth in "row" mode: zero, or scaled by 1/(1 - p)) with probability `drop_prob` in training. Same
+    parameters and state-dict keys as the block it replaces."""
+
+    drop_prob: float = 0.0
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        p, training = self.drop_prob, self.training
+        h = self.ln_1(input)
+        x = input + stochastic_depth(
+            self.dropout(self.self_attention(h, h, h, need_weights=False)[0]), p, "row", training
+        )
+        return x + stochastic_depth(self.mlp(self.ln_2(x)), p, "row", training)
 
 
 def sincos_position_embedding(grid: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -138,14 +163,17 @@ def build_backbone(model: dict) -> ViT | _NarrowResNet:
     ResNets: `fc = Identity`, so `forward` returns the pooled feature vector; `cifar_stem` swaps the 7x7/2 conv +
     max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard).
     ViTs: `image_size` sizes the position embedding (other sizes are resized to), `patch_size` overrides the
-    architecture's, `pos_embedding` is `learned` (DINO's) or `sincos` (MoCo v3's fixed one).
+    architecture's, `pos_embedding` is `learned` (DINO's) or `sincos` (MoCo v3's fixed one), `num_heads` overrides
+    the architecture's, `drop_path` sets stochastic depth.
     """
     name = model["backbone"]
     if name in VITS:
         _, depth, heads, dim, mlp = VITS[name]
+        heads = int(model.get("num_heads") or heads)
         vit = ViT(int(model.get("image_size") or 224), patch_size(model), depth, heads, dim, mlp)
         if model.get("pos_embedding", "learned") == "sincos":
             vit.fix_sincos_position_embedding()
+        vit.set_drop_path(float(model.get("drop_path") or 0.0))
         return vit
     if name not in _ARCHS:
         raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")

@@ -65,9 +65,9 @@ def to_device(
 
 
 def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
-    """Set the optimiser's lr (warm-up, cosine) and, where `optim.weight_decay_end` is set (DINO), its weight decay
-    (cosine from weight_decay) for optimisation step `step`; returns the lr."""
-    lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr)
+    """Set the optimiser's lr (warm-up, cosine to optim.min_lr) and, where `optim.weight_decay_end` is set (DINO),
+    its weight decay (cosine from weight_decay) for optimisation step `step`; returns the lr."""
+    lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
     set_lr(optimizer, lr)
     if optim.get("weight_decay_end") is not None:
         set_weight_decay(
@@ -265,6 +265,7 @@ class _Trainer:
         checkpoint.load_method_state(self.method, state["method"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
+        self.method.set_progress(self.step / self.total_steps)
         return state["epoch"] + 1
 
     def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:

@@ -75,16 +75,23 @@ def _by_device_and_dtype(params) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weights get weight decay (and LARS adaptation); biases and norm parameters get neither."""
+def param_groups(model: nn.Module, weight_decay: float, decay_bias_and_norm: bool = False) -> list[dict]:
+    """Weights get weight decay (and LARS adaptation); biases and norm parameters get neither, or, with
+    `decay_bias_and_norm`, the weight decay alone under SGD and AdamW (MoCo v3's AdamW decays every parameter; LARS
+    never decays its lars=False group). `decay` marks the groups a weight-decay schedule sets."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)
     return [
-        {"params": decay, "weight_decay": weight_decay, "lars": True},
-        {"params": no_decay, "weight_decay": 0.0, "lars": False},
+        {"params": decay, "weight_decay": weight_decay, "lars": True, "decay": True},
+        {
+            "params": no_decay,
+            "weight_decay": weight_decay if decay_bias_and_norm else 0.0,
+            "lars": False,
+            "decay": decay_bias_and_norm,
+        },
     ]
 
 
@@ -101,7 +108,7 @@ def sgd_kernels(params) -> dict:
 
 
 def build_optimizer(model: nn.Module, cfg: dict, lr: float) -> torch.optim.Optimizer:
-    groups = param_groups(model, float(cfg["weight_decay"]))
+    groups = param_groups(model, float(cfg["weight_decay"]), bool(cfg.get("decay_bias_and_norm", False)))
     name = cfg["name"]
     if name == "sgd":
         for g in groups:
@@ -129,8 +136,10 @@ def build_optimizer(model: nn.Module, cfg: dict, lr: float) -> torch.optim.Optim
 
 
 def set_weight_decay(opt: torch.optim.Optimizer, weight_decay: float) -> None:
-    """The decayed group's weight decay (param_groups puts it first; the other group never decays)."""
-    opt.param_groups[0]["weight_decay"] = weight_decay
+    """The weight decay of every decayed group (a checkpoint saved before groups were marked: the first alone)."""
+    for i, g in enumerate(opt.param_groups):
+        if g.get("decay", i == 0):
+            g["weight_decay"] = weight_decay
 
 
 def scaled_lr(base_lr: float, global_batch: int) -> float:

@@ -184,11 +184,27 @@ def _views(n=2, size=16, local=0, seed=0):
 
 @pytest.mark.parametrize("backbone, tau, layers", [("vit_tiny", 0.2, 3), ("resnet18", 1.0, 2)])
 def test_mocov3_follows_the_paper_by_backbone(backbone, tau, layers):
+    """The heads as the authors' moco/builder.py builds them (_build_mlp): every Linear bias-free, BN after each
+    hidden Linear, an affine-free BN after the projector's output; after the predictor's on MoCo_ViT, not on
+    MoCo_ResNet. Written out layer by layer: (kind, has bias or affine)."""
     m = build_method(_cfg("method=mocov3", f"model.backbone={backbone}"))
     proj, pred = m.online.projector, m.online.predictor
-    assert m.temperature == tau and sum(isinstance(x, nn.Linear) for x in proj) == layers
-    assert isinstance(proj[-1], nn.BatchNorm1d) and not proj[-1].affine and proj[-2].bias is None
-    assert not isinstance(pred[-1], nn.BatchNorm1d) and isinstance(pred[1], nn.BatchNorm1d)
+
+    def layout(seq):
+        return [
+            ("Linear", x.bias is not None)
+            if isinstance(x, nn.Linear)
+            else ("BN", x.affine)
+            if isinstance(x, nn.BatchNorm1d)
+            else (type(x).__name__, None)
+            for x in seq
+        ]
+
+    hidden = [("Linear", False), ("BN", True), ("ReLU", None)]
+    assert layout(proj) == hidden * (layers - 1) + [("Linear", False), ("BN", False)]
+    vit = backbone.startswith("vit")
+    assert layout(pred) == hidden + [("Linear", False)] + ([("BN", False)] if vit else [])
+    assert m.temperature == tau
     if backbone.startswith("vit"):  # the random patch projection, the fixed position embedding
         assert not m.online.backbone.conv_proj.weight.requires_grad
 
@@ -376,3 +392,117 @@ def test_dino_and_mocov3_same_on_one_and_two_workers():
         if kind == "dino":  # the centre is the global batch mean on every worker
             for r in results:
                 assert_close_at_scale(torch.from_numpy(r[kind][2]), m1.center, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- against the authors' code
+# Each test below computes the authors' formula directly (facebookresearch/dino main_dino.py and utils.py,
+# facebookresearch/moco-v3 main_moco.py and moco/builder.py) and holds ours to it; docs/methods/frameworks.md
+# lists every knob.
+@pytest.mark.parametrize("epochs, per_epoch, warmup", [(10, 7, 3), (4, 5, 1), (6, 3, 0), (3, 4, 30)])
+def test_dino_teacher_temperature_is_the_authors_per_epoch_schedule(epochs, per_epoch, warmup):
+    """main_dino.py: teacher_temp_schedule = concat(linspace(warmup_temp, temp, W), ones(E - W) * temp), read at
+    the epoch; a warm-up longer than the run is ours shortened to the run (the CPU runs)."""
+    import numpy as np
+
+    m = _dino(f"train.epochs={epochs}", f"method.warmup_teacher_epochs={warmup}")
+    w = min(warmup, epochs)
+    official = np.concatenate((np.linspace(0.04, 0.07, w), np.ones(epochs - w) * 0.07))
+    total = epochs * per_epoch
+    for it in range(total):
+        assert m.teacher_temperature() == pytest.approx(official[it // per_epoch], abs=1e-12), it
+        m.update_momentum((it + 1) / total)  # what the loop calls after each step
+
+
+def test_dino_teacher_momentum_at_iteration_it_is_the_authors_schedule_at_it():
+    """utils.cosine_scheduler(0.996, 1, E, ipe)[it] = 1 + 0.5 (0.996 - 1)(1 + cos(pi it / T)), used by the update
+    that follows iteration it: 0.996 at the first, never exactly 1."""
+    m = _dino()
+    total = 23
+    seen = []
+    for it in range(total):
+        m.update_momentum((it + 1) / total)
+        seen.append(m.momentum.value)
+    official = [1 + 0.5 * (0.996 - 1) * (1 + math.cos(math.pi * it / total)) for it in range(total)]
+    assert seen == pytest.approx(official, abs=1e-15)
+
+
+def test_a_resumed_dino_run_takes_the_temperature_where_it_stopped():
+    m = _dino()  # 10 epochs, 5 of warm-up
+    m.set_progress(0.6)  # _Trainer.restore: step / total_steps of the checkpoint
+    assert m.teacher_temperature() == pytest.approx(0.07)
+
+
+def test_the_lr_ends_at_min_lr_on_the_authors_cosine():
+    """utils.cosine_scheduler(base, final, E, ipe, warmup_epochs): after the warm-up, final + 0.5 (base - final)
+    (1 + cos(pi i / (T - W))) at step W + i. (The warm-up itself: the authors' starts at 0 and reaches base a step
+    later than ours, which starts at base / W: at most base / W apart, for W steps.)"""
+    from pipeline.train.loop import schedule_step
+
+    opt = torch.optim.AdamW([nn.Parameter(torch.zeros(2))], lr=1.0)
+    total, warm, peak, final = 50, 10, 2e-3, 1e-6
+    for step in range(warm, total):
+        lr = schedule_step(opt, {"min_lr": final}, step, total, warm, peak)
+        i = step - warm
+        assert lr == pytest.approx(final + 0.5 * (peak - final) * (1 + math.cos(math.pi * i / (total - warm))))
+    assert schedule_step(opt, {"min_lr": final}, total, total, warm, peak) == pytest.approx(final)
+
+
+def test_dino_prototypes_start_as_nn_linears_default():
+    """The authors' last layer is weight_norm(nn.Linear(bottleneck, K, bias=False)): kaiming-uniform with a = sqrt 5,
+    i.e. uniform in +-1/sqrt(in)."""
+    torch.manual_seed(0)
+    w = DINOHead(12, 4096, hidden_dim=16, bottleneck_dim=256).last_layer.weight
+    bound = 1 / math.sqrt(256)
+    assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.99 * bound
+    assert float(w.std()) == pytest.approx(bound / math.sqrt(3), rel=0.02)
+
+
+def test_drop_path_drops_whole_residual_branches_per_sample_and_never_in_the_teacher():
+    """timm's DropPath in DINO's ViT: per sample, a branch is zero or scaled by 1/(1 - p), p rising linearly
+    over the blocks to drop_path_rate; the teacher is built without it."""
+    m = _dino("model.drop_path=0.3")
+    blocks = list(m.online.backbone.encoder.layers)
+    assert [b.drop_prob for b in blocks] == pytest.approx([0.3 * i / (len(blocks) - 1) for i in range(len(blocks))])
+    assert all(b.drop_prob == 0 for b in m.teacher.backbone.encoder.layers)
+    block = blocks[-1]
+    block.drop_prob = 0.5
+    x = torch.randn(64, 5, 192)
+    h = block.ln_1(x)
+    attn = block.self_attention(h, h, h, need_weights=False)[0]
+    torch.manual_seed(0)
+    block.train()
+    y = block(x)
+    # each sample: attention branch kept (x + 2 attn) or dropped (x); then the MLP branch likewise
+    kept_attn = [bool(torch.allclose(y[i] - x[i], 0 * x[i])) for i in range(64)]
+    assert 10 < sum(not k for k in kept_attn) and sum(kept_attn) > 5  # both happen at p = 0.5
+    block.eval()
+    mid = x + attn
+    torch.testing.assert_close(block(x), mid + block.mlp(block.ln_2(mid)))  # eval: torchvision's block exactly
+    assert set(m.online.backbone.state_dict()) == set(VisionTransformer(16, 4, 4, 3, 192, 768).state_dict()) - {
+        "heads.head.weight",
+        "heads.head.bias",
+    }
+
+
+def test_the_mocov3_vit_recipe_is_the_authors():
+    """main_moco.py's ViT recipe: 4096-wide heads (--mlp-dim), vits.vit_small's 12 heads, AdamW with torch's
+    default betas and weight decay on every parameter (optimizer = AdamW(model.parameters(), lr, wd))."""
+    cfg = _cfg("+experiment=mocov3_vit", "model.image_size=32")
+    m = build_method(cfg)
+    proj, pred = m.online.projector, m.online.predictor
+    assert proj[0].out_features == 4096 and pred[0].out_features == 4096
+    assert m.online.backbone.encoder.layers[0].self_attention.num_heads == 12
+    from pipeline.train.optim import build_optimizer
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 32, 32)
+    ours = build_optimizer(m.online, cfg["optim"], lr=1e-3)
+    twin = build_method(cfg)
+    twin.load_state_dict(m.state_dict())
+    theirs = torch.optim.AdamW([p for p in twin.online.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.1)
+    for net, opt in ((m.online, ours), (twin.online, theirs)):
+        net.train()
+        net(x).pow(2).sum().backward()
+        opt.step()
+    for a, b in zip(m.online.parameters(), twin.online.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
