@@ -66,15 +66,15 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "2")  # MLflow's own knob; 10 s by default
     autograph_before = _autograph_files()
     other = SimCluster(head_cpus=0)  # another Ray head on the machine (`make cluster` up, say): not ours to find
+    job = (
+        "trainer.num_workers=2",
+        "augment=mocov2",
+        "augment.executor=dali",
+        "train.epochs=2",
+        "method.queue_size=256",
+    )
     try:
-        r = pretrain(
-            tmp_path,
-            "trainer.num_workers=2",
-            "augment=mocov2",
-            "augment.executor=dali",
-            "train.epochs=2",
-            "method.queue_size=256",
-        )
+        r = pretrain(tmp_path, *job)
     finally:
         other.shutdown()
     assert "Linear probe on spirograph" in r.stdout
@@ -141,14 +141,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
 
     before = logged()
     t0 = time.monotonic()
-    again = pretrain(
-        tmp_path,
-        "trainer.num_workers=2",
-        "augment=mocov2",
-        "augment.executor=dali",
-        "train.epochs=2",
-        "method.queue_size=256",
-    )
+    again = pretrain(tmp_path, *job)
     took = time.monotonic() - t0
     assert took < 10, f"{took:.1f} s"
     assert f"finished before (MLflow run {run.info.run_id}" in again.stdout and "r2_m" in again.stdout
