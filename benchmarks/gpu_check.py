@@ -93,11 +93,15 @@ def run_capped(name: str, cmd: list[str], cap: float, log: Path) -> dict:
     return {"rc": rc, "seconds": seconds, "cap": cap, "capped": capped.is_set(), "command": cmd}
 
 
-def test_file(classname: str) -> str:
-    """tests.train.test_device_step[.TestX] -> tests/train/test_device_step.py"""
-    parts = classname.split(".")
-    last = max(i for i, p in enumerate(parts) if p.startswith("test_") or p == "conftest")
-    return "/".join(parts[: last + 1]) + ".py"
+def test_file(classname: str, name: str = "") -> str:
+    """tests.train.test_device_step[.TestX] -> tests/train/test_device_step.py; a collection error has no class
+    name and names its module in `name` instead."""
+    for dotted in (classname, name):
+        parts = dotted.split(".")
+        found = [i for i, p in enumerate(parts) if p.startswith("test_") or p == "conftest"]
+        if found:
+            return "/".join(parts[: found[-1] + 1]) + ".py"
+    return classname or name or "?"
 
 
 def read_junit(path: Path) -> dict:
@@ -105,7 +109,7 @@ def read_junit(path: Path) -> dict:
     groups: dict[str, Counter] = defaultdict(Counter)
     failures = []
     for case in ET.parse(path).getroot().iter("testcase"):
-        file = test_file(case.get("classname", "?"))
+        file = test_file(case.get("classname", ""), case.get("name", ""))
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
         if bad is not None:
             groups[file]["failed"] += 1

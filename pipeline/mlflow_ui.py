@@ -48,8 +48,9 @@ def link(base: str, exp_id: str, run_id: str | None = None) -> str:
 
 
 def ui_command(store_uri: str, port: int) -> list[str]:
-    mlflow = Path(sys.executable).with_name("mlflow")
-    return [str(mlflow), "ui", "--backend-store-uri", store_uri, "--port", str(port)]
+    from pipeline.tools import console_script
+
+    return [console_script("mlflow"), "ui", "--backend-store-uri", store_uri, "--port", str(port)]
 
 
 # ---------------------------------------------------------------- metric names

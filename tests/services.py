@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from pipeline.tools import console_script
 from sim_cluster import free_port
 
-MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+MLFLOW = console_script("mlflow")
 BUCKET = "augssl"
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.tools import console_script
+
 # A pretraining job small enough for several at once on two cores (Spirograph generated in the job's root)
 TINY = [
     "data.generate.n_train=256",
@@ -39,7 +41,7 @@ TINY = [
 ]
 ROOT = Path(__file__).resolve().parents[1]
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-RAY = str(Path(sys.executable).with_name("ray"))
+RAY = console_script("ray")
 
 
 def store(root: Path):

@@ -60,6 +60,11 @@ def _submit(args, cwd, env, timeout):
 def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
     import tempfile
 
+    if not (ROOT / ".venv" / "bin" / "ray").exists():
+        pytest.skip(
+            "make cluster runs its head from .venv, which this checkout has not (a node set up from an offline "
+            "bundle starts its head with ray start: docs/cluster.md)"
+        )
     (tmp_path / "home").mkdir()
     short = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay under 107 characters
     env = _clean_env(tmp_path / "home")

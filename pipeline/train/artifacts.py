@@ -3,6 +3,7 @@ curves, the checkpoint and the backbone model, the closing summary; and the repo
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> Non
             print(f"  {what:<{width}}  {where}", flush=True)
     uri = cfg["runtime"]["tracking_uri"]
     if uri.startswith("sqlite:"):
-        print(f"  browse it: make mlflow-ui (.venv/bin/mlflow ui --backend-store-uri {uri} --port 5000)", flush=True)
+        from pipeline.mlflow_ui import ui_command
+
+        print(f"  browse it: make mlflow-ui ({shlex.join(ui_command(uri, 5000))})", flush=True)
     print(f"  run page   {run_link(uri, run_id)}", flush=True)
 
 

@@ -82,6 +82,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
   <skipped message="needs CUDA"/></testcase>
 <testcase classname="tests.augment.test_gpu_exec.TestParity" name="test_flip" time="0.1">
   <error message="RuntimeError: CUDA error"/></testcase>
+<testcase classname="" name="tests.augment.test_dali_gpu" time="0.0">
+  <error message="collection failure">ModuleNotFoundError</error></testcase>
 </testsuite></testsuites>"""
 
 
@@ -92,10 +94,12 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
         "tests/train/test_device_step.py": {"passed": 1, "failed": 1},
         "tests/test_gpu_e2e.py": {"skipped": 1},
         "tests/augment/test_gpu_exec.py": {"failed": 1},
+        "tests/augment/test_dali_gpu.py": {"failed": 1},  # a collection error, under its module
     }
     assert junit["failures"] == [
         "tests/train/test_device_step.py::test_step[simclr]: AssertionError: loss is nan",
         "tests/augment/test_gpu_exec.py::test_flip: RuntimeError: CUDA error",
+        "tests/augment/test_dali_gpu.py::tests.augment.test_dali_gpu: collection failure",
     ]
     meta = {"date": "d", "device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "python": "3.12.3", "commit": None}
     step = {"rc": 0, "seconds": 10.0, "cap": 200.0, "capped": False, "command": ["python", "-m", "pytest"]}
@@ -110,14 +114,14 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     }
     e2e = {"images_s": 800.0, "step": 990.0}
     text, problems = gpu_check.summary(meta, {"tests": step, "bench": step, "e2e": step}, junit, bench, e2e, True)
-    assert problems == 2  # the two failed tests; targets missed are measurements, not problems
+    assert problems == 3  # the three failed tests; targets missed are measurements, not problems
     assert "NO CUDA" not in text
     assert re.search(r"step mocov2 project/bare +0.990  >= 0.97  met", text)
     assert re.search(r"step byol project/bare +0.900  >= 0.97  NOT MET", text)
     assert re.search(r"cost co2 / mocov2 +1.042  <= 1.02  NOT MET", text)
     assert re.search(r"views mocov2 / its step +2.525  >= 2.0   met", text)
     assert re.search(r"end to end / tensor-fed step +0.808  >= 0.85  NOT MET", text)
-    assert "verdict: 2 problem(s)" in text and "3 target(s) not met" in text
+    assert "verdict: 3 problem(s)" in text and "3 target(s) not met" in text
     assert "FAILED tests/augment/test_gpu_exec.py::test_flip: RuntimeError: CUDA error" in text
     capped = dict(step, capped=True)
     _, problems = gpu_check.summary(meta, {"tests": capped, "bench": step}, None, None, None, False)

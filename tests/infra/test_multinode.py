@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.tools import console_script
 from sim_cluster import TINY, SimCluster, store
 
 pytestmark = pytest.mark.slow
@@ -107,7 +108,7 @@ def test_the_cluster_refuses_a_driver_and_a_dashboard_call_without_its_token(clu
     env = cluster.job_env(HOME=str(tmp_path))  # no ~/.ray/auth_token there either
     no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN_PATH"}
     code = f"import ray; ray.init(address={cluster.address!r}); print('joined', len(ray.nodes()))"
-    submit = [str(Path(sys.executable).with_name("ray")), "job", "submit", "--address", cluster.dashboard]
+    submit = [console_script("ray"), "job", "submit", "--address", cluster.dashboard]
     # at once (each is a Python start and a refused handshake): drivers without a token and with a wrong one, and
     # `ray job submit` without the token
     tries = {
