@@ -65,7 +65,8 @@ def test_make_gpu_check_on_a_cpu(tmp_path):
         cells = [c.strip() for c in line.strip("|").split("|")]
         bare, project, ratio = float(cells[3]), float(cells[4]), float(cells[5])
         assert bare > 0 and project > 0 and ratio > 0, line
-        assert abs(ratio - project / bare) < 0.01 * ratio + 1e-3, line
+        # the table rounds rates to 0.1 img/s and ratios to 0.001: the ratio of the printed rates can differ by that
+        assert abs(ratio - project / bare) <= ratio * (0.05 / project + 0.05 / bare) + 5e-4, line
         if baseline:  # plug-in rows: the cost against their framework's row
             cost = re.match(rf"([0-9.]+)x vs {baseline} \(([0-9.]+)x\)", cells[7])
             assert cost and float(cost[1]) > 0 and float(cost[2]) > 0, line
