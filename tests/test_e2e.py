@@ -523,7 +523,7 @@ def test_vit_frameworks_through_ray_dino_multicrop_on_two_workers_and_mocov3_wit
     assert run.info.status == "FINISHED" and "[train] 2 worker(s)" in r.stdout + r.stderr
     assert run.data.params["model.backbone"] == "vit_tiny" and run.data.params["method.kind"] == "dino"
     temps = client.get_metric_history(run.info.run_id, "train/teacher_temperature")
-    assert temps and all(0.04 <= m.value <= 0.07 for m in temps)
+    assert temps and all(0.04 - 1e-6 <= m.value <= 0.07 + 1e-6 for m in temps)  # logged as float32
     assert "probe/pretrained_r2" in run.data.metrics  # the probe loaded the ViT backbone from the checkpoint
     pretrain(
         tmp_path / "mocov3",
