@@ -307,8 +307,9 @@ def project_runner(
     """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
     the device, optimisation_step, and the float() of every logged value."""
     from pipeline.build import build_method
+    from pipeline.schedules import scaled_lr
     from pipeline.train.loop import optimisation_step, schedule_step, to_device
-    from pipeline.train.optim import build_optimizer, scaled_lr
+    from pipeline.train.optim import build_optimizer
 
     torch.manual_seed(0)
     method = build_method(cfg)

@@ -206,7 +206,7 @@ def model_sizes(overrides: tuple[str, ...] = OVERRIDES) -> dict:
 # ============================================================================= one column of a table
 def scenario(n: int, per_gpu_batch: int, sizes: dict, a: argparse.Namespace) -> dict:
     """Every quantity for n GPUs at this per-GPU batch."""
-    from pipeline.train.optim import scaled_lr
+    from pipeline.schedules import scaled_lr
 
     rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
     nodes = math.ceil(n / a.gpus_per_node)

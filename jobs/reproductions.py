@@ -365,7 +365,7 @@ def finished_run(cfg: dict) -> dict | None:
     """The results of a FINISHED, probed run of this exact configuration, read back from its MLflow metrics, or
     None (not run, not finished, or never probed: run it again)."""
     from pipeline import tracking
-    from pipeline.eval.run_probe import probe_results
+    from pipeline.eval.results import probe_results
 
     found = tracking.find_run(tracking.setup(cfg), cfg["run"]["name"])
     if found is None or found.info.status != "FINISHED":

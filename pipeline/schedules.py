@@ -50,3 +50,8 @@ class Momentum:
     def update(self, progress: float) -> float:
         self.value = self.at(progress)
         return self.value
+
+
+def scaled_lr(base_lr: float, global_batch: int) -> float:
+    """The linear scaling rule: lr = base_lr * global_batch / 256."""
+    return base_lr * global_batch / 256

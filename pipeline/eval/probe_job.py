@@ -25,13 +25,8 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     from pipeline import tracking
     from pipeline.augment.view_maker import eval_settings
     from pipeline.eval.downstream import settings_key
-    from pipeline.eval.run_probe import (
-        check_probe_actors,
-        compare_with_random,
-        config_for_run,
-        probe_results,
-        probe_solver,
-    )
+    from pipeline.eval.results import probe_results
+    from pipeline.eval.run_probe import check_probe_actors, compare_with_random, config_for_run, probe_solver
     from pipeline.eval.source import load_source
     from pipeline.schema import validate
 
@@ -83,7 +78,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
             f"Its results:",
             flush=True,
         )
-        from pipeline.eval.run_probe import format_table
+        from pipeline.eval.results import format_table
 
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
         return results

@@ -29,6 +29,7 @@ from pipeline.eval.invariance import (
     transformed_features,
 )
 from pipeline.eval.linear_probe import probe
+from pipeline.eval.results import format_table
 from pipeline.models.backbones import build_backbone
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
@@ -56,27 +57,6 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
     out = dict(cfg)
     out.update(cast(dict, OmegaConf.to_container(merged, resolve=True)))  # merged mappings: a mapping
     return out
-
-
-def probe_results(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
-    """compare_with_random's results read back from a run's metrics (probe/<backbone>_<metric>,
-    probe/invariance_*); {} when the run was never probed."""
-    out: dict[str, dict[str, float]] = {}
-    kinds = ("pretrained_fa", "random_fa", "pretrained", "random")
-    for key, value in sorted(metrics.items()):
-        group, _, rest = key.partition("/")
-        if group != "probe":
-            continue
-        if rest.startswith("invariance_"):
-            out.setdefault("invariance", {})[rest] = value
-        else:
-            kind = next((k for k in kinds if rest.startswith(k + "_")), None)
-            if kind:
-                out.setdefault(kind, {})[rest[len(kind) + 1 :]] = value
-    if "pretrained" not in out:
-        return {}
-    order = ["pretrained", "pretrained_fa", "random", "random_fa", "invariance"]
-    return {k: out[k] for k in order if k in out}
 
 
 def backbone_from(state: dict) -> torch.nn.Module:
@@ -239,18 +219,6 @@ def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
         "alpha_reference": reg["reference"],
         "alpha_reference_empirical": reg["reference_empirical"],
     }
-
-
-def format_table(results: dict[str, dict[str, float]]) -> str:
-    """Rows: metrics; columns: backbones (e.g. pretrained, random)."""
-    cols = list(results)
-    keys = list(next(iter(results.values())))
-    w = max(len(k) for k in keys) + 2
-    cw = {c: max(12, len(c) + 2) for c in cols}
-    lines = ["metric".ljust(w) + "".join(c.rjust(cw[c]) for c in cols)]
-    for k in keys:
-        lines.append(k.ljust(w) + "".join(f"{results[c][k]:{cw[c]}.4f}" for c in cols))
-    return "\n".join(lines)
 
 
 def plot_comparison(results: dict[str, dict[str, float]], path: Path, title: str) -> Path:

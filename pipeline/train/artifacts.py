@@ -49,7 +49,7 @@ def report_finished(cfg: dict, run) -> dict:
     """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
     never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
     from pipeline import tracking
-    from pipeline.eval.run_probe import format_table, probe_results
+    from pipeline.eval.results import format_table, probe_results
 
     name, run_id = cfg["run"]["name"], run.info.run_id
     probe = probe_results(run.data.metrics)

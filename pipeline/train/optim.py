@@ -142,11 +142,6 @@ def set_weight_decay(opt: torch.optim.Optimizer, weight_decay: float) -> None:
             g["weight_decay"] = weight_decay
 
 
-def scaled_lr(base_lr: float, global_batch: int) -> float:
-    """The linear scaling rule: lr = base_lr * global_batch / 256."""
-    return base_lr * global_batch / 256
-
-
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for g in opt.param_groups:
         g["lr"] = lr

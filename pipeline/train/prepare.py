@@ -42,7 +42,7 @@ def resolve(cfg: dict) -> dict:
         )
     name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
     cfg["run"]["name"] = name
-    from pipeline.train.optim import scaled_lr  # torch: only once the checks passed, so bad input is answered fast
+    from pipeline.schedules import scaled_lr
 
     cfg["runtime"] = {
         "lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]),

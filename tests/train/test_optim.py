@@ -5,8 +5,9 @@ import pytest
 import torch
 from torch import nn
 
+from pipeline.schedules import scaled_lr
 from pipeline.schedules import warmup_cosine as lr_at
-from pipeline.train.optim import LARS, build_optimizer, param_groups, scaled_lr
+from pipeline.train.optim import LARS, build_optimizer, param_groups
 
 
 def test_lr_schedule_warmup_then_cosine():
