@@ -276,3 +276,22 @@ def test_a_real_bundle_from_the_index_with_an_sdist_only_dependency(tmp_path):
     ok = _source(out, python, f'{python} -c "{probe}"', cwd=tmp_path)
     assert ok.stdout.strip() == "2.3.0", ok.stderr  # carried and found through the bundle
     assert "No module named 'yaml'" in ok.stderr  # and PyYAML, the target's own, really was left out
+
+
+def test_make_bundle_passes_its_settings_through_and_refuses_bad_ones(tmp_path):
+    """`make bundle PY=... HAS=... BUNDLE=...` as the README shows it, from a shell without .venv on PATH: the
+    settings reach the command, whose refusal is the one `error:` line (make adds its own trailer)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "AUGSSL_PYTHON")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
+    out = tmp_path / "b"
+    for settings, says in (
+        (["PY=3"], "error: --python 3: give the target's Python as major.minor"),
+        (["PY=3.12", f"HAS={tmp_path}/none.txt"], f"error: --has {tmp_path}/none.txt: no such file"),
+    ):
+        done = subprocess.run(
+            ["make", "-s", "bundle", *settings, f"BUNDLE={out}"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode != 0
+        ours = [ln for ln in done.stderr.splitlines() if not ln.startswith("make")]
+        assert ours == [ours[0]] and ours[0].startswith(says), done.stderr
+        assert not (out / "pip.log").exists()
