@@ -4,8 +4,9 @@
 - `cosine`: a value that moves from `start` to `end` along a half-cosine over training: momentum encoders to 1
   (BYOL Eq. 4 convention: tau = 1 - (1 - tau_base)(cos(pi k / K) + 1) / 2, used by MoCo v3 and DINO too), DINO's
   weight decay 0.04 -> 0.4, CoCor's classifier lr;
-- `linear_warmup`: a value that rises linearly from `start` to `end` over the first `warmup` fraction, then
-  stays at `end` (DINO's teacher temperature 0.04 -> 0.07).
+- `scaled_lr`: the linear scaling rule of the learning rate with the global batch.
+
+DINO's teacher temperature follows its epochs, as the authors' code does (pipeline/methods/dino.py).
 
 `progress` is the fraction of training done, in [0, 1].
 """
@@ -27,13 +28,6 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int, peak: float, f
     if warmup_steps and step < warmup_steps:
         return peak * (step + 1) / warmup_steps
     return cosine((step - warmup_steps) / max(1, total_steps - warmup_steps), peak, final)
-
-
-def linear_warmup(progress: float, start: float, end: float, warmup: float) -> float:
-    """start at progress 0, rising linearly to `end` at progress `warmup`, then constant."""
-    if warmup <= 0 or progress >= warmup:
-        return end
-    return start + (end - start) * max(0.0, progress) / warmup
 
 
 class Momentum:

@@ -18,7 +18,7 @@ from pipeline.methods.context import FIELDS, check_contract
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.plugins import PLUGINS
-from pipeline.schedules import Momentum, cosine, linear_warmup, warmup_cosine
+from pipeline.schedules import Momentum, cosine, warmup_cosine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = {"backbone": "vit_tiny", "image_size": 16, "patch_size": 4}
@@ -159,9 +159,6 @@ def test_schedules_follow_their_formulas():
     assert cosine(0.5, 0.04, 0.4) == pytest.approx(0.22)
     assert warmup_cosine(0, 100, 10, 1.0) == pytest.approx(0.1)
     assert warmup_cosine(55, 100, 10, 1.0) == pytest.approx(0.5)
-    assert linear_warmup(0.0, 0.04, 0.07, 0.3) == pytest.approx(0.04)
-    assert linear_warmup(0.15, 0.04, 0.07, 0.3) == pytest.approx(0.055)
-    assert linear_warmup(0.9, 0.04, 0.07, 0.3) == pytest.approx(0.07)
     m = Momentum(0.996, to_one=True)  # BYOL / DINO: tau = 1 - (1 - base)(cos(pi p) + 1) / 2
     assert m.at(0.25) == pytest.approx(1 - 0.004 * (math.cos(math.pi / 4) + 1) / 2)
     assert m.update(1.0) == pytest.approx(1.0) and m.value == pytest.approx(1.0)
