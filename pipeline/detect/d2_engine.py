@@ -17,6 +17,7 @@ from detectron2.evaluation import COCOEvaluator
 
 from pipeline.detect import d2_backbone  # noqa: F401  (registers the project's backbones)
 from pipeline.detect.d2_config import model_config
+from pipeline.detect.diverged import Diverged
 
 
 def register(name: str, json_file: str, images: str) -> str:
@@ -68,6 +69,9 @@ def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_d
     cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR = d["batch_size"], d["lr"]
     cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS = d["iterations"], tuple(d["steps"])
     cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.WEIGHT_DECAY = d["warmup"], d["weight_decay"]
+    if d.get("clip_grad_norm"):  # each parameter's gradient norm, as tv_engine.clip_each_ does
+        clip = cfg.SOLVER.CLIP_GRADIENTS
+        clip.ENABLED, clip.CLIP_TYPE, clip.CLIP_VALUE, clip.NORM_TYPE = True, "norm", float(d["clip_grad_norm"]), 2.0
     cfg.SOLVER.CHECKPOINT_PERIOD = max(d["iterations"], 1)
     cfg.TEST.EVAL_PERIOD = 0
     cfg.SEED = d["seed"]
@@ -76,12 +80,13 @@ def config(meta: dict, d: dict, data: dict, num_classes: int, device: str, out_d
 
 
 class _Progress(HookBase):
-    """One tqdm bar over the iterations, and the losses to `log(iteration, losses)` every `every` steps."""
+    """Progress over the iterations (pipeline.progress: a bar on a terminal, plain lines in a file), and the losses
+    to `log(iteration, losses)` every `every` steps."""
 
     def __init__(self, total: int, label: str, every: int, log=None):
-        from tqdm import tqdm
+        from pipeline.progress import bar
 
-        self.bar = tqdm(total=total, desc=f"[detect] {label}", unit="it", mininterval=2.0)
+        self.bar = bar(total, "[detect]", label, "it")
         self.every, self.log = every, log
 
     def after_step(self):
@@ -142,8 +147,9 @@ def transfer(
     workers = int(d.get("workers", 1))
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = out_dir / "transfer.json"
-    for stale in (summary, out_dir / "coco_instances_results.json"):  # an earlier attempt's: never scored again
-        stale.unlink(missing_ok=True)
+    stale = [summary, out_dir / "coco_instances_results.json", *out_dir.glob("diverged.*.json")]
+    for path in stale:  # an earlier attempt's: never scored again
+        path.unlink(missing_ok=True)
     # spawned processes import detectron2 (torch's jit notice) before any filter of theirs applies: theirs by env
     notices = (
         ("FutureWarning", "torch.jit._script"),
@@ -162,6 +168,13 @@ def transfer(
             dist_url="auto",  # one machine: a free local port
             args=(meta, weights, data, d, device, out_dir, tag, log, label, verbose),
         )
+    except Exception:
+        # a training process that diverged left its note (from a spawned process, only the note comes back whole)
+        notes = sorted(out_dir.glob("diverged.*.json"))
+        if not notes:
+            raise
+        note = json.loads(notes[0].read_text())
+        raise Diverged(note["iteration"], note["what"]) from None
     finally:
         for k, v in saved.items():
             if v is None:
@@ -206,7 +219,7 @@ def _train_and_test(
     _load(trainer, weights, verbose, say=main)
     if main:
         trainer.register_hooks([_Progress(cfg.SOLVER.MAX_ITER, label, d["log_every"], _logger(log))])
-    trainer.train()
+    _train(trainer, out_dir, verbose)
     with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
         res = Trainer.test(cfg, trainer.model)  # pycocotools prints its progress and summary to stdout
     if main:
@@ -223,6 +236,30 @@ def _train_and_test(
 
         comm.synchronize()
         dist.destroy_process_group()
+
+
+def _train(trainer, out_dir: Path, verbose: bool) -> None:
+    """trainer.train(); where it diverges (detectron2's FloatingPointError: a non-finite loss, or "Predicted boxes
+    or scores contain Inf/NaN"), a note diverged.<rank>.json for transfer() and no traceback on the console (the
+    job says it in one line) unless verbose."""
+    from detectron2.utils import comm
+
+    train_log = logging.getLogger("detectron2.engine.train_loop")
+    quiet = logging.NullHandler()
+    if not verbose:  # it logs the exception with its traceback before raising it
+        train_log.addHandler(quiet)
+        train_log.propagate = False
+    try:
+        trainer.train()
+    except FloatingPointError as e:
+        what = "non-finite loss" if "Loss became" in str(e) or "not finite" in str(e) else "non-finite boxes or scores"
+        (out_dir / f"diverged.{comm.get_rank()}.json").write_text(
+            json.dumps({"iteration": trainer.iter + 1, "what": what})
+        )
+        raise
+    finally:
+        train_log.removeHandler(quiet)
+        train_log.propagate = True
 
 
 def _logger(log: tuple[str, str, str] | None):

@@ -34,6 +34,7 @@ class Detect(_Section):
     iterations: Int(1)
     batch_size: Int(1)
     lr: Num(gt=0)
+    clip_grad_norm: Num(gt=0, null=True) = None
     warmup: Int(0)
     log_every: Int(1)
     workers: Int(1)
@@ -221,6 +222,7 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
 
     from pipeline import tracking
     from pipeline.detect.coco_data import CocoSplit
+    from pipeline.detect.diverged import Diverged, advice
     from pipeline.detect.draw import predictions_png
 
     labels = ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]
@@ -235,7 +237,10 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
             print(f"[detect] {label}: done before (AP {scores[label]['AP']:.1f}); kept", flush=True)
             continue
         t0 = time.monotonic()
-        res = _transfer(cfg, src, meta, data, device, out_dir / label, key, label)
+        try:
+            res = _transfer(cfg, src, meta, data, device, out_dir / label, key, label)
+        except Diverged as e:
+            raise DetectError(advice(e, label, cfg["detect"])) from None
         if "voc_root" in data:
             res = {**res, **_voc_metric(data, res["results"])}
         minutes = (time.monotonic() - t0) / 60

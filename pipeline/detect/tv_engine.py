@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from pipeline.detect.coco_data import CocoSplit, coco_ap, coco_results
+from pipeline.detect.diverged import Diverged
 
 STAGE_LAYER = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}  # detectron2's stage names
 
@@ -97,17 +98,27 @@ def _batches(ds, batch_size: int, seed: int):
                 yield list(images), list(targets)
 
 
+def clip_each_(params, max_norm: float | None) -> None:
+    """Each parameter's gradient scaled down to L2 norm `max_norm` at most (detectron2's SOLVER.CLIP_GRADIENTS
+    with CLIP_TYPE "norm", so both engines clip alike); None: no clipping."""
+    if max_norm:
+        for p in params:
+            if p.grad is not None:
+                nn.utils.clip_grad_norm_(p, max_norm)
+
+
 def train(model, ds, d: dict, device: torch.device, log=None, label: str = "") -> dict[str, float]:
-    """d["iterations"] SGD steps (momentum 0.9, d["weight_decay"]) on batches of d["batch_size"]; `log(it, losses)`
-    every d["log_every"]. Returns the last logged losses."""
-    from tqdm import tqdm
+    """d["iterations"] SGD steps (momentum 0.9, d["weight_decay"], gradients clipped per parameter at
+    d["clip_grad_norm"]) on batches of d["batch_size"]; `log(it, losses)` every d["log_every"]. Returns the last
+    logged losses; Diverged at a non-finite loss."""
+    from pipeline.progress import bar as progress
 
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=d["lr"], momentum=0.9, weight_decay=d["weight_decay"])
     batches, last = _batches(ds, d["batch_size"], d["seed"]), {}
-    bar = tqdm(range(d["iterations"]), desc=f"[detect] {label}", unit="it", mininterval=2.0)
-    for it in bar:
+    bar = progress(d["iterations"], "[detect]", label, "it")
+    for it in range(d["iterations"]):
         images, targets = next(batches)
         images = [x.to(device, non_blocking=True) for x in images]
         targets = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in t.items()} for t in targets]
@@ -117,10 +128,13 @@ def train(model, ds, d: dict, device: torch.device, log=None, label: str = "") -
         loss = sum(losses.values())
         value = float(loss.detach())
         if not math.isfinite(value):
-            raise FloatingPointError(f"detection loss is {value} at iteration {it + 1}")
+            bar.close()
+            raise Diverged(it + 1, f"loss {value}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        clip_each_(params, d.get("clip_grad_norm"))
         opt.step()
+        bar.update(1)
         if (it + 1) % d["log_every"] == 0 or it + 1 == d["iterations"]:
             last = {"loss": value, **{k: float(v.detach()) for k, v in losses.items()}}
             bar.set_postfix(loss=f"{value:.3f}")

@@ -23,6 +23,7 @@ from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
 from pipeline.mlflow_ui import metric_name
+from pipeline.progress import ProgressLines
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
@@ -166,35 +167,6 @@ def _progress_bar(epoch: int, epochs: int, images: int, label: str = "", tty: bo
     from ray.experimental.tqdm_ray import tqdm
 
     return tqdm(total=images, desc=_bar_text(epoch, epochs, label), unit="img")
-
-
-class ProgressLines:
-    """A progress bar's interface (update, set_description, close) that prints one plain line every `every`
-    seconds: images done, rate and time left."""
-
-    def __init__(self, text: str, total: int, every: float = 30.0, clock=time.monotonic):
-        self.text, self.total, self.every, self.clock = text, total, every, clock
-        self.done = 0
-        self.start = self.last = clock()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = self.clock()
-        if now - self.last >= self.every and self.done < self.total:
-            rate = self.done / max(now - self.start, 1e-9)
-            left = (self.total - self.done) / max(rate, 1e-9)
-            print(
-                f"[train] {self.text}: {self.done}/{self.total} img ({100 * self.done / self.total:.0f} %), "
-                f"{rate:.0f} img/s, {left:.0f} s left",
-                flush=True,
-            )
-            self.last = now
-
-    def set_description(self, text: str) -> None:
-        self.text = text
-
-    def close(self) -> None:
-        pass  # the epoch's summary line follows
 
 
 def _bar_text(epoch: int, epochs: int, label: str = "") -> str:

@@ -359,6 +359,34 @@ def test_detect_job_end_to_end_on_a_checkpoint(tmp_path, engine):
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["torchvision", pytest.param("detectron2", marks=needs_d2)])
+def test_a_diverging_transfer_is_one_error_line_and_a_failed_run(tmp_path, engine):
+    """Settings that make the detector diverge: one error line naming the iteration and what to lower, no traceback,
+    the MLflow run FAILED."""
+    import mlflow
+
+    src = fake_source(*LAYOUTS["r18-cifar-w16"])
+    ckpt = tmp_path / "ckpt" / "state.pt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(src.state, ckpt)
+    tiny = [a for a in TINY if not a.startswith("detect.iterations")] + ["detect.iterations=6"]
+    args = ("detect.lr=1e6", "detect.clip_grad_norm=null", "baseline=false")
+    r = _detect(tmp_path, f"run={ckpt}", f"engine={engine}", *tiny, *args)
+    assert r.returncode == 2, r.stderr[-3000:]
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert re.match(
+        r"error: detection from the pretrained backbone diverged "
+        r"\((?:non-finite [a-z ]+|loss (?:nan|inf)) at iteration [1-6] of 6\): "
+        r"lower detect.lr \(now 1e\+06\), set detect.clip_grad_norm",
+        err[0],
+    ), err[0]
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
+    assert run.info.status == "FAILED" and "diverged" in run.data.tags.get("error", ""), run.data.tags
+
+
 @needs_d2
 def test_detectron2_load_report_fails_on_a_missing_trunk_weight(capsys):
     """The engine reads detectron2's loading report: heads not found are expected, a trunk weight is an error."""
@@ -451,6 +479,90 @@ def test_detectron2_syncs_bn_over_its_processes_and_keeps_plain_bn_in_one():
 
     assert norm(1, "cpu") == "BN" and norm(2, "cpu") == "naiveSyncBN" and norm(8, "cuda") == "SyncBN"
     assert norm(2, "cpu", frozen=True) == "FrozenBN"
+    clip = d2_engine.config(meta, {**d, "workers": 1, "clip_grad_norm": 1.0}, data, 3, "cpu", Path("."), "", "tc")
+    assert clip.SOLVER.CLIP_GRADIENTS.ENABLED and clip.SOLVER.CLIP_GRADIENTS.CLIP_TYPE == "norm"
+    assert clip.SOLVER.CLIP_GRADIENTS.CLIP_VALUE == 1.0 and clip.SOLVER.CLIP_GRADIENTS.NORM_TYPE == 2.0
+    unclipped = d2_engine.config(meta, {**d, "workers": 1, "clip_grad_norm": None}, data, 3, "cpu", Path("."), "", "tn")
+    assert not unclipped.SOLVER.CLIP_GRADIENTS.ENABLED
+
+
+def _grads(seed: int = 0) -> list[torch.Tensor]:
+    """Gradients of a small two-layer net: one parameter's norm far above 1, others below."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 4, generator=g) * 3, torch.randn(8, generator=g) * 0.01, torch.randn(3, 8, generator=g)]
+
+
+def test_each_parameter_gradient_is_clipped_to_its_own_norm():
+    """tv_engine.clip_each_ against the formula: g * min(1, c / ||g||_2), parameter by parameter."""
+    from pipeline.detect.tv_engine import clip_each_
+
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in _grads()]
+    for p, g in zip(params, _grads()):
+        p.grad = g.clone()
+    clip_each_(params, 1.0)
+    for p, g in zip(params, _grads()):
+        expected = g * min(1.0, 1.0 / float(g.norm()))
+        torch.testing.assert_close(p.grad, expected, rtol=1e-5, atol=1e-7)
+    assert float(params[0].grad.norm()) == pytest.approx(1.0, rel=1e-5)  # was ~17
+    assert torch.equal(params[1].grad, _grads()[1])  # below the cap: untouched
+    clip_each_(params, None)  # no cap: nothing changes
+    torch.testing.assert_close(params[0].grad.norm(), torch.tensor(1.0))
+
+
+@needs_d2
+def test_both_engines_clip_alike():
+    """detectron2's own clipper (SOLVER.CLIP_GRADIENTS as d2_engine.config sets it) and tv_engine's give the same
+    gradients."""
+    from detectron2.config import get_cfg
+    from detectron2.solver.build import maybe_add_gradient_clipping
+
+    from pipeline.detect.tv_engine import clip_each_
+
+    cfg = get_cfg()
+    c = cfg.SOLVER.CLIP_GRADIENTS
+    c.ENABLED, c.CLIP_TYPE, c.CLIP_VALUE, c.NORM_TYPE = True, "norm", 1.0, 2.0
+    ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in _grads(1)]
+    theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in _grads(1)]
+    for a, b, g in zip(ours, theirs, _grads(1)):
+        a.grad, b.grad = g.clone(), g.clone()
+    clip_each_(ours, 1.0)
+    opt = maybe_add_gradient_clipping(cfg, torch.optim.SGD)(theirs, lr=0.0)
+    opt.step()  # lr 0: only the clipping acts on the gradients
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.slow
+def test_an_unstable_resnet50_diverges_unclipped_and_trains_with_the_presets_clipping(tmp_path):
+    """A ResNet-50 whose BN affine is far from 1/0 (as fake_source makes it; a 1-epoch pretraining's diverged the
+    same way) under the shapes preset at 64 px: unclipped, the loss becomes non-finite and tv_engine.train raises
+    Diverged naming the iteration; with the preset's clip_grad_norm the same steps end at a finite loss."""
+    from omegaconf import OmegaConf
+
+    from pipeline.detect import tv_engine
+    from pipeline.detect.coco_data import CocoSplit
+    from pipeline.detect.diverged import Diverged
+    from pipeline.detect.shapes import make_shapes
+    from pipeline.eval.run_probe import backbone_from
+
+    preset = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "detect" / "shapes.yaml"))
+    gen = {**preset["data"]["generate"], "n_train": 48, "n_val": 2, "size": 64, "min_side": 12, "max_side": 24}
+    root = make_shapes(tmp_path, gen)
+    ds = CocoSplit(root / "train" / "annotations.json", root / "train" / "images", flip=True, seed=0)
+    d = {**preset, "min_size": 64, "max_size": 64, "anchor_sizes": [8, 16, 32, 64], "iterations": 30, "seed": 0}
+    src = fake_source(*LAYOUTS["r50"])
+
+    def train(clip):
+        torch.manual_seed(0)
+        model = tv_engine.build_detector(backbone_from(src.state), 3, d, [0.5, 0.4, 0.3], [0.2, 0.25, 0.3])
+        return tv_engine.train(model, ds, {**d, "clip_grad_norm": clip}, torch.device("cpu"))
+
+    with pytest.raises(Diverged) as e:
+        train(None)
+    assert 1 < e.value.iteration <= 30 and ("loss nan" in str(e.value) or "loss inf" in str(e.value))
+    assert preset["clip_grad_norm"] == 1.0
+    last = train(preset["clip_grad_norm"])
+    assert all(torch.isfinite(torch.tensor(v)) for v in last.values()) and last["loss"] < 2.0
 
 
 @pytest.mark.slow

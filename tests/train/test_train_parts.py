@@ -98,7 +98,7 @@ def test_curve_panels_group_what_was_logged():
 
 def test_progress_lines_print_a_plain_line_every_interval_and_no_redraws(capsys):
     """Where the driver's console is a file, rank 0's progress is a line every `every` seconds, never a redraw."""
-    from pipeline.train.loop import ProgressLines
+    from pipeline.progress import ProgressLines
 
     now = [100.0]
     p = ProgressLines("epoch 1/3", total=1000, every=30.0, clock=lambda: now[0])
