@@ -320,6 +320,7 @@ class Method(_Section):
     ] = "auto"
     head: Optional[Head] = None
     predictor: Optional[Predictor] = None
+    fix_predictor_lr: Bool() = False  # SimSiam's --fix-pred-lr: the predictor's lr stays at the peak
     random_patch_projection: Bool() = True  # MoCo v3 on a ViT
     # DINO
     student_temperature: Num(gt=0, null=True) = None
@@ -453,6 +454,8 @@ def _check_relations(cfg: dict) -> None:
                 f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
                 f"method.bn_splits to a divisor of {local_bs}",
             )
+    if m.get("fix_predictor_lr") and not m.get("predictor"):
+        raise bad("method.fix_predictor_lr", True, f"method={m['name']} has no predictor (SimSiam, BYOL, MoCo v3 do)")
     stride = _stride(model)
     if data["image_size"] < stride:
         raise bad(

@@ -212,12 +212,15 @@ class _Trainer:
         self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
+        # SimSiam's predictor at a fixed lr: its parameters, known before DDP wraps the module
+        fixed_lr = self.method.online.predictor.parameters() if cfg["method"].get("fix_predictor_lr") else ()
+        fixed_lr = list(fixed_lr)
         # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
         self.method.online = ray.train.torch.prepare_model(
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()
         )
         self.local_bs = cfg["train"]["batch_size"] // world
-        self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"])
+        self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"], fixed_lr)
         self.peak_lr = rt["lr"]
         self.total_steps = rt["steps_per_epoch"] * cfg["train"]["epochs"]
         self.warmup = rt["steps_per_epoch"] * cfg["optim"]["warmup_epochs"]

@@ -4,6 +4,7 @@ them live in pipeline/schedules.py."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import cast
 
 import torch
@@ -75,24 +76,34 @@ def _by_device_and_dtype(params) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def param_groups(model: nn.Module, weight_decay: float, decay_bias_and_norm: bool = False) -> list[dict]:
+def param_groups(
+    model: nn.Module, weight_decay: float, decay_bias_and_norm: bool = False, fixed_lr: Iterable[nn.Parameter] = ()
+) -> list[dict]:
     """Weights get weight decay (and LARS adaptation); biases and norm parameters get neither, or, with
     `decay_bias_and_norm`, the weight decay alone under SGD and AdamW (MoCo v3's AdamW decays every parameter; LARS
-    never decays its lars=False group). `decay` marks the groups a weight-decay schedule sets."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "lars": True, "decay": True},
-        {
-            "params": no_decay,
-            "weight_decay": weight_decay if decay_bias_and_norm else 0.0,
-            "lars": False,
-            "decay": decay_bias_and_norm,
-        },
-    ]
+    never decays its lars=False group). `decay` marks the groups a weight-decay schedule sets. Parameters in
+    `fixed_lr` (SimSiam's predictor) go into groups of their own marked `fixed_lr`, which set_lr leaves at the lr
+    the optimiser was built with."""
+    fixed = {id(p) for p in fixed_lr}
+    groups = []
+    for is_fixed in (False, True):
+        params = [p for p in model.parameters() if p.requires_grad and (id(p) in fixed) == is_fixed]
+        if is_fixed and not params:
+            break
+        decay = [p for p in params if p.ndim > 1]
+        no_decay = [p for p in params if p.ndim <= 1]
+        mark = {"fixed_lr": True} if is_fixed else {}
+        groups += [
+            {"params": decay, "weight_decay": weight_decay, "lars": True, "decay": True, **mark},
+            {
+                "params": no_decay,
+                "weight_decay": weight_decay if decay_bias_and_norm else 0.0,
+                "lars": False,
+                "decay": decay_bias_and_norm,
+                **mark,
+            },
+        ]
+    return groups
 
 
 _SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters  # torch >= 2.3
@@ -107,8 +118,10 @@ def sgd_kernels(params) -> dict:
     return {"foreach": True, "fused": False} if _SGD_HAS_FUSED else {"foreach": True}
 
 
-def build_optimizer(model: nn.Module, cfg: dict, lr: float) -> torch.optim.Optimizer:
-    groups = param_groups(model, float(cfg["weight_decay"]), bool(cfg.get("decay_bias_and_norm", False)))
+def build_optimizer(
+    model: nn.Module, cfg: dict, lr: float, fixed_lr: Iterable[nn.Parameter] = ()
+) -> torch.optim.Optimizer:
+    groups = param_groups(model, float(cfg["weight_decay"]), bool(cfg.get("decay_bias_and_norm", False)), fixed_lr)
     name = cfg["name"]
     if name == "sgd":
         for g in groups:
@@ -143,5 +156,7 @@ def set_weight_decay(opt: torch.optim.Optimizer, weight_decay: float) -> None:
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's lr, but a fixed_lr group's (SimSiam's predictor), which keeps the lr it was built with."""
     for g in opt.param_groups:
-        g["lr"] = lr
+        if not g.get("fixed_lr"):
+            g["lr"] = lr

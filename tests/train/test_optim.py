@@ -216,3 +216,41 @@ def test_sgd_kernel_choice_and_checkpoints_from_another_machine():
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     opt.step()
+
+
+# ----------------------------------------------------------------------------- SimSiam's fixed predictor lr
+
+
+def test_simsiam_predictor_keeps_the_initial_lr_as_the_authors_adjust_learning_rate_does(tmp_path):
+    """facebookresearch/simsiam main_simsiam.py, adjust_learning_rate: cur_lr = init_lr * 0.5 * (1 + cos(pi *
+    epoch / epochs)) for every group, but `fix_lr` groups (the predictor's, with --fix-pred-lr) get init_lr. Ours
+    steps the same cosine per optimisation step (no warm-up in SimSiam's recipe)."""
+    from pipeline.build import build_method
+    from pipeline.config import compose_config
+    from pipeline.train.loop import schedule_step
+
+    cfg = compose_config([f"paths.root={tmp_path}", "method=simsiam", "optim.warmup_epochs=0"])
+    assert cfg["method"]["fix_predictor_lr"] is True
+    method = build_method(cfg)
+    pred = list(method.online.predictor.parameters())
+    init_lr, total = 0.05 * 512 / 256, 40
+    opt = build_optimizer(method.online, cfg["optim"], init_lr, pred)
+    in_pred = [g for g in opt.param_groups if any(p is q for p in g["params"] for q in pred)]
+    assert all(g.get("fixed_lr") for g in in_pred) and sum(len(g["params"]) for g in in_pred) == len(pred)
+    rest = [g for g in opt.param_groups if not g.get("fixed_lr")]
+    assert sum(len(g["params"]) for g in rest) == len(list(method.online.parameters())) - len(pred)
+    for step in (0, 10, 20, 39):
+        schedule_step(opt, {"min_lr": 0.0}, step, total, 0, init_lr)
+        cur_lr = init_lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+        assert all(g["lr"] == pytest.approx(cur_lr) for g in rest)
+        assert all(g["lr"] == init_lr for g in in_pred)
+    # the predictor's groups follow the same decay rule as the rest: weights decayed, biases and BN not
+    assert sorted(g["weight_decay"] for g in in_pred) == [0.0, cfg["optim"]["weight_decay"]]
+
+
+def test_fix_predictor_lr_refused_without_a_predictor(tmp_path):
+    from pipeline.config import ConfigError, compose_config
+    from pipeline.schema import validate
+
+    with pytest.raises(ConfigError, match=r"method.fix_predictor_lr=true: .*method=simclr has no predictor"):
+        validate(compose_config([f"paths.root={tmp_path}", "method=simclr", "+method.fix_predictor_lr=true"]))
