@@ -156,6 +156,7 @@ class Model(_Section):
     pos_embedding: Choice("learned", "sincos") = "learned"
     num_heads: Int(1, null=True) = None  # ViTs: null = the architecture's (MoCo v3's ViT-S: 12)
     drop_path: Num(ge=0, lt=1) = 0.0  # ViTs: stochastic depth of the last block (DINO's ViT-S: 0.1)
+    vit_init: Choice("torchvision", "mocov3", "dino") = "torchvision"  # ViTs: whose initialisation
 
 
 class Train(_Section):

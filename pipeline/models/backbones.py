@@ -88,6 +88,47 @@ class ViT(VisionTransformer):
         enc = self.encoder
         return enc.ln(enc.layers(enc.dropout(tokens)))[:, 0]
 
+    def init_weights(self, scheme: str) -> None:
+        """`torchvision` keeps torchvision's init. `mocov3`: the authors' VisionTransformerMoCo (vits.py): Q, K and V
+        each Xavier-uniform over (D, D), every other Linear Xavier-uniform, biases 0, the class token N(0, 1e-6), the
+        patch projection Xavier-uniform over (3·p·p, D). `dino`: the authors' _init_weights (vision_transformer.py):
+        every Linear (Q, K, V included) N(0, 0.02) truncated at ±2, biases 0, LayerNorms 1 and 0, the class token
+        and position embedding N(0, 0.02), the patch convolution at nn.Conv2d's default."""
+        if scheme == "torchvision":
+            return
+        if scheme not in ("mocov3", "dino"):
+            raise ValueError(f"unknown ViT init {scheme!r}; choose torchvision, mocov3 or dino")
+        with torch.no_grad():
+            for m in self.encoder.modules():
+                if isinstance(m, nn.MultiheadAttention):  # its fused qkv is a parameter, not a Linear
+                    d = m.embed_dim
+                    if scheme == "mocov3":
+                        bound = math.sqrt(6.0 / (d + d))  # the authors' shape[0] // 3 + shape[1]
+                        m.in_proj_weight.uniform_(-bound, bound)
+                    else:
+                        nn.init.trunc_normal_(m.in_proj_weight, std=0.02, a=-2.0, b=2.0)
+                    m.in_proj_bias.zero_()
+                if isinstance(m, nn.Linear):  # out_proj and the MLPs
+                    if scheme == "mocov3":
+                        nn.init.xavier_uniform_(m.weight)
+                    else:
+                        nn.init.trunc_normal_(m.weight, std=0.02, a=-2.0, b=2.0)
+                    nn.init.zeros_(m.bias)
+                if isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            if scheme == "mocov3":
+                nn.init.normal_(self.class_token, std=1e-6)
+                w = self.conv_proj.weight
+                bound = math.sqrt(6.0 / (w.shape[1] * w.shape[2] * w.shape[3] + w.shape[0]))
+                w.uniform_(-bound, bound)
+                self.conv_proj.bias.zero_()
+            else:
+                nn.init.trunc_normal_(self.class_token, std=0.02, a=-2.0, b=2.0)
+                if self.encoder.pos_embedding.requires_grad:  # a learned one (sincos stays as it is)
+                    nn.init.trunc_normal_(self.encoder.pos_embedding, std=0.02, a=-2.0, b=2.0)
+                self.conv_proj.reset_parameters()
+
     def set_drop_path(self, rate: float) -> None:
         """Stochastic depth (DINO's `drop_path_rate`): block i of L drops each sample's attention and MLP branches
         with probability rate·i/(L-1) in training, scaling kept ones by 1/(1 - p); 0 turns it off (a teacher)."""
@@ -164,13 +205,15 @@ def build_backbone(model: dict) -> ViT | _NarrowResNet:
     max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard).
     ViTs: `image_size` sizes the position embedding (other sizes are resized to), `patch_size` overrides the
     architecture's, `pos_embedding` is `learned` (DINO's) or `sincos` (MoCo v3's fixed one), `num_heads` overrides
-    the architecture's, `drop_path` sets stochastic depth.
+    the architecture's, `drop_path` sets stochastic depth, `vit_init` picks the weights' initialisation
+    (ViT.init_weights).
     """
     name = model["backbone"]
     if name in VITS:
         _, depth, heads, dim, mlp = VITS[name]
         heads = int(model.get("num_heads") or heads)
         vit = ViT(int(model.get("image_size") or 224), patch_size(model), depth, heads, dim, mlp)
+        vit.init_weights(model.get("vit_init") or "torchvision")
         if model.get("pos_embedding", "learned") == "sincos":
             vit.fix_sincos_position_embedding()
         vit.set_drop_path(float(model.get("drop_path") or 0.0))

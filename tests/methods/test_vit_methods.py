@@ -503,3 +503,66 @@ def test_the_mocov3_vit_recipe_is_the_authors():
         opt.step()
     for a, b in zip(m.online.parameters(), twin.online.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- the authors' ViT initialisations
+
+
+def _uniform_law(w: torch.Tensor, bound: float) -> None:
+    """w looks drawn from U(-bound, bound): inside it, reaching near it, std bound/√3."""
+    assert float(w.abs().max()) <= bound + 1e-7 and float(w.abs().max()) > 0.98 * bound
+    assert float(w.std()) == pytest.approx(bound / math.sqrt(3), rel=0.03)
+
+
+def test_mocov3_vit_init_follows_the_authors_vits_py():
+    """moco-v3 vits.py VisionTransformerMoCo.__init__: for a Linear named qkv, val = sqrt(6 / (shape[0] // 3 +
+    shape[1])) (Q, K, V each Xavier over D x D); other Linears xavier_uniform; every bias 0; cls_token N(0, 1e-6);
+    patch_embed.proj U(±sqrt(6 / (3·p·p + D))), bias 0."""
+    torch.manual_seed(0)
+    net = build_backbone({"backbone": "vit_s16", "image_size": 32, "vit_init": "mocov3", "pos_embedding": "sincos"})
+    d = 384
+    for block in net.encoder.layers:
+        attn = block.self_attention
+        shape = attn.in_proj_weight.shape  # the authors' qkv Linear: (3D, D)
+        for w in attn.in_proj_weight.detach().chunk(3):
+            _uniform_law(w, math.sqrt(6.0 / (shape[0] // 3 + shape[1])))
+        linears = [attn.out_proj, *[m for m in block.mlp if isinstance(m, torch.nn.Linear)]]
+        for lin in linears:
+            _uniform_law(lin.weight.detach(), math.sqrt(6.0 / (lin.weight.shape[0] + lin.weight.shape[1])))
+            assert not lin.bias.any()
+        assert not attn.in_proj_bias.any()
+    cls = net.class_token.detach()
+    assert cls.any() and float(cls.std()) == pytest.approx(1e-6, rel=0.2)
+    _uniform_law(net.conv_proj.weight.detach(), math.sqrt(6.0 / (3 * 16 * 16 + d)))
+    assert not net.conv_proj.bias.any()
+
+
+def test_dino_vit_init_follows_the_authors_init_weights():
+    """dino vision_transformer.py VisionTransformer._init_weights: every Linear (qkv included) trunc_normal(std
+    0.02), bias 0; LayerNorm weight 1, bias 0; pos_embed and cls_token trunc_normal(std 0.02); the patch Conv2d
+    keeps PyTorch's default (U(±1/√fan_in) here: kaiming-uniform with a = √5)."""
+    torch.manual_seed(0)
+    net = build_backbone({"backbone": "vit_s16", "image_size": 64, "vit_init": "dino"})
+    for block in net.encoder.layers:
+        attn = block.self_attention
+        weights = [attn.in_proj_weight, attn.out_proj.weight, *[m.weight for m in block.mlp if hasattr(m, "weight")]]
+        for w in weights:
+            assert float(w.std()) == pytest.approx(0.02, rel=0.03) and abs(float(w.mean())) < 1e-3
+        biases = [attn.in_proj_bias, attn.out_proj.bias, *[m.bias for m in block.mlp if hasattr(m, "bias")]]
+        assert not any(b.any() for b in biases)
+        for ln in (block.ln_1, block.ln_2):
+            assert bool((ln.weight == 1).all()) and not ln.bias.any()
+    pos = net.encoder.pos_embedding.detach()  # 1 + 4·4 tokens x 384
+    assert float(pos.std()) == pytest.approx(0.02, rel=0.08)
+    assert float(net.class_token.std()) == pytest.approx(0.02, rel=0.15)
+    _uniform_law(net.conv_proj.weight.detach(), 1.0 / math.sqrt(3 * 16 * 16))
+
+
+def test_torchvision_vit_init_is_the_default_and_unchanged():
+    torch.manual_seed(0)
+    a = build_backbone({"backbone": "vit_tiny", "image_size": 32})
+    torch.manual_seed(0)
+    b = build_backbone({"backbone": "vit_tiny", "image_size": 32, "vit_init": "torchvision"})
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with pytest.raises(ValueError, match="unknown ViT init 'timm'"):
+        build_backbone({"backbone": "vit_tiny", "image_size": 32, "vit_init": "timm"})
