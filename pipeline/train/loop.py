@@ -213,8 +213,8 @@ class _Trainer:
         if cfg["train"].get("compile"):
             compile_backbones(self.method)
         # SimSiam's predictor at a fixed lr: its parameters, known before DDP wraps the module
-        fixed_lr = self.method.online.predictor.parameters() if cfg["method"].get("fix_predictor_lr") else ()
-        fixed_lr = list(fixed_lr)
+        predictor = getattr(self.method.online, "predictor", None) if cfg["method"].get("fix_predictor_lr") else None
+        fixed_lr = list(predictor.parameters()) if isinstance(predictor, torch.nn.Module) else []
         # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
         self.method.online = ray.train.torch.prepare_model(
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()
