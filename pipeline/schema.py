@@ -151,6 +151,7 @@ class Model(_Section):
     backbone: Choice(*BACKBONES)
     cifar_stem: Bool()
     width: Int(1)
+    zero_init_residual: Bool() = False  # ResNets: each block's last BN scale starts at 0
     patch_size: Int(1, null=True) = None
     image_size: Int(1, null=True) = None
     pos_embedding: Choice("learned", "sincos") = "learned"

@@ -202,7 +202,9 @@ def build_backbone(model: dict) -> ViT | _NarrowResNet:
     """The backbone `model` (the config's `model` section) names.
 
     ResNets: `fc = Identity`, so `forward` returns the pooled feature vector; `cifar_stem` swaps the 7x7/2 conv +
-    max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard).
+    max-pool for a 3x3/1 conv and no pool (32-64 px input); `width` is the base width (64 standard);
+    `zero_init_residual` starts each residual block's last BN at scale 0 (torchvision's flag; SimSiam, SimCLR and
+    MoCo v3 use it).
     ViTs: `image_size` sizes the position embedding (other sizes are resized to), `patch_size` overrides the
     architecture's, `pos_embedding` is `learned` (DINO's) or `sincos` (MoCo v3's fixed one), `num_heads` overrides
     the architecture's, `drop_path` sets stochastic depth, `vit_init` picks the weights' initialisation
@@ -227,6 +229,10 @@ def build_backbone(model: dict) -> ViT | _NarrowResNet:
         net.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.maxpool = nn.Identity()
+    if model.get("zero_init_residual"):  # each block's last BN scale 0: a block starts as its shortcut
+        for m in net.modules():
+            if isinstance(m, (Bottleneck, BasicBlock)):
+                nn.init.zeros_(m.bn3.weight if isinstance(m, Bottleneck) else m.bn2.weight)
     net.feat_dim = cast(nn.Linear, net.fc).in_features
     net.fc = nn.Identity()
     return net

@@ -147,3 +147,22 @@ def test_a_run_without_detection_shows_a_dash_and_drops_out_of_the_comparison():
     text = "\n".join(rep.downstream_table("jointcrop", runs, {"finetune": [], "detect": []}))
     assert "| MoCo v3, ViT | 0.600 | — |" in text and "| random init | 0.300 | 30.0 |" in text
     assert "semi-supervised 10 %: MoCo v3, ViT" in text and "detection: MoCo v3, ViT" not in text
+
+
+def test_mocov3_resnet_recipe_is_the_authors_resnet_commands(tmp_path):
+    """moco-v3 CONFIG.md's ResNet-50 commands and main_moco.py: a standard ResNet-50 with zero_init_residual, MLP
+    heads 4096 wide, --crop-min=.2, LARS lr 0.3 x batch/256 (300 epochs), wd 1e-6, 10 warm-up epochs; the CPU
+    reproduction keeps its quarter-width ResNet-18."""
+    from pipeline.config import compose_config
+
+    cfg = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_resnet"])
+    m = cfg["model"]
+    assert (m["backbone"], m["cifar_stem"], m["width"], m["zero_init_residual"]) == ("resnet50", False, 64, True)
+    assert cfg["method"]["head"]["hidden_dim"] == 4096 and cfg["augment"]["view"]["scale"] == [0.2, 1.0]
+    assert (cfg["optim"]["name"], cfg["optim"]["base_lr"], cfg["optim"]["weight_decay"]) == ("lars", 0.3, 1e-6)
+    assert cfg["optim"]["warmup_epochs"] == 10
+    vit = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_vit"])
+    assert vit["augment"]["view"]["scale"] == [0.08, 1.0] and not vit["model"]["zero_init_residual"]
+    cpu = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_resnet", "data=photos", *rep.RESNET_CPU])
+    assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)
+    assert cpu["method"]["head"]["hidden_dim"] is None and cpu["augment"]["view"]["scale"] == [0.2, 1.0]

@@ -23,6 +23,26 @@ def test_cifar_stem_keeps_resolution_and_width_scales():
     assert net.layer1(net.maxpool(x)).shape[-1] == 32
 
 
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_zero_init_residual_starts_each_block_as_its_shortcut(name):
+    """torchvision's zero_init_residual (SimSiam's, SimCLR's and MoCo v3's ResNets): every block's last BN scale 0,
+    so in train mode a block's output is relu(shortcut(x)); every other BN keeps scale 1."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+
+    torch.manual_seed(0)
+    net = build_backbone({"backbone": name, "cifar_stem": True, "width": 8, "zero_init_residual": True})
+    blocks = [m for m in net.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+    last = [b.bn3 if isinstance(b, Bottleneck) else b.bn2 for b in blocks]
+    assert len(blocks) == (8 if name == "resnet18" else 16) and all(not bn.weight.any() for bn in last)
+    others = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d) and all(m is not bn for bn in last)]
+    assert others and all(bool((m.weight == 1).all()) for m in others)
+    block = blocks[1]  # no downsample: the shortcut is the identity
+    x = torch.randn(2, block.conv1.in_channels, 8, 8)
+    torch.testing.assert_close(block(x), torch.relu(x))
+    plain = build_backbone({"backbone": name, "cifar_stem": True, "width": 8})
+    assert all(bool((bn.weight == 1).all()) for bn in plain.modules() if isinstance(bn, nn.BatchNorm2d))
+
+
 def test_split_bn_equals_bn_per_group():
     torch.manual_seed(0)
     x = torch.randn(8, 3, 4, 4)
