@@ -71,8 +71,9 @@ MOCOV3_VIT = [
     "method.head.hidden_dim=null",
     "model.num_heads=null",  # ViT-tiny's own 3 heads (the recipe's 12 are ViT-S's)
 ]
-# a ResNet-50 recipe at CPU scale: the default quarter-width ResNet-18 with the CIFAR stem, heads as wide as it
-RESNET_CPU = ["model.backbone=resnet18", "model.width=16", "model.cifar_stem=true", "method.head.hidden_dim=null"]
+# a ResNet-50 recipe at CPU scale: the default quarter-width ResNet-18 with the CIFAR stem (MoCo v3's heads as wide
+# as it)
+RESNET_CPU = ["model.backbone=resnet18", "model.width=16", "model.cifar_stem=true"]
 SUITES = {
     "invclr": [
         ("SimCLR", ["method=simclr"]),
@@ -99,8 +100,20 @@ SUITES = {
             "DINO, ViT-tiny",
             ["+experiment=dino_vit", "model.backbone=vit_tiny", "data=photos", "optim.warmup_epochs=2", *DINO_CPU],
         ),
-        ("MoCo v3, ResNet-18", ["+experiment=mocov3_resnet", "data=photos", "optim.warmup_epochs=2", *RESNET_CPU]),
-        ("DINO, ResNet-18", ["+experiment=dino_resnet", "data=photos", "optim.warmup_epochs=2", *DINO_CPU]),
+        (
+            "MoCo v3, ResNet-18",
+            [
+                "+experiment=mocov3_resnet",
+                "data=photos",
+                "optim.warmup_epochs=2",
+                *RESNET_CPU,
+                "method.head.hidden_dim=null",
+            ],
+        ),
+        (
+            "DINO, ResNet-18",
+            ["+experiment=dino_resnet", "data=photos", "optim.warmup_epochs=2", *DINO_CPU, *RESNET_CPU],
+        ),
     ],
     # JointCrop's main table (MoCo v3): independent crops vs the joint sampler at beta = 0
     "jointcrop": [

@@ -163,6 +163,32 @@ def test_mocov3_resnet_recipe_is_the_authors_resnet_commands(tmp_path):
     assert cfg["optim"]["warmup_epochs"] == 10
     vit = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_vit"])
     assert vit["augment"]["view"]["scale"] == [0.08, 1.0] and not vit["model"]["zero_init_residual"]
-    cpu = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_resnet", "data=photos", *rep.RESNET_CPU])
+    (cpu_args,) = [args for name, args in rep.SUITES["vit"] if name == "MoCo v3, ResNet-18"]
+    cpu = compose_config([f"paths.root={tmp_path}", *cpu_args])
     assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)
     assert cpu["method"]["head"]["hidden_dim"] is None and cpu["augment"]["view"]["scale"] == [0.2, 1.0]
+
+
+def test_dino_resnet_recipe_is_the_authors_readme_command(tmp_path):
+    """facebookresearch/dino README: main_dino.py --arch resnet50 --optimizer sgd --lr 0.03 --weight_decay 1e-4
+    --weight_decay_end 1e-4 --global_crops_scale 0.14 1 --local_crops_scale 0.05 0.14, the rest main_dino.py's
+    defaults (teacher_temp 0.04 = warmup_teacher_temp, 0 warm-up epochs; warmup_epochs 10; min_lr 1e-6)."""
+    from pipeline.config import compose_config
+
+    cfg = compose_config([f"paths.root={tmp_path}", "+experiment=dino_resnet"])
+    o, m = cfg["optim"], cfg["method"]
+    assert (o["name"], o["base_lr"], o["momentum"], o["weight_decay"], o.get("weight_decay_end")) == (
+        "sgd",
+        0.03,
+        0.9,
+        1e-4,
+        None,
+    )
+    assert (o["warmup_epochs"], o["min_lr"]) == (10, 1e-6)
+    assert (m["teacher_temperature"], m["warmup_teacher_temperature"], m["warmup_teacher_epochs"]) == (0.04, 0.04, 0)
+    assert (cfg["model"]["backbone"], cfg["model"]["width"], cfg["model"]["cifar_stem"]) == ("resnet50", 64, False)
+    scales = {v["name"]: v["scale"] for v in cfg["augment"]["views"]}
+    assert scales == {"global": [0.14, 1.0], "local": [0.05, 0.14]}
+    (cpu_args,) = [args for name, args in rep.SUITES["vit"] if name == "DINO, ResNet-18"]
+    cpu = compose_config([f"paths.root={tmp_path}", *cpu_args])
+    assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)
