@@ -155,8 +155,9 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
     from pipeline.schema import _check_relations, _check_types, check_augment
 
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
-        # the ViT recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a 16-px patch
-        data = ["data=imagenet"] if path.stem.endswith("_vit") else []
+        # the ViT and ResNet-50 recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a
+        # 16-px patch or a standard ResNet-50's stride of 32
+        data = ["data=imagenet"] if path.stem.endswith(("_vit", "_resnet")) else []
         cfg = compose_config(
             [f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}", *data]
         )
