@@ -245,7 +245,7 @@ def _train(trainer, out_dir: Path, verbose: bool) -> None:
     from detectron2.utils import comm
 
     train_log = logging.getLogger("detectron2.engine.train_loop")
-    quiet = logging.NullHandler()
+    quiet, propagate = logging.NullHandler(), train_log.propagate
     if not verbose:  # it logs the exception with its traceback before raising it
         train_log.addHandler(quiet)
         train_log.propagate = False
@@ -259,7 +259,7 @@ def _train(trainer, out_dir: Path, verbose: bool) -> None:
         raise
     finally:
         train_log.removeHandler(quiet)
-        train_log.propagate = True
+        train_log.propagate = propagate
 
 
 def _logger(log: tuple[str, str, str] | None):

@@ -119,10 +119,7 @@ class ViT(VisionTransformer):
                     nn.init.zeros_(m.bias)
             if scheme == "mocov3":
                 nn.init.normal_(self.class_token, std=1e-6)
-                w = self.conv_proj.weight
-                bound = math.sqrt(6.0 / (w.shape[1] * w.shape[2] * w.shape[3] + w.shape[0]))
-                w.uniform_(-bound, bound)
-                self.conv_proj.bias.zero_()
+                self._xavier_patch_projection()
             else:
                 nn.init.trunc_normal_(self.class_token, std=0.02, a=-2.0, b=2.0)
                 if self.encoder.pos_embedding.requires_grad:  # a learned one (sincos stays as it is)
@@ -148,12 +145,16 @@ class ViT(VisionTransformer):
     def freeze_patch_projection(self) -> None:
         """MoCo v3's stability trick (Chen et al. 2021, §5): a random patch projection that is never trained,
         initialised Xavier-uniform over its fan-in and fan-out (3·p·p inputs, D outputs), bias 0."""
+        self._xavier_patch_projection(torch.Generator().manual_seed(0))
+        self.conv_proj.requires_grad_(False)
+
+    def _xavier_patch_projection(self, generator: torch.Generator | None = None) -> None:
+        """The patch projection Xavier-uniform over its fan-in and fan-out (3·p·p inputs, D outputs), bias 0."""
         w = self.conv_proj.weight
         bound = math.sqrt(6.0 / (w.shape[1] * w.shape[2] * w.shape[3] + w.shape[0]))
         with torch.no_grad():
-            w.uniform_(-bound, bound, generator=torch.Generator().manual_seed(0))
+            w.uniform_(-bound, bound, generator=generator)
             self.conv_proj.bias.zero_()
-        self.conv_proj.requires_grad_(False)
 
 
 class DropPathBlock(EncoderBlock):

@@ -84,26 +84,23 @@ def param_groups(
     never decays its lars=False group). `decay` marks the groups a weight-decay schedule sets. Parameters in
     `fixed_lr` (SimSiam's predictor) go into groups of their own marked `fixed_lr`, which set_lr leaves at the lr
     the optimiser was built with."""
-    fixed = {id(p) for p in fixed_lr}
-    groups = []
-    for is_fixed in (False, True):
-        params = [p for p in model.parameters() if p.requires_grad and (id(p) in fixed) == is_fixed]
-        if is_fixed and not params:
-            break
-        decay = [p for p in params if p.ndim > 1]
-        no_decay = [p for p in params if p.ndim <= 1]
-        mark = {"fixed_lr": True} if is_fixed else {}
-        groups += [
-            {"params": decay, "weight_decay": weight_decay, "lars": True, "decay": True, **mark},
+
+    def split(params: list[nn.Parameter]) -> list[dict]:
+        return [
+            {"params": [p for p in params if p.ndim > 1], "weight_decay": weight_decay, "lars": True, "decay": True},
             {
-                "params": no_decay,
+                "params": [p for p in params if p.ndim <= 1],
                 "weight_decay": weight_decay if decay_bias_and_norm else 0.0,
                 "lars": False,
                 "decay": decay_bias_and_norm,
-                **mark,
             },
         ]
-    return groups
+
+    fixed = {id(p) for p in fixed_lr}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    held = [p for p in trained if id(p) in fixed]
+    groups = split([p for p in trained if id(p) not in fixed])
+    return groups + [{**g, "fixed_lr": True} for g in split(held)] if held else groups
 
 
 _SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters  # torch >= 2.3
