@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FRAMEWORK_ROWS = ("mocov2", "simclr", "byol", "simsiam", "mocov3_vit", "dino_vit")
-PLUGIN_ROWS = ("co2", "clsa", "invclr", "cocor")
+PLUGIN_ROWS = ("co2", "clsa", "cocor", "invclr")  # InvCLR last: its double backward is the slowest row
 ROWS = FRAMEWORK_ROWS + PLUGIN_ROWS
 BASELINE = {"co2": "mocov2", "clsa": "mocov2", "invclr": "simclr", "cocor": "mocov2"}
 # config overrides of each row (on top of the common ones); plug-ins use their experiment's config
@@ -144,6 +144,9 @@ class Deadline:
 
     def took(self, seconds: float) -> None:
         self.longest = max(self.longest, seconds)
+
+    def left(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - time.perf_counter())
 
 
 NOT_RUN = "not run: past --deadline"
@@ -951,9 +954,17 @@ def trainable(opt: torch.optim.Optimizer) -> list[tuple[int, int]]:
 
 
 def measure_rows(
-    rows: list[str], s: dict, device, precision: str, fmt, workdir: Path, deadline: Deadline | None = None
+    rows: list[str],
+    s: dict,
+    device,
+    precision: str,
+    fmt,
+    workdir: Path,
+    deadline: Deadline | None = None,
+    after_row: Callable[[dict], None] | None = None,
 ) -> dict:
-    """{row: {"bare": img/s, "project": img/s, "views": n, "error": str|None}}."""
+    """{row: {"bare": img/s, "project": img/s, "views": n, "error": str|None}}; `after_row(results so far)` once
+    each row is done, so that a caller's time cap loses no finished row."""
     results = {}
     total = s["warmup"] + s["iters"] * s["rounds"]
     deadline = deadline or Deadline(None)
@@ -998,6 +1009,8 @@ def measure_rows(
             + (f"   FAILED {res['error']}" if res["error"] else ""),
             flush=True,
         )
+        if after_row:
+            after_row(results)
     return results
 
 
@@ -1054,10 +1067,13 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
 
 
 # ============================================================================= (c) end to end
-def measure_e2e(s: dict, device, workdir: Path) -> dict:
-    """jobs/pretrain.py (MoCo v2, (b)'s settings) on generated JPEG shards; its last train/epoch_images_per_s."""
+def measure_e2e(s: dict, device, workdir: Path, deadline: Deadline | None = None) -> dict:
+    """jobs/pretrain.py (MoCo v2, (b)'s settings) on generated JPEG shards; its last train/epoch_images_per_s. The
+    job's output is streamed with the seconds since its start and stopped at the deadline."""
     import mlflow
+    from capped import run_capped
 
+    t_data = time.perf_counter()
     data = make_imagefolder_shards(workdir / "e2e_data", s["e2e_images"], max(s["batch"], 16), s["classes"])
     name = f"gpu-bench-e2e-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
@@ -1085,16 +1101,15 @@ def measure_e2e(s: dict, device, workdir: Path) -> dict:
         f"tracking.uri={uri}",
         f"run.name={name}",
     ]
-    print("  " + shlex.join(cmd), flush=True)
-    t0 = time.perf_counter()
+    print(f"  {s['e2e_images']} JPEGs made and sharded in {time.perf_counter() - t_data:.0f} s", flush=True)
+    left = (deadline or Deadline(None)).left()
     # in the work folder: with an explicit tracking.uri MLflow puts artifacts under ./mlruns of the working directory
-    done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    (workdir / "e2e.log").write_text(done.stdout + "\n" + done.stderr)
-    if done.returncode:
-        print("\n".join((done.stdout + "\n" + done.stderr).strip().splitlines()[-40:]), flush=True)
-        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
-        return {"error": f"jobs/pretrain.py exited {done.returncode}: " + " | ".join(tail), "command": cmd}
+    done = run_capped("jobs/pretrain.py", cmd, 3600.0 if left is None else left, workdir / "e2e.log", workdir, "  ")
+    wall = done["seconds"]
+    if done["rc"]:
+        tail = done["text"].strip().splitlines()[-5:]
+        why = f"stopped at the deadline after {wall:.0f} s" if done["capped"] else f"exited {done['rc']}"
+        return {"error": f"jobs/pretrain.py {why}: " + " | ".join(tail), "command": cmd}
     client = mlflow.MlflowClient(uri)
     exp = client.get_experiment_by_name("augssl")
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.runName = '{name}'")
@@ -1290,33 +1305,44 @@ def main(argv: list[str] | None = None) -> dict:
         flush=True,
     )
     rows = [r for r in ROWS if r in args.rows]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"meta": meta, "settings": s, "steps": {}, "executor": None, "e2e": None, "partial": True}
+
+    def save() -> None:
+        """The JSON as measured so far: a caller's time cap (make gpu-check) loses only what was still running."""
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
         workdir = Path(args.workdir or tmp).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         deadline = Deadline(args.deadline)
-        print("(b) training step, bare vs project", flush=True)
-        steps = measure_rows(rows, s, device, precision, fmt, workdir, deadline)
-        executor = None
-        if not args.skip_executor:
+        if not args.skip_executor:  # first: the views were never measured on a GPU before a cap cut them off
             print("(a) gpu view executor", flush=True)
             jpegs, meta["jpeg_source"] = make_jpegs(s["exec_images"])
-            executor = measure_executor(s, device, jpegs, deadline)
-            if "unavailable" in executor:
-                print(f"gpu executor: not available ({executor['unavailable']})", flush=True)
-        e2e = None
+            result["executor"] = measure_executor(s, device, jpegs, deadline)
+            if "unavailable" in result["executor"]:
+                print(f"gpu executor: not available ({result['executor']['unavailable']})", flush=True)
+            save()
+        print("(b) training step, bare vs project", flush=True)
+
+        def after_row(steps: dict) -> None:
+            result["steps"] = steps
+            save()
+
+        result["steps"] = measure_rows(rows, s, device, precision, fmt, workdir, deadline, after_row)
         if args.e2e:
             print("(c) end to end", flush=True)
-            e2e = measure_e2e(s, device, workdir)
-            e2e["step"] = steps.get("mocov2", {}).get("project", math.nan)
+            e2e = measure_e2e(s, device, workdir, deadline)
+            e2e["step"] = result["steps"].get("mocov2", {}).get("project", math.nan)
             print(f"  {e2e['error']}" if "error" in e2e else f"  {e2e['images_s']:.1f} img/s", flush=True)
-    text = report(meta, s, steps, executor, e2e)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+            result["e2e"] = e2e
+    result["partial"] = False
+    save()
+    text = report(meta, s, result["steps"], result["executor"], result["e2e"])
     out.write_text(text)
     print("\n" + text + f"\nwritten to {out}", flush=True)
-    result = {"meta": meta, "settings": s, "steps": steps, "executor": executor, "e2e": e2e}
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
     return result
 
 

@@ -26,15 +26,22 @@ SMALL = [
 
 
 def pretrain(root: Path, *overrides: str, check: bool = True) -> subprocess.CompletedProcess:
+    """jobs/pretrain.py on the small Spirograph set unless `overrides` name data; a job past AUGSSL_E2E_TIMEOUT
+    seconds (900; make gpu-check sets less) fails the test with the output it had printed, so that a slow step shows."""
     data = [] if any(o.startswith("data=") for o in overrides) else SPIRO
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={root}", *data, *SMALL, *overrides],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=job_env(),
-    )
+    timeout = float(os.environ.get("AUGSSL_E2E_TIMEOUT", 900))
+    try:
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={root}", *data, *SMALL, *overrides],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=job_env(),
+        )
+    except subprocess.TimeoutExpired as e:
+        said = "\n".join(o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (e.stdout, e.stderr))
+        raise AssertionError(f"jobs/pretrain.py still running after {timeout:.0f} s; it had printed:\n{said[-4000:]}")
     if check and r.returncode != 0:
         raise AssertionError(f"pretrain failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return r

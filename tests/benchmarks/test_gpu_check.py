@@ -127,6 +127,10 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     capped = dict(step, capped=True)
     _, problems = gpu_check.summary(meta, {"tests": capped, "bench": step}, None, None, None, False)
     assert problems == 3  # stopped at its cap, no junit, no benchmark results
+    partial = dict(bench, partial=True)  # benchmarks/gpu.py saves its JSON after each row: a cap loses one row
+    text, problems = gpu_check.summary(meta, {"tests": step, "bench": capped}, junit, partial, None, False)
+    assert "3 of 3 rows (10 s of 200, STOPPED AT ITS CAP); PARTIAL" in text
+    assert problems == 4 and re.search(r"step mocov2 project/bare +0.990", text)
 
 
 def test_a_step_past_its_cap_is_stopped_with_its_whole_process_group(tmp_path):
@@ -137,7 +141,7 @@ def test_a_step_past_its_cap_is_stopped_with_its_whole_process_group(tmp_path):
         ".write(str(p.pid)); print('started', flush=True); time.sleep(60)"
     )
     t0 = time.perf_counter()
-    step = gpu_check.run_capped("sleepy", [sys.executable, "-c", script], 2.0, tmp_path / "sleepy.log")
+    step = gpu_check.run_step("sleepy", [sys.executable, "-c", script], 2.0, tmp_path / "sleepy.log")
     assert step["capped"] and step["rc"] != 0 and time.perf_counter() - t0 < 20
     log = (tmp_path / "sleepy.log").read_text()
     assert "started" in log and "stopped at its cap" in log
