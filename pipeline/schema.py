@@ -255,6 +255,8 @@ class Trainer(_Section):
     # the workers over the nodes (ScalingConfig's placement_strategy)
     worker_resources: Resources = None
     placement_strategy: Choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD") = "PACK"
+    count_bytes: Bool() = False  # each collective's bytes per step, logged as comm/* (pipeline/dist.py)
+    grad_compression: Choice("bf16", null=True) = None  # DDP's gradient all-reduce in bf16: half the bytes
 
 
 class Optim(_Section):
@@ -309,6 +311,16 @@ class Predictor(_Section):
     bn: Bool()
 
 
+def split_groups(m: dict, workers: int) -> int:
+    """method.bn_splits resolved: `auto` is 4 where the key encoder's BN splits within a worker (key_bn split, or
+    auto on one worker), else 1."""
+    splits = m.get("bn_splits", "auto")
+    if splits != "auto":
+        return int(splits)
+    key = m.get("key_bn") or "auto"
+    return 4 if key == "split" or (key == "auto" and workers == 1) else 1
+
+
 class Method(_Section):
     kind: Choice(*METHOD_KINDS)
     name: Str()
@@ -320,6 +332,7 @@ class Method(_Section):
     bn_splits: Annotated[
         Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]], _Allowed("auto or an integer >= 1")
     ] = "auto"
+    key_bn: Choice("auto", "shuffle", "shuffle_node", "sync", "split", null=True) = None  # MoCo v1/v2 (key_bn.py)
     head: Optional[Head] = None
     predictor: Optional[Predictor] = None
     fix_predictor_lr: Bool() = False  # SimSiam's --fix-pred-lr: the predictor's lr stays at the peak
@@ -446,8 +459,19 @@ def _check_relations(cfg: dict) -> None:
         )
     local_bs = t["batch_size"] // workers
     if m["kind"] == "moco":
-        splits = m.get("bn_splits", "auto")
-        splits = (1 if workers > 1 else 4) if splits == "auto" else splits
+        key = m.get("key_bn") or "auto"
+        if key in ("sync", "shuffle_node") and workers < 2:
+            raise bad(
+                "method.key_bn",
+                key,
+                "needs 2 or more workers (trainer.num_workers): one worker shares its statistics with nobody; use "
+                "split (BN groups within the worker) or auto",
+            )
+        splits = split_groups(m, workers)
+        if key == "sync" and splits != 1:
+            raise bad("method.bn_splits", splits, "must be 1 with method.key_bn=sync (the key encoder's BN is synced)")
+        if key == "split" and splits < 2:
+            raise bad("method.bn_splits", splits, "must be 2 or more with method.key_bn=split (its BN groups)")
         if local_bs % splits:
             raise bad(
                 "method.bn_splits",

@@ -1,4 +1,5 @@
-"""MoCo v1/v2 (He et al. 2020; Chen et al. 2020): query encoder, momentum key encoder, queue, shuffle-BN."""
+"""MoCo v1/v2 (He et al. 2020; Chen et al. 2020): query encoder, momentum key encoder, queue, and the key encoder's
+BatchNorm kept from leaking (shuffle-BN and its variants: methods/key_bn.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import torch.nn.functional as F
 
 from pipeline import dist
 from pipeline.losses import info_nce
+from pipeline.methods import key_bn
 from pipeline.methods.base import Method, build_encoder, unwrap
 from pipeline.methods.context import StepContext
 from pipeline.models.momentum import Queue, ema_update, momentum_copy
 from pipeline.models.split_bn import convert_split_bn
+from pipeline.models.sync_bn import convert_sync_stats_bn
 from pipeline.schedules import Momentum
 
 
@@ -29,21 +32,26 @@ class MoCo(Method):
         self.online = encoder
         self.key_encoder = momentum_copy(encoder)
         self.queue = Queue(int(m["queue_size"]), int(m["head"]["out_dim"]), seed=int(cfg.get("seed", 0)))
+        nodes = dist.node_ranks()
+        self.key_bn = key_bn.resolve(m.get("key_bn") or "auto", nodes)
+        self._groups = key_bn.shuffle_groups(self.key_bn, nodes)
+        if self.key_bn == "sync":
+            convert_sync_stats_bn(self.key_encoder)
+        # the same permutations on every rank without a broadcast
+        self._perm_rng = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
 
     @torch.no_grad()
     def _keys(self, x: torch.Tensor) -> torch.Tensor:
-        """Key projections with shuffle-BN: the global key batch is permuted before the key encoder sees
-        it, so no key shares BN statistics with its own query's group (on N workers or in N BN splits)."""
-        x_all = dist.gather_nograd(x)
-        perm = torch.randperm(x_all.shape[0], device=x.device)
-        dist.broadcast_(perm)
-        b, r = x.shape[0], dist.rank()
-        mine = perm[r * b : (r + 1) * b]
-        k = F.normalize(self.key_encoder(x_all[mine]).float(), dim=1)
-        k_all = dist.gather_nograd(k)
-        unshuffled = torch.empty_like(k_all)
-        unshuffled[perm] = k_all
-        return unshuffled[r * b : (r + 1) * b]
+        """L2-normalised key projections, each computed in the batch method.key_bn deals its view to, and returned
+        in x's order (methods/key_bn.py)."""
+
+        def encode(views: torch.Tensor) -> torch.Tensor:
+            return F.normalize(self.key_encoder(views).float(), dim=1)
+
+        if self.key_bn == "sync":
+            return encode(x)
+        perm = key_bn.permutation(x.shape[0], self._groups, self._perm_rng)
+        return key_bn.shuffled_keys(encode, x, perm, local=all(len(g) == 1 for g in self._groups))
 
     def query(self, x: torch.Tensor, with_features: bool = False):
         """L2-normalised query projections (float32: losses run in float32 under autocast); with_features also

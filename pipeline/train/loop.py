@@ -219,6 +219,7 @@ class _Trainer:
         self.method.online = ray.train.torch.prepare_model(
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()
         )
+        dist.register_grad_hook(self.method.online, cfg["trainer"].get("grad_compression"))
         self.local_bs = cfg["train"]["batch_size"] // world
         self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"], fixed_lr)
         self.peak_lr = rt["lr"]
@@ -312,6 +313,8 @@ def train_loop_per_worker(cfg: dict) -> None:
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
+    dist.set_node_rank(ctx.get_node_rank())  # MoCo's key_bn=auto and shuffle_node read the node layout
+    dist.count_bytes(bool(cfg["trainer"].get("count_bytes")))
     tr = _Trainer(cfg, rank, world, device)
     epochs = cfg["train"]["epochs"]
     verbose = bool(cfg.get("verbose"))
@@ -366,6 +369,22 @@ def train_loop_per_worker(cfg: dict) -> None:
     finally:
         if monitor:
             monitor.finish()
+
+
+def comm_metrics(traffic: dist.Traffic, steps: int, device) -> dict[str, float]:
+    """Bytes per step and rank, averaged over the ranks (an all-to-all's share differs from rank to rank): sent and
+    received in all, and sent per collective (comm_<op>_bytes)."""
+    steps, world = max(1, steps), dist.world_size()
+    out = {
+        "comm_sent_bytes": sum(traffic.sent.values()),
+        "comm_received_bytes": sum(traffic.received.values()),
+        **{
+            f"comm_{op}_bytes": traffic.sent[op] for op in dist.COUNTED_OPS
+        },  # every op: the same reductions on each rank
+    }
+    with dist.uncounted():  # these reductions are the report's, not a step's
+        mean = {k: dist.reduce_scalar(v, "sum", device) / world / steps for k, v in out.items()}
+    return {k: v for k, v in mean.items() if v or k in ("comm_sent_bytes", "comm_received_bytes")}
 
 
 def _system_metrics(cfg: dict, ctx, placed: list[str]):
@@ -425,6 +444,7 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
         if bar:
             bar.close()
 
+        traffic = dist.take_traffic()  # before the epoch's own reductions below
         skipped = dist.reduce_scalar(tr.views_of.skipped - skipped_before, "sum", tr.device)
         metrics = {
             "epoch": epoch,
@@ -433,6 +453,7 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
             "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
             "skipped_images": skipped,
             **{f"time_{k}": v for k, v in tr.timing.items()},
+            **(comm_metrics(traffic, len(losses), tr.device) if cfg["trainer"].get("count_bytes") else {}),
         }
         if skipped and rank == 0:
             warnings.warn(f"epoch {epoch + 1}/{epochs}: skipped {int(skipped)} undecodable images")

@@ -20,7 +20,7 @@ def resolve(cfg: dict) -> dict:
     Raises ConfigError with one line: pipeline.schema.validate checks the whole config first (nothing is
     made, no torch is imported until it passes), then the embedded Spirograph data is made when it is the
     chosen data and missing, and every shard is checked (prepare_data)."""
-    from pipeline.schema import validate
+    from pipeline.schema import split_groups, validate
 
     validate(cfg)
     server = preflight.tracking_server(cfg)
@@ -30,8 +30,8 @@ def resolve(cfg: dict) -> dict:
     workers = tr["num_workers"]
     local_bs = t["batch_size"] // workers
     if m["kind"] == "moco":  # validate checked that the per-worker batch splits into these groups
-        splits = m.get("bn_splits", "auto")
-        m["bn_splits"] = (1 if workers > 1 else 4) if splits == "auto" else int(splits)
+        m["bn_splits"] = split_groups(m, workers)
+        m["key_bn"] = m.get("key_bn") or ("split" if workers == 1 else "auto")  # auto: the node layout decides
     data = cfg["data"]
     n = int(prepare_data(cfg)["num_samples"])
     steps = (n // workers) // local_bs
