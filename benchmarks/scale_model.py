@@ -55,6 +55,8 @@ DEFAULTS = dict(
     nvlink_gbytes=230.0,
     node_gbps=400.0,
     overlap=0.5,
+    small_allreduce_us=10.0,
+    hop_us=5.0,
     comm_budget=0.10,
     images=1_281_167,
     jpeg_kb=110.0,
@@ -172,10 +174,84 @@ def lost_work(interval_s: float) -> float:
     return interval_s
 
 
+# ------------------------------------------------------------------ method.key_bn (pipeline/methods/key_bn.py)
+KEY_BN_MODES = ("gather", "shuffle", "shuffle_node", "sync", "split")
+WIRE_VIEW_BYTES = 2  # key views cross in bf16 under bf16 autocast (key_bn.wire_dtype), 4 before #29's all-to-all
+
+
+def small_allreduce_latency(n: int, gpus_per_node: int, floor_us: float, hop_us: float) -> float:
+    """Seconds one small (latency-bound) all-reduce takes: NCCL's tree, 2 log2(nodes) inter-node hops on top of the
+    in-node floor: floor + 2 log2(nodes) x hop."""
+    nodes = math.ceil(n / gpus_per_node)
+    return (floor_us + 2 * math.log2(nodes) * hop_us) * 1e-6
+
+
+def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) -> tuple[float, float]:
+    """(bytes each GPU sends in a step, seconds the key encoder waits for them) for one key_bn mode, the queue's
+    key all-gather included.
+
+    gather: the global batch of float32 views all-gathered, keys gathered twice (before #29): (N - 1) b (V4 + 2 K).
+    shuffle: an all-to-all of the b (N - 1) / N views dealt to other ranks (bf16) and their keys back: b (N - 1) / N
+      (V2 + K) per GPU; past one node the node's NICs carry every GPU's cross-node share, b (N - g) / N (V2 + K) x g.
+    shuffle_node: the same within a node of g GPUs, over NVLink: b (g - 1) / g (V2 + K).
+    sync: one all-reduce of (2 C + 1) float64 per BN layer: ring bytes 2 (N - 1) / N (2 C + 1) 8, each also paying
+      small_allreduce_latency (the layers run in sequence, so nothing hides it).
+    split: nothing crosses.
+    Every mode but gather then all-gathers the b keys for the queue: (N - 1) b K."""
+    g = min(n, a.gpus_per_node)
+    nvlink, node = a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8
+    link = link_bandwidth(n, a.gpus_per_node, nvlink, node)
+    view2, view4, key = sizes["view_bytes"] // 4 * WIRE_VIEW_BYTES, sizes["view_bytes"], sizes["key_bytes"]
+    queue = ring_allgather_bytes(b * key, n)
+    if mode == "gather":
+        sent = ring_allgather_bytes(b * view4, n) + KEY_GATHERS * ring_allgather_bytes(b * key, n)
+        return sent, transfer_time(sent, link)
+    if mode == "shuffle":
+        sent = b * (n - 1) / n * (view2 + key)
+        if n <= a.gpus_per_node:
+            t = transfer_time(sent, nvlink)
+        else:  # the cross-node share of every GPU of a node goes through that node's NICs
+            t = transfer_time(b * (n - g) / n * (view2 + key) * g, node)
+        return sent + queue, t + transfer_time(queue, link)
+    if mode == "shuffle_node":
+        sent = b * (g - 1) / g * (view2 + key)
+        return sent + queue, transfer_time(sent, nvlink) + transfer_time(queue, link)
+    if mode == "sync":
+        per_layer = [ring_allreduce_bytes((2 * c + 1) * 8, n) for c in sizes["bn_channels"]]
+        latency = small_allreduce_latency(n, a.gpus_per_node, a.small_allreduce_us, a.hop_us)
+        t = sum(latency + transfer_time(x, link) for x in per_layer)
+        return sum(per_layer) + queue, t + transfer_time(queue, link)
+    if mode == "split":
+        return queue, transfer_time(queue, link)
+    raise ValueError(f"unknown key_bn mode {mode!r}")
+
+
+def mode_scenario(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace, compress: bool = False) -> dict:
+    """Step time, efficiency and bytes per GPU for one key_bn mode; compress: the gradient all-reduce in bf16
+    (trainer.grad_compression=bf16: half the bytes)."""
+    rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
+    bw = link_bandwidth(n, a.gpus_per_node, a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8)
+    t_c = compute_time(b, rate)
+    ar = ring_allreduce_bytes(sizes["grad_bytes"] / (2 if compress else 1), n)
+    t_ar = exposed_allreduce(transfer_time(ar, bw), backward_time(t_c, a.backward_forwards), a.overlap)
+    sent, t_x = key_exchange(mode, n, b, sizes, a)
+    t_step = step_time(t_c, t_ar, t_x)
+    return {
+        "mode": mode,
+        "n": n,
+        "bytes": ar + sent,
+        "exchange_bytes": sent,
+        "t_step": t_step,
+        "efficiency": t_c / t_step,
+    }
+
+
 # ============================================================================= the model the project builds
 @functools.lru_cache(maxsize=4)
 def model_sizes(overrides: tuple[str, ...] = OVERRIDES) -> dict:
     """Counted on `build_method(compose_config(overrides))` on the CPU (no training)."""
+    import torch
+
     from pipeline.build import build_method
     from pipeline.config import compose_config
 
@@ -196,6 +272,11 @@ def model_sizes(overrides: tuple[str, ...] = OVERRIDES) -> dict:
         "grad_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in online}),
         "checkpoint_bytes": checkpoint_bytes(method),
         "image_size": size,
+        "bn_channels": [
+            mod.num_features
+            for mod in method.key_encoder.modules()
+            if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+        ],
         "view_bytes": 3 * size * size * VIEW_BYTES_PER_VALUE,
         "key_bytes": int(cfg["method"]["head"]["out_dim"]) * 4,
         "checkpoint_every": int(cfg["train"]["checkpoint_every"]),
@@ -409,7 +490,31 @@ def assumptions(a: argparse.Namespace, sizes: dict) -> list[tuple[str, str, str]
     ]
 
 
-def report(command: str, sizes: dict, a: argparse.Namespace, weak: list[dict], fixed: list[dict]) -> str:
+MODE_NOTES = {
+    "gather": "before #29: the global batch's float32 views all-gathered",
+    "shuffle": "all-to-all of the dealt views (bf16) and keys; default on one node",
+    "shuffle_node": "the same within each node; default across nodes",
+    "sync": "the key encoder's BN synced: a latency-bound all-reduce per layer",
+    "split": "BN groups within a GPU: nothing crosses (the shuffle stays in one GPU's batch)",
+}
+
+
+def modes_table(modes: dict, gpus: list[int]) -> list[str]:
+    """Efficiency and bytes per GPU per step for each key_bn mode, with and without bf16 gradients."""
+    lines = [
+        "| method.key_bn | " + " | ".join(f"{n} GPUs: efficiency; GB per GPU a step" for n in gpus) + " | what |",
+        "| --- |" + " --- |" * (len(gpus) + 1),
+    ]
+    for (mode, compress), cols in modes.items():
+        label = f"`{mode}`" + (" + bf16 gradients" if compress else "")
+        cells = " | ".join(f"{c['efficiency']:.0%}; {c['bytes'] / 1e9:.3f}" for c in cols)
+        lines.append(f"| {label} | {cells} | {MODE_NOTES[mode] if not compress else ''} |")
+    return lines
+
+
+def report(
+    command: str, sizes: dict, a: argparse.Namespace, weak: list[dict], fixed: list[dict], modes: dict | None = None
+) -> str:
     counts = ", ".join(str(n) for n in a.gpus)
     rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
     q_rows, q_dim = sizes["queue_shape"]
@@ -425,10 +530,12 @@ def report(command: str, sizes: dict, a: argparse.Namespace, weak: list[dict], f
         f"- command: `{command}`",
         f"- config: `{' '.join(sizes['overrides'])}`",
         "",
-        "**No GPU has run this project yet** ([performance.md](performance.md)). The per-GPU training rate is an",
-        f"assumption ({rate:,.0f} MoCo v2 image pairs/s per GPU, from a published supervised ResNet-50 rate): every",
-        "time below scales with it. Replace it with the MoCo v2 row of `python benchmarks/gpu.py` once a GPU run",
-        "exists (`--moco-img-s <its project img/s>`) and regenerate this page.",
+        "The per-GPU training rate is an assumption ({:,.0f} MoCo v2 image pairs/s per GPU, from a published".format(
+            rate
+        ),
+        "supervised ResNet-50 rate): every time below scales with it. The one GPU run so far ([gpu.md](gpu.md), an",
+        "H200) measured MoCo v2's step at 3,162 img/s, but at 256 images a GPU, not 32; pass a rate measured at 32",
+        "a GPU with `--moco-img-s` and regenerate this page.",
         "",
         "## The model, counted",
         "",
@@ -469,6 +576,20 @@ def report(command: str, sizes: dict, a: argparse.Namespace, weak: list[dict], f
         table(fixed),
         "",
     ]
+    if modes:
+        lines += [
+            f"## C: the key encoder's BatchNorm (`method.key_bn`), {a.per_gpu_batch} images per GPU",
+            "",
+            "Tables A and B model the exchange MoCo had before #29 (`gather` below). Each mode's step: compute, the "
+            "exposed gradient all-reduce, and its own exchange (`key_exchange` states each formula). `sync` pays "
+            f"a small all-reduce's latency at every BN layer ({len(sizes['bn_channels'])} in the key encoder): "
+            f"{a.small_allreduce_us:g} us inside a node plus {a.hop_us:g} us per tree hop between nodes, 2 log2(nodes) "
+            "hops (NCCL's tree for small messages; the floor and per-hop values are the usual published H100 "
+            "NVLink and InfiniBand NDR figures, `--small-allreduce-us`, `--hop-us`).",
+            "",
+            *modes_table(modes, a.gpus),
+            "",
+        ]
     small = [c for c in fixed if c["per_gpu_batch"] < 16]
     if small:
         lines += [
@@ -590,6 +711,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--node-gbps", type=float, default=d["node_gbps"], help="inter-node network, Gb/s per node (400)")
     ap.add_argument("--overlap", type=float, default=d["overlap"], help="share of the all-reduce hidden (0.5)")
     ap.add_argument(
+        "--small-allreduce-us", type=float, default=d["small_allreduce_us"], help="small all-reduce floor, us (10)"
+    )
+    ap.add_argument("--hop-us", type=float, default=d["hop_us"], help="latency per inter-node tree hop, us (5)")
+    ap.add_argument(
         "--comm-budget", type=float, default=d["comm_budget"], help="exposed communication target, x t_c (0.1)"
     )
     ap.add_argument("--images", type=int, default=d["images"], help="training images (1281167)")
@@ -626,8 +751,13 @@ def run(argv: list[str]) -> dict:
         args.checkpoint_every = sizes["checkpoint_every"]
     weak = [scenario(n, args.per_gpu_batch, sizes, args) for n in args.gpus]
     fixed = [scenario(n, args.global_batch // n, sizes, args) for n in args.gpus]
-    text = report(command, sizes, args, weak, fixed)
-    return {"sizes": sizes, "weak": weak, "fixed": fixed, "text": text, "args": args}
+    modes = {
+        (mode, compress): [mode_scenario(mode, n, args.per_gpu_batch, sizes, args, compress) for n in args.gpus]
+        for mode in KEY_BN_MODES
+        for compress in (False, True)
+    }
+    text = report(command, sizes, args, weak, fixed, modes)
+    return {"sizes": sizes, "weak": weak, "fixed": fixed, "modes": modes, "text": text, "args": args}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -154,7 +154,7 @@ def test_the_command_writes_a_report_with_its_command_and_the_three_gpu_counts(t
     assert f"`python benchmarks/scale_model.py --out {out}`" in text
     for n in (8, 64, 256):
         assert f"| {n} GPUs" in text
-    assert "No GPU has run this project yet" in text and "benchmarks/gpu.py" in text
+    assert "The one GPU run so far" in text and "--moco-img-s" in text
     assert text == r.stdout
 
 
@@ -170,3 +170,29 @@ def test_every_number_is_finite(sizes):
         for key, value in c.items():
             if isinstance(value, float):
                 assert math.isfinite(value) and value >= 0, key
+
+
+def test_key_bn_modes_by_hand_at_64_gpus(sizes):
+    """Each mode's bytes from its formula written out here, and #29's targets for the default multi-node mode."""
+    a = sm.parse([])
+    a.checkpoint_every = 1
+    b, n, g = 32, 64, 8
+    v2, key = 3 * 224 * 224 * 2, 128 * 4
+    queue = (n - 1) * b * key
+    sent, _ = sm.key_exchange("shuffle", n, b, sizes, a)
+    assert sent == pytest.approx(b * (n - 1) / n * (v2 + key) + queue)
+    sent, _ = sm.key_exchange("shuffle_node", n, b, sizes, a)
+    assert sent == pytest.approx(b * (g - 1) / g * (v2 + key) + queue)
+    sent, t = sm.key_exchange("sync", n, b, sizes, a)
+    layers = sizes["bn_channels"]
+    assert len(layers) == 53  # ResNet-50's BatchNorms (the MoCo v2 head has none)
+    assert sent == pytest.approx(sum(2 * (n - 1) / n * (2 * c + 1) * 8 for c in layers) + queue)
+    assert t > len(layers) * (10 + 2 * 3 * 5) * 1e-6  # 8 nodes: 2 log2(8) = 6 hops of 5 us on a 10 us floor
+    assert sm.key_exchange("split", n, b, sizes, a)[0] == pytest.approx(queue)
+    # the targets: shuffle_node (auto across nodes) >= 85 % at 64 and >= 70 % at 256, <= 0.5 GB a GPU at 256
+    assert sm.mode_scenario("shuffle_node", 64, b, sizes, a)["efficiency"] >= 0.85
+    at256 = sm.mode_scenario("shuffle_node", 256, b, sizes, a)
+    assert at256["efficiency"] >= 0.70 and at256["bytes"] <= 0.5e9
+    assert sm.mode_scenario("shuffle", 8, b, sizes, a)["efficiency"] >= 0.94  # one node, unchanged or better
+    gather = sm.mode_scenario("gather", 64, b, sizes, a)
+    assert gather["efficiency"] == pytest.approx(sm.scenario(64, b, sizes, a)["efficiency"])  # tables A and B
