@@ -80,6 +80,7 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
         "augment.executor=dali",
         "train.epochs=2",
         "method.queue_size=256",
+        "trainer.count_bytes=true",
     )
     try:
         r = pretrain(tmp_path, *job)
@@ -109,6 +110,13 @@ def test_two_workers_dali_views_and_mlflow_contents(tmp_path, monkeypatch):
     assert p["method.name"] == "mocov2" and p["trainer.num_workers"] == "2" and p["augment.kind"] == "views"
     loss = client.get_metric_history(run.info.run_id, "train/loss")
     assert len(loss) >= 3 and all(m.value == m.value for m in loss)  # per-step, finite
+    # trainer.count_bytes: one node, two workers, so key_bn=auto shuffles across both with an all-to-all of the
+    # dealt views only (at most the local batch's, never the global batch) and their keys back
+    m = run.data.metrics
+    assert p["method.key_bn"] == "auto" and m["train/comm_grad_all_reduce_bytes"] > 0
+    local_batch, view = int(p["train.batch_size"]) // 2, 3 * int(p["data.image_size"]) ** 2 * 4
+    calls = 2 if p["method.symmetric"] == "True" else 1  # a symmetric MoCo encodes keys of both views
+    assert 0 < m["train/comm_all_to_all_bytes"] <= calls * local_batch * (view + 4 * int(p["method.head.out_dim"]))
     assert len(client.get_metric_history(run.info.run_id, "train/lr")) == len(loss)
     assert len(client.get_metric_history(run.info.run_id, "train/images_per_s")) == len(loss)
     knn = client.get_metric_history(run.info.run_id, "knn/r2")
