@@ -201,7 +201,8 @@ def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) 
     g = min(n, a.gpus_per_node)
     nvlink, node = a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8
     link = link_bandwidth(n, a.gpus_per_node, nvlink, node)
-    view2, view4, key = sizes["view_bytes"] // 4 * WIRE_VIEW_BYTES, sizes["view_bytes"], sizes["key_bytes"]
+    view2 = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * WIRE_VIEW_BYTES
+    view4, key = sizes["view_bytes"], sizes["key_bytes"]
     queue = ring_allgather_bytes(b * key, n)
     if mode == "gather":
         sent = ring_allgather_bytes(b * view4, n) + KEY_GATHERS * ring_allgather_bytes(b * key, n)

@@ -255,7 +255,7 @@ class Trainer(_Section):
     # the workers over the nodes (ScalingConfig's placement_strategy)
     worker_resources: Resources = None
     placement_strategy: Choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD") = "PACK"
-    count_bytes: Bool() = False  # each collective's bytes per step, logged as comm/* (pipeline/dist.py)
+    count_bytes: Bool() = False  # each collective's bytes per step, logged as train/comm_* (pipeline/dist.py)
     grad_compression: Choice("bf16", null=True) = None  # DDP's gradient all-reduce in bf16: half the bytes
 
 

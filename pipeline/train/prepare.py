@@ -31,7 +31,7 @@ def resolve(cfg: dict) -> dict:
     local_bs = t["batch_size"] // workers
     if m["kind"] == "moco":  # validate checked that the per-worker batch splits into these groups
         m["bn_splits"] = split_groups(m, workers)
-        m["key_bn"] = m.get("key_bn") or ("split" if workers == 1 else "auto")  # auto: the node layout decides
+        m["key_bn"] = m.get("key_bn") or "auto"  # methods/key_bn.resolve decides by the workers' node layout
     data = cfg["data"]
     n = int(prepare_data(cfg)["num_samples"])
     steps = (n // workers) // local_bs

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 import torch.nn.functional as F
+from test_methods import MOCO
 
 from helpers import assert_close_at_scale, init_gloo, loss_and_grads, run_process_group
 from pipeline import dist
@@ -17,19 +18,9 @@ from pipeline.losses import info_nce
 from pipeline.methods import key_bn
 
 B = 8  # per rank (split: BN groups of 4; smaller groups make BN ill-conditioned in float32)
-CFG = {
-    "seed": 3,
-    "model": {"backbone": "resnet18", "cifar_stem": True, "width": 4},
-    "method": {
-        "kind": "moco",
-        "name": "mocov2",
-        "temperature": 0.2,
-        "momentum": 0.9,
-        "queue_size": 32,
-        "bn_splits": 1,
-        "head": {"num_layers": 2, "hidden_dim": None, "out_dim": 8, "bn": False},
-    },
-}
+# test_methods' MoCo with a narrower net and another seed (the permutations' generator starts from it)
+CFG = {**MOCO, "seed": 3, "model": {**MOCO["model"], "width": 4}}
+CFG["method"] = {**MOCO["method"], "head": {**MOCO["method"]["head"], "out_dim": 8}}
 
 
 def _cfg(mode: str) -> dict:
