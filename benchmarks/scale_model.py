@@ -56,6 +56,7 @@ DEFAULTS = dict(
     node_gbps=400.0,
     overlap=0.5,
     small_allreduce_us=10.0,
+    view_wire_bytes=2,
     hop_us=5.0,
     comm_budget=0.10,
     images=1_281_167,
@@ -176,7 +177,6 @@ def lost_work(interval_s: float) -> float:
 
 # ------------------------------------------------------------------ method.key_bn (pipeline/methods/key_bn.py)
 KEY_BN_MODES = ("gather", "shuffle", "shuffle_node", "sync", "split")
-WIRE_VIEW_BYTES = 2  # key views cross in bf16 under bf16 autocast (key_bn.wire_dtype), 4 before #29's all-to-all
 
 
 def small_allreduce_latency(n: int, gpus_per_node: int, floor_us: float, hop_us: float) -> float:
@@ -191,8 +191,9 @@ def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) 
     key all-gather included.
 
     gather: the global batch of float32 views all-gathered, keys gathered twice (before #29): (N - 1) b (V4 + 2 K).
-    shuffle: an all-to-all of the b (N - 1) / N views dealt to other ranks (bf16) and their keys back: b (N - 1) / N
-      (V2 + K) per GPU; past one node the node's NICs carry every GPU's cross-node share, b (N - g) / N (V2 + K) x g.
+    shuffle: an all-to-all of the b (N - 1) / N views dealt to other ranks (V2: --view-wire-bytes a value, 2 for
+      bf16) and their keys back: b (N - 1) / N (V2 + K) per GPU, in expectation (the permutation is random); past
+      one node the node's NICs carry every GPU's cross-node share, b (N - g) / N (V2 + K) x g.
     shuffle_node: the same within a node of g GPUs, over NVLink: b (g - 1) / g (V2 + K).
     sync: one all-reduce of (2 C + 1) float64 per BN layer: ring bytes 2 (N - 1) / N (2 C + 1) 8, each also paying
       small_allreduce_latency (the layers run in sequence, so nothing hides it).
@@ -201,7 +202,7 @@ def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) 
     g = min(n, a.gpus_per_node)
     nvlink, node = a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8
     link = link_bandwidth(n, a.gpus_per_node, nvlink, node)
-    view2 = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * WIRE_VIEW_BYTES
+    view2 = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * a.view_wire_bytes
     view4, key = sizes["view_bytes"], sizes["key_bytes"]
     queue = ring_allgather_bytes(b * key, n)
     if mode == "gather":
@@ -453,6 +454,18 @@ def assumptions(a: argparse.Namespace, sizes: dict) -> list[tuple[str, str, str]
             f"{a.overlap:g}",
             "ASSUMPTION: the share of the all-reduce DDP hides behind backward (bucketed, fired as gradients "
             "are ready), capped at the backward's time",
+        ),
+        (
+            "--view-wire-bytes",
+            f"{a.view_wire_bytes} B a value",
+            "table C: a key view's values on the wire in method.key_bn's all-to-all; 2 under bf16 autocast (the GPU "
+            "default: pipeline/methods/key_bn.py wire_dtype), 4 in float32",
+        ),
+        (
+            "--small-allreduce-us, --hop-us",
+            f"{a.small_allreduce_us:g} us, {a.hop_us:g} us",
+            "ASSUMPTION, table C's sync: a small all-reduce's floor in a node and each inter-node tree hop (H100 "
+            "NVLink 5-10 us end to end; InfiniBand NDR 2-5 us a hop; NCCL's tree: 2 log2(nodes) hops)",
         ),
         (
             "--comm-budget",
@@ -715,6 +728,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--small-allreduce-us", type=float, default=d["small_allreduce_us"], help="small all-reduce floor, us (10)"
     )
     ap.add_argument("--hop-us", type=float, default=d["hop_us"], help="latency per inter-node tree hop, us (5)")
+    ap.add_argument(
+        "--view-wire-bytes",
+        type=int,
+        default=d["view_wire_bytes"],
+        help="bytes a view value takes on the wire in key_bn's exchange: 2 under bf16 autocast (key_bn.wire_dtype), 4 "
+        "in float32 (2)",
+    )
     ap.add_argument(
         "--comm-budget", type=float, default=d["comm_budget"], help="exposed communication target, x t_c (0.1)"
     )

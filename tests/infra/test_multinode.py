@@ -17,6 +17,7 @@ from pipeline.tools import console_script
 from sim_cluster import TINY, SimCluster, store
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pretrain(c: SimCluster, root: Path, *overrides: str) -> str:
@@ -36,6 +37,41 @@ def _run(root: Path, name: str):
     return run, np.array(losses)
 
 
+def _bytes_are_what_the_scale_model_predicts(root: Path, run, console: str) -> None:
+    """trainer.count_bytes' metrics against benchmarks/scale_model.py's formulas for this run's model and layout
+    (both layouts here resolve key_bn=auto to shuffle: a node with one worker cannot shuffle within itself). The
+    gradient all-reduce and the queue's key all-gather are fixed by the model; the all-to-all's share is random
+    (a key slot gets another rank's view with probability (N - 1) / N), so its mean over the run's calls is held to
+    the model's expectation within 5 standard deviations of the hypergeometric law it follows."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_model", ROOT / "benchmarks" / "scale_model.py")
+    sm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sm)
+    p = run.data.params
+    n, calls = int(p["trainer.num_workers"]), 2 if p["method.symmetric"] == "True" else 1
+    b = int(p["train.batch_size"]) // n
+    sizes = sm.model_sizes((*TINY, "method.bn_splits=1"))  # the same network, counted on the CPU (splits: no weights)
+    wire = 2 if "precision bf16" in console else 4
+    a = sm.parse(["--gpus-per-node", "1", "--view-wire-bytes", str(wire)])
+    history = {
+        k: np.mean([m.value for m in store(root).get_metric_history(run.info.run_id, f"train/comm_{k}_bytes")])
+        for k in ("grad_all_reduce", "all_gather", "all_to_all")
+    }
+    assert history["grad_all_reduce"] == pytest.approx(sm.ring_allreduce_bytes(sizes["grad_bytes"], n), rel=1e-6)
+    queue = sm.ring_allgather_bytes(calls * b * sizes["key_bytes"], n)  # a symmetric MoCo enqueues both views' keys
+    assert history["all_gather"] == pytest.approx(queue, rel=1e-6)
+    sent, _ = sm.key_exchange("shuffle", n, b, sizes, a)
+    row = sizes["view_bytes"] // sm.VIEW_BYTES_PER_VALUE * wire + sizes["key_bytes"]
+    expected_rows = (sent - sm.ring_allgather_bytes(b * sizes["key_bytes"], n)) / row
+    assert expected_rows == pytest.approx(b * (n - 1) / n)
+    total = n * b  # hypergeometric: a rank's b slots drawn from n b samples, of which b are its own
+    sd = (b * (1 / n) * (1 - 1 / n) * (total - b) / (total - 1)) ** 0.5
+    steps = len(store(root).get_metric_history(run.info.run_id, "train/loss"))
+    measured_rows = history["all_to_all"] / row / calls
+    assert abs(measured_rows - expected_rows) <= 5 * sd / (steps * calls) ** 0.5, (measured_rows, expected_rows)
+
+
 def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(cluster, tmp_path):
     same = [
         "trainer.num_workers=2",
@@ -43,6 +79,7 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
         "trainer.torch_threads=1",
         "train.deterministic_data=true",
         "seed=3",
+        "trainer.count_bytes=true",
     ]
     # the run's identity leaves the worker layout out (a run resumes on another layout): two names
     jobs = [
@@ -60,6 +97,8 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     assert one.info.status == two.info.status == "FINISHED"
     assert len(loss_one) == len(loss_two) >= 8
     np.testing.assert_allclose(loss_one, loss_two, rtol=1e-4, atol=1e-5)
+    for run, console in ((one, jobs[0]), (two, jobs[1])):
+        _bytes_are_what_the_scale_model_predicts(tmp_path, run, console)
     # the SGD probe of the 2-node run: Ray Data's feature-extraction actors on two `single` nodes
     before = {a["actor_id"] for a in cluster.actors("Extractor")}
     probe = cluster.job(
