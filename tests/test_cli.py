@@ -111,6 +111,11 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("data.std=[0.5,0,0.5]", "data.std=[0.5, 0, 0.5]: expected a list of 3 numbers > 0"),
         ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
         ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
+        ("method.key_bn=bogus", "method.key_bn=bogus: expected one of auto, shuffle, shuffle_node, sync, split"),
+        ("method.key_bn=split method.bn_splits=1", "method.bn_splits=1: must be 2 or more with method.key_bn=split"),
+        ("method.key_bn=sync method.bn_splits=2", "method.bn_splits=2: must be 1 with method.key_bn=sync"),
+        ("trainer.num_workers=1 method.key_bn=sync", "method.key_bn=sync: needs 2 or more workers"),
+        ("trainer.grad_compression=fp8", "trainer.grad_compression=fp8: expected one of bf16 or null"),
         ("optim.momentum=1", "optim.momentum=1: expected a number in [0, 1)"),
         ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker=0: expected a number > 0"),
         ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
@@ -124,7 +129,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
 def test_validate_names_key_value_and_what_is_allowed(tmp_path, override, needle):
     from pipeline.schema import validate
 
-    cfg = compose_config([f"paths.root={tmp_path}", *SMALL, override])
+    cfg = compose_config([f"paths.root={tmp_path}", *SMALL, *override.split()])
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert str(e.value).startswith(needle) and "\n" not in str(e.value)
