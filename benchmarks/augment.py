@@ -3,6 +3,8 @@
 
   dali         the project's DALI executor on the CPU     (build_view_maker, executor=dali, device=cpu)
   torch        the project's torch executor               (build_view_maker, executor=torch)
+  batched      the project's batched executor on the CPU  (build_view_maker, executor=gpu, device=cpu: what
+               executor=auto picks on a CPU)
   torchvision  a plain torchvision + PIL pipeline through a torch DataLoader: PIL decode,
                RandomResizedCrop(224, scale=(0.2, 1)), RandomApply(ColorJitter(0.4, 0.4, 0.4, 0.1), 0.8),
                RandomGrayscale(0.2), RandomApply(GaussianBlur(23, (0.1, 2)), 0.5), RandomHorizontalFlip,
@@ -53,7 +55,8 @@ from sample_images import HEIGHT, QUALITY, WIDTH, sample_jpegs  # noqa: E402
 from pipeline.augment.view_maker import build_view_maker  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 
-PATHS = ("dali", "torch", "torchvision", "tv-pilblur")
+PATHS = ("dali", "torch", "batched", "torchvision", "tv-pilblur")
+EXECUTOR = {"dali": "dali", "torch": "torch", "batched": "gpu"}  # path -> augment.executor
 TARGET = 1.5  # the goal: DALI >= 1.5x the plain torchvision path, per core
 
 
@@ -69,7 +72,9 @@ def mocov2_augment(executor: str) -> dict:
 
 
 def project_path(executor: str, batch: int, threads: int, seed: int) -> Callable[[list[bytes]], list[torch.Tensor]]:
-    maker = build_view_maker(mocov2_augment(executor), batch_size=batch, num_threads=threads, seed=seed)
+    maker = build_view_maker(
+        mocov2_augment(EXECUTOR[executor]), batch_size=batch, num_threads=threads, seed=seed, device="cpu"
+    )
     rng = np.random.default_rng(seed)
 
     def run(encoded: list[bytes]) -> list[torch.Tensor]:
@@ -208,7 +213,7 @@ def measure(encoded: list[bytes], batch: int, threads: int, seed: int) -> dict:
     torch.set_num_threads(threads)
     batches = [list(range(lo, min(lo + batch, len(encoded)))) for lo in range(0, len(encoded), batch)]
     workers = 0 if threads == 1 else threads
-    project = {p: project_path(p, batch, threads, seed) for p in ("dali", "torch")}
+    project = {p: project_path(p, batch, threads, seed) for p in EXECUTOR}
     loaders = {
         "torchvision": torchvision_path(encoded, workers, seed),
         "tv-pilblur": torchvision_path(encoded, workers, seed, pil_blur=True),
@@ -272,6 +277,7 @@ def _summarise(row: dict) -> list[str]:
     row["ratios"] = {
         "dali/torchvision": rate["dali"] / rate["torchvision"],
         "torch/torchvision": rate["torch"] / rate["torchvision"],
+        "batched/torchvision": rate["batched"] / rate["torchvision"],
         "dali/tv-pilblur": rate["dali"] / rate["tv-pilblur"],
     }
     return lines
@@ -328,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         r, t = row["ratios"], row["threads"]
         print(
             f"threads {t}: DALI/torchvision {r['dali/torchvision']:.2f}x, torch-executor/torchvision"
-            f" {r['torch/torchvision']:.2f}x (wall)   reference: DALI/tv-pilblur {r['dali/tv-pilblur']:.2f}x"
+            f" {r['torch/torchvision']:.2f}x, batched/torchvision {r['batched/torchvision']:.2f}x (wall)"
+            f"   reference: DALI/tv-pilblur {r['dali/tv-pilblur']:.2f}x"
         )
         if t == 1:
             cr = row["cpu_rates"]

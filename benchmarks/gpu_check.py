@@ -1,17 +1,21 @@
 """Everything a GPU machine should run, in one call: `make gpu-check OUT=<dir>` (python benchmarks/gpu_check.py).
 
-Three steps in this order, each a process group of its own, stopped at its time cap (the caps add up to 7.5
-minutes, so that the whole fits 8 minutes on one H100 with the bundle's unpacking):
+Four steps in this order, each a process group of its own, stopped at its time cap (the caps add up to 9
+minutes, so that the whole fits one 10-minute call on one H100 with the bundle's unpacking):
 
   1. tests  `pytest -m gpu` with --durations and a junit XML: every GPU test, the end-to-end runs included
   2. bench  `benchmarks/gpu.py` at the sizes of docs/performance.md, told to start nothing it cannot finish in time
-  3. e2e    `benchmarks/gpu.py --rows mocov2 --e2e`: jobs/pretrain.py with trainer.use_gpu=true from JPEG shards,
+  3. epoch  `benchmarks/epoch_rate.py`: the loop's views made ahead on a CUDA stream against a bare PyTorch loop of the
+            same recipe (torchvision transforms on the host), epochs side by side
+  4. e2e    `benchmarks/gpu.py --rows mocov2 --e2e`: jobs/pretrain.py with trainer.use_gpu=true from JPEG shards,
             against the project's MoCo v2 step fed tensors in the same process
 
-OUT receives tests.log, tests.xml, bench.log, bench.json, e2e.log, e2e.json, performance.md (docs/performance.md's
-new text, steps 2 and 3 together) and summary.txt, the one screen printed at the end: pass/fail per test file and
-every ratio against its target. Without CUDA, step 1 runs (each test skips, saying why), step 2 runs at its CPU
-smoke size (ratios that say nothing of the GPU targets), step 3 is skipped, and the summary says so.
+OUT receives tests.log, bench.log, bench.json, epoch.log, e2e.log, e2e.json, performance.md (docs/performance.md's
+new text, steps 2 and 4 together) and summary.txt, the one screen printed at the end: pass/fail per test file and
+every ratio against its target (8 files: what a lent machine sends back; the junit XML and epoch.json are read into
+the summary and not kept). Without CUDA, step 1 runs (each test skips, saying why),
+steps 2 and 3 run at their CPU smoke sizes (ratios that say nothing of the GPU targets), step 4 is skipped, and the
+summary says so.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capped import run_capped  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# seconds, 530 in all; from the first GPU run (H200, 2026-11-26): the GPU unit tests take 30 s, the Spirograph e2e
+# seconds, 540 in all; from the first GPU run (H200, 2026-11-26): the GPU unit tests take 30 s, the Spirograph e2e
 # test 83 s, the ten step rows about 100 s, and jobs/pretrain.py's start on a GPU node over a minute
-CAPS = {"tests": 240, "bench": 130, "e2e": 160}
+CAPS = {"tests": 230, "bench": 120, "epoch": 40, "e2e": 150}
 E2E_TEST_TIMEOUT = 110  # seconds per jobs/pretrain.py in tests/test_gpu_e2e.py: a slow one fails with its output
 BENCH_GPU = ["--warmup", "5", "--iters", "8", "--rounds", "2", "--exec-images", "512"]
 BENCH_CPU = ["--quick", "--device", "cpu", "--threads", "1"]
+EPOCH_GPU = ["--images", "4096", "--epochs", "2"]
+EPOCH_CPU = ["--images", "64", "--batch", "32", "--epochs", "1", "model.width=8"]
 E2E_GPU = [
     "--rows",
     "mocov2",
@@ -58,7 +64,7 @@ E2E_GPU = [
 
 
 def run_step(name: str, cmd: list[str], cap: float, log: Path) -> dict:
-    """One of the three steps, from the project's root, under its cap; its output's text is in its log."""
+    """One of the steps, from the project's root, under its cap; its output's text is in its log."""
     print(flush=True)
     step = run_capped(name, cmd, cap, log, cwd=ROOT)
     del step["text"]
@@ -102,7 +108,7 @@ def _took(step: dict) -> str:
     return f"{step['seconds']:.0f} s of {step['cap']:.0f}" + (", STOPPED AT ITS CAP" if step["capped"] else "")
 
 
-def ratio_lines(bench: dict, e2e: dict | None) -> tuple[list[str], int]:
+def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tuple[list[str], int]:
     """Every measured ratio against its target, and how many targets are not met."""
     import gpu  # benchmarks/gpu.py: the targets live there
 
@@ -134,6 +140,10 @@ def ratio_lines(bench: dict, e2e: dict | None) -> tuple[list[str], int]:
             judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", gpu.EXECUTOR_TARGET)
     if "unavailable" in executor:
         lines.append(f"   views: gpu executor not available ({executor['unavailable'][:80]})")
+    if epoch:
+        import epoch_rate
+
+        judge("views ahead: epoch project/bare", epoch["ratio"], ">=", epoch_rate.TARGET)
     if e2e and "images_s" in e2e:
         judge("end to end / tensor-fed step", e2e["images_s"] / e2e["step"], ">=", gpu.E2E_TARGET)
     elif e2e and "error" in e2e:
@@ -141,7 +151,15 @@ def ratio_lines(bench: dict, e2e: dict | None) -> tuple[list[str], int]:
     return lines, missed
 
 
-def summary(meta: dict, steps: dict, junit: dict | None, bench: dict | None, e2e: dict | None, cuda: bool) -> tuple:
+def summary(
+    meta: dict,
+    steps: dict,
+    junit: dict | None,
+    bench: dict | None,
+    e2e: dict | None,
+    cuda: bool,
+    epoch: dict | None = None,
+) -> tuple:
     lines = [
         f"gpu-check · {meta['date']} · {meta['device']} · torch {meta['torch']} · Python {meta['python']}"
         + (f" · commit {meta['commit']}" if meta["commit"] else "")
@@ -174,17 +192,27 @@ def summary(meta: dict, steps: dict, junit: dict | None, bench: dict | None, e2e
             f"{sum(not r.get('error') for r in bench['steps'].values())} of {len(bench['steps'])} rows ({_took(b)})"
             + ("; PARTIAL: what it had finished when it stopped" if bench.get("partial") else "")
         )
+    ep = steps.get("epoch")
+    if ep is not None and epoch is None:
+        lines.append(f"3 epoch  benchmarks/epoch_rate.py: no results (exit {ep['rc']}; {_took(ep)}): see epoch.log")
+        problems += 1
+    elif ep is not None:
+        rows = epoch["rows"]
+        lines.append(
+            f"3 epoch  benchmarks/epoch_rate.py, views by {epoch['executor']}: project "
+            f"{rows['project']['images_per_s']:.0f} img/s, bare {rows['bare']['images_per_s']:.0f} img/s ({_took(ep)})"
+        )
     e = steps.get("e2e")
     if e is None:
-        lines.append("3 e2e    skipped: it trains with trainer.use_gpu=true, which needs CUDA")
+        lines.append("4 e2e    skipped: it trains with trainer.use_gpu=true, which needs CUDA")
     elif e2e is None:
-        lines.append(f"3 e2e    no results (exit {e['rc']}; {_took(e)}): see e2e.log")
+        lines.append(f"4 e2e    no results (exit {e['rc']}; {_took(e)}): see e2e.log")
         problems += 1
     else:
         got = f"{e2e['images_s']:.0f} img/s" if "images_s" in e2e else "failed"
-        lines.append(f"3 e2e    jobs/pretrain.py trainer.use_gpu=true from JPEG shards: {got} ({_took(e)})")
+        lines.append(f"4 e2e    jobs/pretrain.py trainer.use_gpu=true from JPEG shards: {got} ({_took(e)})")
         problems += "error" in e2e
-    ratios, missed = ratio_lines(bench or {}, e2e) if bench or e2e else ([], 0)
+    ratios, missed = ratio_lines(bench or {}, e2e, epoch) if bench or e2e or epoch else ([], 0)
     if ratios:
         lines += ["ratios (measured in one run each)" + ("" if cuda else ": CPU smoke sizes, not the GPU targets")]
         lines += ratios
@@ -213,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--caps",
         default=",".join(str(c) for c in CAPS.values()),
-        help="seconds for tests,bench,e2e (default %(default)s)",
+        help="seconds for tests,bench,epoch,e2e (default %(default)s)",
     )
     args = ap.parse_args(argv)
     try:
         caps = dict(zip(CAPS, (float(c) for c in args.caps.split(",")), strict=True))
     except ValueError:
-        print(f"error: --caps {args.caps}: give three numbers of seconds, e.g. 200,170,80", file=sys.stderr)
+        print(f"error: --caps {args.caps}: give four numbers of seconds, e.g. 230,120,40,150", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -262,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         caps["bench"],
         out / "bench.log",
     )
+    steps["epoch"] = run_step(
+        "epoch",
+        [py, "benchmarks/epoch_rate.py", *(EPOCH_GPU if cuda else EPOCH_CPU), "--json", str(out / "epoch.json")],
+        caps["epoch"],
+        out / "epoch.log",
+    )
     if cuda:
         steps["e2e"] = run_step(
             "e2e",
@@ -271,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
             out / "e2e.log",
         )
     bench = _json(out / "bench.json")
+    epoch = _json(out / "epoch.json")
     e2e_run = _json(out / "e2e.json")
     e2e = (e2e_run or {}).get("e2e")
     junit = read_junit(out / "tests.xml") if (out / "tests.xml").exists() else None
-    for scratch in ("bench.md", "e2e.md"):  # their text is in performance.md
+    # at most 8 files come back from a lent machine: what the summary holds is not sent twice
+    for scratch in ("bench.md", "e2e.md", "tests.xml", "epoch.json"):  # in performance.md, or in summary.txt
         (out / scratch).unlink(missing_ok=True)
     if bench:
         import gpu
@@ -285,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         text = gpu.report(meta_b, bench["settings"], bench["steps"], bench.get("executor"), e2e or _skipped(cuda))
         (out / "performance.md").write_text(text)
-    text, problems = summary(meta, steps, junit, bench, e2e, cuda)
+    text, problems = summary(meta, steps, junit, bench, e2e, cuda, epoch)
     (out / "summary.txt").write_text(text)
     print("\n" + text + f"files in {out}: {', '.join(sorted(p.name for p in out.iterdir()))}", flush=True)
     return 1 if problems else 0

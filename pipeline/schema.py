@@ -165,6 +165,7 @@ class Train(_Section):
     batch_size: Int(1)
     checkpoint_every: Int(1)
     shuffle_buffer: Int(1)
+    views_ahead: Int(0) = 1
     precision: Choice("auto", "bf16", "fp32")
     channels_last: Choice("auto", True, False) = "auto"
     compile: Bool() = False

@@ -27,6 +27,7 @@ from pipeline.progress import ProgressLines
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
 from pipeline.train.precision import autocast, resolve_precision
+from pipeline.train.prefetch import Timing, made_ahead, views_threads
 
 
 def memory_format(train: dict, device: torch.device) -> torch.memory_format:
@@ -226,12 +227,15 @@ class _Trainer:
         self.total_steps = rt["steps_per_epoch"] * cfg["train"]["epochs"]
         self.warmup = rt["steps_per_epoch"] * cfg["optim"]["warmup_epochs"]
         self.step = 0
-        self.timing = {"data_s": 0.0, "views_s": 0.0, "step_s": 0.0}  # where an epoch's time goes (seconds)
+        self.step_s = 0.0  # where an epoch's time goes (seconds): the step's, and the data path's in self.timing
+        self.timing = Timing()
         self.precision = resolve_precision(cfg["train"]["precision"], device)
+        self.views_ahead = int(cfg["train"].get("views_ahead", 1))
+        self.views_threads = views_threads(torch.get_num_threads(), self.views_ahead)
         self.views_of = build_view_maker(
             cfg["augment"],
             self.local_bs,
-            num_threads=max(1, torch.get_num_threads()),
+            num_threads=self.views_threads,
             seed=cfg["seed"] + rank,
             device=device,
         )
@@ -259,7 +263,7 @@ class _Trainer:
             self.device,
             min(1.0, self.step / self.total_steps),
         )
-        self.timing["step_s"] += time.monotonic() - t0
+        self.step_s += time.monotonic() - t0
         return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
     def batches(self, shard, epoch: int):
@@ -275,16 +279,18 @@ class _Trainer:
             local_shuffle_buffer_size=self.cfg["train"]["shuffle_buffer"],
             local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank,
         )
-        t = time.monotonic()
-        for raw in raw_batches:
-            t_views = time.monotonic()
-            views = self.views_of(raw, rng)
+        views_ahead = made_ahead(
+            raw_batches,
+            lambda raw: self.views_of(raw, rng),
+            self.views_ahead,
+            self.timing,
+            self.device,
+            self.views_threads,
+        )
+        for views in views_ahead:
             pending.add(views.images, views.params)
-            self.timing["data_s"] += t_views - t
-            self.timing["views_s"] += time.monotonic() - t_views
             if dist.reduce_scalar(len(pending) >= self.local_bs, "min", self.device):
                 yield pending.take()
-            t = time.monotonic()
 
     def save_and_report(self, metrics: dict, epoch: int, with_checkpoint: bool) -> None:
         import ray.train
@@ -408,7 +414,7 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
         _maybe_fail(cfg, epoch)
         tr.method.train()
         skipped_before, losses = tr.views_of.skipped, []
-        tr.timing = dict.fromkeys(tr.timing, 0.0)
+        tr.timing, tr.step_s = Timing(), 0.0
         t0 = t_log = time.monotonic()
         steps_since_log = 0
         bar = (
@@ -452,7 +458,8 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
             "epoch_loss": float(np.mean(losses)) if losses else float("nan"),
             "epoch_images_per_s": len(losses) * tr.local_bs * world / max(1e-9, time.monotonic() - t0),
             "skipped_images": skipped,
-            **{f"time_{k}": v for k, v in tr.timing.items()},
+            "time_step_s": tr.step_s,
+            **{f"time_{k}": v for k, v in tr.timing.as_dict().items()},
             **(comm_metrics(traffic, len(losses), tr.device) if cfg["trainer"].get("count_bytes") else {}),
         }
         if skipped and rank == 0:

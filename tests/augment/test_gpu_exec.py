@@ -301,12 +301,9 @@ def test_make_executor_gpu_kind_and_auto(monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             make_executor("gpu", recipe, 4, device="gpu")
-        # this machine: no CUDA, so auto is still DALI on the CPU (or torch without DALI)
+        # this machine: no CUDA, so auto is the batched executor on the CPU
         auto = make_executor("auto", recipe, 4, device="auto")
-        if views_mod.dali_available():
-            assert type(auto).__name__ == "DaliExecutor" and auto.device == "cpu"
-        else:
-            assert type(auto) is TorchExecutor
+        assert type(auto) is GpuExecutor and auto.device == torch.device("cpu")
 
     # the auto rule, case by case
     strong = recipe_of("clsa")
@@ -315,10 +312,10 @@ def test_make_executor_gpu_kind_and_auto(monkeypatch):
         (True, True, True, strong, "auto", None, "gpu"),  # strong pool: DALI would fall back to its CPU
         (True, True, False, recipe, "auto", None, "gpu"),  # DALI cannot see the GPU
         (True, False, False, recipe, "auto", "cuda:0", "gpu"),  # no DALI
-        (True, True, True, recipe, "cpu", None, "dali"),  # augment.device=cpu: DALI CPU
-        (True, False, False, recipe, "auto", "cpu", "torch"),  # the worker trains on the CPU
-        (False, True, False, recipe, "auto", None, "dali"),  # no CUDA: DALI CPU
-        (False, False, False, strong, "auto", None, "torch"),
+        (True, True, True, recipe, "cpu", None, "gpu"),  # augment.device=cpu: batched on the CPU
+        (True, False, False, recipe, "auto", "cpu", "gpu"),  # the worker trains on the CPU
+        (False, True, False, recipe, "auto", None, "gpu"),  # no CUDA: batched on the CPU, DALI or not
+        (False, False, False, strong, "auto", None, "gpu"),
     ]:
         monkeypatch.setattr(views_mod.torch.cuda, "is_available", lambda c=cuda: c)
         monkeypatch.setattr(views_mod, "dali_available", lambda d=dali: d)

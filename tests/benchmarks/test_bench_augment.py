@@ -21,7 +21,7 @@ def test_augment_benchmark_smoke(capsys):
 
     (row,) = result["rows"]
     assert row["threads"] == 1
-    for path in ("dali", "torch", "torchvision"):
+    for path in ("dali", "torch", "batched", "torchvision"):
         rate = row["rates"][path]
         assert math.isfinite(rate) and rate > 0, (path, rate)
         assert row["clocks"][path].images == 64

@@ -42,12 +42,14 @@ def test_make_gpu_check_on_a_cpu(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert took < 240, f"make gpu-check took {took:.0f} s on the CPU"
     names = {p.name for p in out.iterdir()}
-    assert names == {"tests.log", "tests.xml", "bench.log", "bench.json", "performance.md", "summary.txt"}
-    assert len(names) <= 8  # what the device tool brings back from its output folder
+    assert names == {"tests.log", "bench.log", "bench.json", "epoch.log", "performance.md", "summary.txt"}
+    assert len(names) + 2 <= 8  # what the device tool brings back from its output folder, with the GPU's e2e files
 
     summary = (out / "summary.txt").read_text()
     assert summary in done.stdout  # printed, not only written
-    assert "NO CUDA HERE" in summary and "3 e2e    skipped: it trains with trainer.use_gpu=true" in summary
+    assert "NO CUDA HERE" in summary and "4 e2e    skipped: it trains with trainer.use_gpu=true" in summary
+    assert re.search(r"3 epoch  benchmarks/epoch_rate.py, views by GpuExecutor: project \d+ img/s, bare \d+", summary)
+    assert re.search(r"views ahead: epoch project/bare +[0-9.]+  >= 1.0", summary)
     tests = re.search(r"1 tests  pytest -m gpu: (\d+) skipped", summary)
     assert tests and int(tests[1]) >= 58, summary  # every GPU test collected, each skipped on this machine
     for file in ("tests/train/test_device_step.py", "tests/augment/test_gpu_exec.py", "tests/test_gpu_e2e.py"):
@@ -114,7 +116,13 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
         "executor": {"mocov2": {"images_s": 2500.0, "views_s": 5000.0, "views": 2}},
     }
     e2e = {"images_s": 800.0, "step": 990.0}
-    text, problems = gpu_check.summary(meta, {"tests": step, "bench": step, "e2e": step}, junit, bench, e2e, True)
+    epoch = {
+        "executor": "GpuExecutor",
+        "ratio": 0.95,
+        "rows": {"project": {"images_per_s": 950.0}, "bare": {"images_per_s": 1000.0}},
+    }
+    steps = {"tests": step, "bench": step, "epoch": step, "e2e": step}
+    text, problems = gpu_check.summary(meta, steps, junit, bench, e2e, True, epoch)
     assert problems == 3  # the three failed tests; targets missed are measurements, not problems
     assert "NO CUDA" not in text
     assert re.search(r"step mocov2 project/bare +0.990  >= 0.97  met", text)
@@ -122,7 +130,11 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     assert re.search(r"cost co2 / mocov2 +1.042  <= 1.02  NOT MET", text)
     assert re.search(r"views mocov2 / its step +2.525  >= 2.0   met", text)
     assert re.search(r"end to end / tensor-fed step +0.808  >= 0.85  NOT MET", text)
-    assert "verdict: 3 problem(s)" in text and "3 target(s) not met" in text
+    assert re.search(r"views ahead: epoch project/bare +0.950  >= 1.0   NOT MET", text)
+    assert "3 epoch  benchmarks/epoch_rate.py, views by GpuExecutor: project 950 img/s, bare 1000 img/s" in text
+    assert "verdict: 3 problem(s)" in text and "4 target(s) not met" in text
+    _, problems = gpu_check.summary(meta, steps, junit, bench, e2e, True, None)
+    assert problems == 4  # the epoch step left no results
     assert "FAILED tests/augment/test_gpu_exec.py::test_flip: RuntimeError: CUDA error" in text
     capped = dict(step, capped=True)
     _, problems = gpu_check.summary(meta, {"tests": capped, "bench": step}, None, None, None, False)
