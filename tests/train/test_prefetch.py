@@ -128,3 +128,28 @@ def test_the_producer_yields_the_cores_to_the_step():
     seen = list(made_ahead(range(2), lambda i: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), 1))
     assert seen == [min(19, mine + PRODUCER_NICE)] * 2
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the loop's own is untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_views_made_ahead_on_a_side_stream_are_the_views_made_in_series_on_cuda():
+    """On CUDA the producer makes its views on a stream of its own and the step's stream waits on its event: the
+    consumer sees finished views, equal to those made in series, while a long kernel keeps the step's stream busy."""
+    aug = {**AUG, "executor": "gpu", "device": "auto"}
+    raw = _raw_batches(4)
+    cuda = torch.device("cuda")
+
+    def views(depth):
+        maker, rng = build_view_maker(aug, 6, seed=0, device=cuda), np.random.default_rng(7)
+        out = []
+        for v in made_ahead(raw, lambda b: maker(b, rng), depth, device=cuda):
+            busy = torch.randn(4096, 4096, device=cuda)
+            busy @ busy  # the step's stream is busy while the next views are made
+            out.append([x.clone() for x in v.images])
+        torch.cuda.synchronize()
+        return out
+
+    serial, ahead = views(0), views(2)
+    assert all(x.is_cuda for batch in ahead for x in batch)
+    for s, a in zip(serial, ahead, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(s, a, strict=True))
