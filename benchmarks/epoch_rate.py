@@ -3,10 +3,11 @@
 Rows (the same MoCo v2 method from `jobs/pretrain.py data=photos`'s config, the same initial weights, optimiser,
 precision and `optimisation_step`; the same Photos images, 32 px PNGs, held in memory as encoded bytes):
 
-  project          the training loop's data path: the view maker (executor=auto: DALI on a CPU, the batched gpu
-                   executor on CUDA) run by a producer thread `train.views_ahead` batches ahead (made_ahead), the
-                   step on the main thread
-  project-serial   the same with views_ahead=0: views made in series with the step (the loop before #29)
+  project          the training loop's data path: the view maker (executor=auto: the batched executor on a CPU,
+                   DALI's GPU pipeline on CUDA where DALI sees it) run by a producer thread `train.views_ahead`
+                   batches ahead (made_ahead), the step on the main thread
+  project-serial   the same with views_ahead=0: views made in series with the step (the loop before #29, which
+                   also took DALI on a CPU: augment.executor=dali)
   bare             a plain single-process loop: for each batch, PIL decode and torchvision's MoCo v2 transforms
                    twice per image in the loop (RandomResizedCrop, RandomApply(ColorJitter, 0.8), RandomGrayscale,
                    RandomApply(blur, 0.5) with PIL's GaussianBlur as MoCo v2's code blurs, flip, ToTensor,
@@ -142,7 +143,9 @@ class Row:
         return {"wall_s": wall, "step_s": step_s, "views_s": split["views_s"], "wait_s": split["wait_s"]}
 
 
-def measure(images: int, batch: int, epochs: int, threads: int, overrides: list[str]) -> dict:
+def measure(images: int, batch: int, epochs: int, threads: int, overrides: list[str], save: Path | None = None) -> dict:
+    """The rows' totals over `epochs` timed passes; with `save`, the result so far is written after every timed pass
+    (marked partial until the last), so a run stopped at a time cap keeps what it measured."""
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = photos_config([f"train.batch_size={batch}", *overrides])
@@ -154,6 +157,16 @@ def measure(images: int, batch: int, epochs: int, threads: int, overrides: list[
     ]
     rows = {name: Row(name, cfg, batches, device, threads) for name in ROWS}
     totals = {name: {"wall_s": 0.0, "step_s": 0.0, "views_s": 0.0, "wait_s": 0.0, "images": 0} for name in ROWS}
+    views = rows["project"].maker
+    result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "executor": type(getattr(views, "executor", views)).__name__,
+        "threads": threads,
+        "batch": batch,
+        "images": len(samples),
+        "views_ahead": int(cfg["train"]["views_ahead"]),
+        "rows": totals,
+    }
     for e in range(epochs + 1):  # epoch 0 warms up: DALI allocates, oneDNN picks kernels
         for name in ROWS:
             split = rows[name].epoch()
@@ -162,23 +175,20 @@ def measure(images: int, batch: int, epochs: int, threads: int, overrides: list[
                 for k, v in split.items():
                     totals[name][k] += v
                 totals[name]["images"] += len(samples)
-    for name in ROWS:
-        t = totals[name]
-        t["images_per_s"] = t["images"] / t["wall_s"]
-        t["loss_finite"] = bool(np.isfinite(rows[name].losses).all())
-    views = rows["project"].maker
-    return {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "executor": type(getattr(views, "executor", views)).__name__,
-        "threads": threads,
-        "batch": batch,
-        "images": len(samples),
-        "epochs": epochs,
-        "views_ahead": int(cfg["train"]["views_ahead"]),
-        "rows": totals,
-        "ratio": totals["project"]["images_per_s"] / totals["bare"]["images_per_s"],
-        "overlap_gain": totals["project"]["images_per_s"] / totals["project-serial"]["images_per_s"],
-    }
+        if e:
+            for name in ROWS:
+                t = totals[name]
+                t["images_per_s"] = t["images"] / t["wall_s"]
+                t["loss_finite"] = bool(np.isfinite(rows[name].losses).all())
+            result.update(
+                epochs=e,
+                partial=e < epochs,
+                ratio=totals["project"]["images_per_s"] / totals["bare"]["images_per_s"],
+                overlap_gain=totals["project"]["images_per_s"] / totals["project-serial"]["images_per_s"],
+            )
+            if save:
+                save.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def _split_text(s: dict, images: int) -> str:
@@ -219,10 +229,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.images < args.batch:
         raise SystemExit(f"error: --images {args.images} is less than one batch of {args.batch}")
-    result = measure(args.images, args.batch, args.epochs, args.threads, args.overrides)
+    result = measure(args.images, args.batch, args.epochs, args.threads, args.overrides, args.json)
     print(report(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -166,8 +166,8 @@ def summary(
     ]
     if not cuda:
         lines.append(
-            "NO CUDA HERE: the GPU tests skip, the benchmark runs at its CPU smoke size (its ratios say nothing of the "
-            "GPU targets), the end-to-end step is skipped."
+            "NO CUDA HERE: the GPU tests skip, the two benchmarks run at their CPU smoke sizes (their ratios say "
+            "nothing of the GPU targets), the end-to-end step is skipped."
         )
     problems = sum(st["capped"] for st in steps.values())
     t = steps["tests"]
@@ -201,7 +201,12 @@ def summary(
         lines.append(
             f"3 epoch  benchmarks/epoch_rate.py, views by {epoch['executor']}: project "
             f"{rows['project']['images_per_s']:.0f} img/s, bare {rows['bare']['images_per_s']:.0f} img/s ({_took(ep)})"
+            + ("; PARTIAL: the passes it had finished" if epoch.get("partial") else "")
         )
+        diverged = [name for name, r in rows.items() if not r.get("loss_finite", True)]
+        if diverged:
+            lines.append(f"   LOSS NOT FINITE in the epoch benchmark's rows: {', '.join(diverged)}")
+            problems += 1
     e = steps.get("e2e")
     if e is None:
         lines.append("4 e2e    skipped: it trains with trainer.use_gpu=true, which needs CUDA")

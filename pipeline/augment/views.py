@@ -78,9 +78,9 @@ def auto_kind(recipe: Recipe, device: str = "auto", torch_device: torch.device |
     """What executor=auto resolves to. Where the views may go to a GPU (augment.device is not cpu, CUDA is
     present, and the worker's device, when given, is CUDA): DALI's mixed GPU pipeline when DALI can use CUDA
     and the recipe has no strong-pool views (those run on DALI's CPU backend only), else the batched gpu
-    executor. Otherwise the batched executor on the CPU: one op over the whole batch beats DALI's CPU backend and
-    the per-sample torch executor there (3-4x at 32 px, and at 224 px too; docs/measured.md), with the torch
-    executor's views to float rounding."""
+    executor. Otherwise the batched executor on the CPU: one op over the whole batch is the fastest of the three there
+    (about 2x DALI's CPU backend and 1.8x the per-sample torch executor at 32 px; 1.27x and 1.04x at 224 px;
+    docs/measured.md), with the torch executor's views to float rounding."""
     on_gpu = (
         device != "cpu"
         and torch.cuda.is_available()

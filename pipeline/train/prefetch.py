@@ -10,6 +10,7 @@ step's.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -19,6 +20,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 _DONE = object()
 # The producer thread's niceness above the step's: where the cores are busy (a 2-core CPU), the step keeps them
@@ -119,9 +121,9 @@ def _ahead(
         return False
 
     def produce() -> None:
-        torch.set_num_threads(threads)
-        _lower_priority(PRODUCER_NICE)
         try:
+            torch.set_num_threads(threads)
+            _lower_priority(PRODUCER_NICE)
             it = iter(source)
             while not stop.is_set():
                 t = time.monotonic()
@@ -135,6 +137,7 @@ def _ahead(
                         out = make(item)
                         event = torch.cuda.Event()
                         event.record(stream)
+                    event.synchronize()  # off the step's thread: views_s is the kernels' time, not their launch's
                 else:
                     out, event = make(item), None
                 timing.add("data_s", t_made - t)
@@ -166,7 +169,9 @@ def _ahead(
             yield out
     finally:
         stop.set()
-        producer.join(timeout=30)
+        producer.join(timeout=5)
+        if producer.is_alive():  # inside next(source), e.g. waiting on Ray Data: it stops at its next put
+            log.warning("the views producer is still reading its source; it stops at the next batch")
 
 
 def views_threads(threads: int, depth: int) -> int:

@@ -105,18 +105,15 @@ def test_an_error_making_views_reaches_the_loop_after_the_batches_before_it():
     assert not any(t.name == "views-ahead" and t.is_alive() for t in threading.enumerate())
 
 
-def test_the_producer_uses_the_loops_intra_op_threads():
-    seen = []
+def test_the_producer_uses_the_intra_op_threads_it_is_given():
+    """Threads given: the producer sets its own count (intra-op threads are per OS thread), the loop's stays."""
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        list(made_ahead(range(2), lambda i: seen.append(torch.get_num_threads()), 1))
+        torch.set_num_threads(2)
+        seen = list(made_ahead(range(2), lambda i: torch.get_num_threads(), 1, threads=1))
+        assert seen == [1, 1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    assert seen == [1, 1]
-    seen.clear()
-    list(made_ahead(range(1), lambda i: seen.append(torch.get_num_threads()), 1, threads=1))
-    assert seen == [1]
 
 
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread priorities on this OS")
@@ -133,23 +130,27 @@ def test_the_producer_yields_the_cores_to_the_step():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_views_made_ahead_on_a_side_stream_are_the_views_made_in_series_on_cuda():
-    """On CUDA the producer makes its views on a stream of its own and the step's stream waits on its event: the
-    consumer sees finished views, equal to those made in series, while a long kernel keeps the step's stream busy."""
+    """On CUDA the producer makes its views on a stream of its own and the step's stream waits on its event. Here the
+    views' stream is slowed (a sleep kernel before a last in-place op): a consumer that read them before that stream
+    finished would see them half made."""
     aug = {**AUG, "executor": "gpu", "device": "auto"}
     raw = _raw_batches(4)
     cuda = torch.device("cuda")
 
     def views(depth):
         maker, rng = build_view_maker(aug, 6, seed=0, device=cuda), np.random.default_rng(7)
-        out = []
-        for v in made_ahead(raw, lambda b: maker(b, rng), depth, device=cuda):
-            busy = torch.randn(4096, 4096, device=cuda)
-            busy @ busy  # the step's stream is busy while the next views are made
-            out.append([x.clone() for x in v.images])
-        torch.cuda.synchronize()
-        return out
+
+        def slow_make(b):
+            v = maker(b, rng)
+            torch.cuda._sleep(50_000_000)  # ~tens of ms on the current (the producer's) stream
+            for x in v.images:
+                x.mul_(2.0)
+            return v
+
+        return [[x.clone() for x in v.images] for v in made_ahead(raw, slow_make, depth, device=cuda)]
 
     serial, ahead = views(0), views(2)
+    torch.cuda.synchronize()
     assert all(x.is_cuda for batch in ahead for x in batch)
     for s, a in zip(serial, ahead, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(s, a, strict=True))
