@@ -3,9 +3,9 @@
 The step (autograd, DDP's collectives) stays on the training thread; the producer only reads raw batches and turns
 them into views. It runs `make` on the items in order with the same generator the serial loop would use, so the
 views are the same ones, just earlier. DALI, the torch executor's ops and the Spirograph renderer all release the
-GIL while they work, so on a CPU the views fill the cores the step leaves idle; on a GPU the producer makes its
-views on a CUDA stream of its own and the consumer's stream waits for them (an event), so view kernels overlap the
-step's.
+GIL while they work, so on a CPU the views fill the cores the step leaves idle. On a GPU the producer makes its
+views with a CUDA stream of its own as the current stream (the batched executor's kernels run there; DALI runs its
+kernels on its own stream, only its copy out on this one) and the consumer's stream waits for them (an event).
 """
 
 from __future__ import annotations
