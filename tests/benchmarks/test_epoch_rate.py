@@ -29,9 +29,11 @@ def test_epoch_rate_smoke(tmp_path, capsys):
         assert row["images"] == 96 and row["loss_finite"], name
         assert math.isfinite(row["images_per_s"]) and row["images_per_s"] > 0, name
         assert 0 < row["step_s"] < row["wall_s"], name
-    # made ahead, the step waits for the first batch's views only; in series for all three batches'
+    # in series the step waits for every view it trains on; made ahead it waits for what the step did not hide, which
+    # real timings on 2 cores do not order reliably (test_prefetch times the overlap with controlled sleeps)
     ahead, serial, bare = (result["rows"][r] for r in ("project", "project-serial", "bare"))
-    assert ahead["wait_s"] < serial["wait_s"] and bare["views_s"] > 0
+    assert serial["wait_s"] >= serial["views_s"] > 0 and bare["views_s"] > 0
+    assert 0 < ahead["wait_s"] <= ahead["wall_s"] - ahead["step_s"]
     assert result["partial"] is False and result["epochs"] == 1
     assert result["ratio"] == pytest.approx(result["rows"]["project"]["images_per_s"] / bare["images_per_s"])
     text = capsys.readouterr().out
