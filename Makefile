@@ -33,9 +33,13 @@ endif
 demo: $(STAMP)
 	$(RUN) jobs/pretrain.py
 
-# The whole suite, slow end-to-end runs included (what CI runs).
+# The whole suite, slow end-to-end runs included (what CI runs). Two pytest-xdist workers, a test file each at a
+# time (tests/conftest.py's scheduler: a file's module-scoped Ray cluster or MLflow server stays in one worker,
+# tests/infra's shared cluster too): the end-to-end tests wait on process starts and Ray's scheduling much of their
+# time, so two overlap well on two cores. XDIST=0 runs the suite in one process.
+XDIST ?= 2
 test: $(STAMP)
-	$(RUN) -m pytest -q
+	$(RUN) -m pytest -q -n $(XDIST)
 
 # The fast default while developing: end-to-end runs deselected.
 test-fast: $(STAMP)

@@ -1,8 +1,37 @@
-"""Shared fixtures."""
+"""Shared fixtures, and how `make test` spreads the suite over pytest-xdist's workers."""
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
+
+# A folder whose tests share a package-scoped fixture (tests/infra: one multi-node cluster) is one unit of work, so
+# that one worker starts it; every other file is a unit of its own (what --dist loadfile does).
+SHARED_FOLDERS = ("tests/infra/",)
+
+
+def work_unit(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The units with the most end-to-end (`slow`) tests first, the rest after in their own order, so the two
+    workers do not end on one long unit the other waits for; a unit's tests keep their order."""
+    slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-slow[work_unit(item.nodeid)], order[id(item)]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 @dataclass
