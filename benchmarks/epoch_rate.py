@@ -45,8 +45,9 @@ from pipeline.augment.view_maker import build_view_maker  # noqa: E402
 from pipeline.build import build_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.photos import iter_photos  # noqa: E402
+from pipeline.methods import METHODS  # noqa: E402
 from pipeline.schedules import scaled_lr  # noqa: E402
-from pipeline.schema import split_groups, validate  # noqa: E402
+from pipeline.schema import validate  # noqa: E402
 from pipeline.train.loop import optimisation_step, to_device  # noqa: E402
 from pipeline.train.optim import build_optimizer  # noqa: E402
 from pipeline.train.precision import resolve_precision  # noqa: E402
@@ -60,8 +61,7 @@ def photos_config(overrides: list[str]) -> dict:
     """The pretraining config for one worker on Photos, with the values prepare.resolve derives (BN groups)."""
     cfg = compose_config(["data=photos", "trainer.num_workers=1", *overrides])
     validate(cfg)
-    if cfg["method"]["kind"] == "moco":
-        cfg["method"]["bn_splits"] = split_groups(cfg["method"], 1)
+    METHODS[cfg["method"]["kind"]].complete(cfg)
     return cfg
 
 

@@ -64,7 +64,7 @@ def main() -> int:
     cfg = compose_config([])
     split = args.split
     if split is None:
-        cfg = resolve(cfg)  # makes the demo's data when missing
+        resolve(cfg)  # makes the demo's data when missing
         split = cfg["data"]["train"]
     mean, std = [0.5] * 3, [0.25] * 3
     model = {"backbone": args.backbone, "cifar_stem": not args.no_cifar_stem, "width": args.width}
@@ -122,8 +122,8 @@ def main() -> int:
 
 
 def _columns(split: str) -> set[str]:
+    from pipeline.data.manifest import read_manifest
     from pipeline.data.reader import iter_samples
-    from pipeline.data.shards import read_manifest
 
     return set(next(iter(iter_samples(read_manifest(split)[1]))))
 

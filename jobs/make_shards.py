@@ -84,22 +84,26 @@ def main(argv: list[str]) -> int:
             print(f"{split}: {n['images']} images, {n['objects']} boxes -> {out / split}/annotations.json and images/")
         return 0
 
-    from pipeline.data import shards  # after argument checks: importing torch takes seconds
-
+    # each source's module is imported after the argument checks, and only the chosen one: Spirograph's imports torch,
+    # which takes seconds
     try:
         if args["source"] == "spirograph":
-            manifests = shards.make_spirograph_splits(
+            from pipeline.data.spirograph_shards import make_spirograph_splits
+
+            manifests = make_spirograph_splits(
                 args["output"], args["n"], args["n_val"], args["seed"], args["size"], args["maxcount"]
             )
         elif args["source"] == "cifar":
+            from pipeline.data.cifar import make_cifar_split
+
             manifests = {
-                args["split"]: shards.make_cifar_split(
-                    args["input"], args["output"], args["split"], maxcount=args["maxcount"]
-                )
+                args["split"]: make_cifar_split(args["input"], args["output"], args["split"], maxcount=args["maxcount"])
             }
         else:
+            from pipeline.data.imagefolder import make_imagefolder_split
+
             manifests = {
-                args["split"]: shards.make_imagefolder_split(
+                args["split"]: make_imagefolder_split(
                     args["input"], args["output"], args["split"], maxcount=args["maxcount"], seed=args["seed"]
                 )
             }

@@ -188,9 +188,9 @@ def run_sweep_for_report(name: str, args: list[str]) -> dict:
 
     argv = [f"+sweep={name}", *args]
     try:
-        cfg, full, dims = prepare(argv)
+        cfg, full, dims, plan = prepare(argv)
         print(f"[reproductions] sweep {name}: {cfg['run']['name']}", flush=True)
-        out = run_sweep(cfg, full, dims)
+        out = run_sweep(cfg, full, dims, plan)
     except (ConfigError, RunBusy) as e:
         fail(f"sweep {name}: {e}")
     run = MlflowClient(cfg["tracking"]["uri"]).get_run(out["run_id"])
@@ -263,7 +263,7 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
         plugins = compose_config([*overrides, *scale]).get("plugin") or {}
         extra = [e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins]
         cfg = compose_config([*overrides, *scale, *extra])
-        cfg = resolve(cfg)
+        plan = resolve(cfg)
     except ConfigError as e:
         fail(f"{label}: {e}")
     t0 = time.monotonic()
@@ -271,7 +271,7 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     out = finished_run(cfg)
     if out is None:
         try:
-            out = pretrain(cfg)
+            out = pretrain(cfg, plan)
         except (ConfigError, RunBusy) as e:  # the cluster cannot hold it, or the same run is going elsewhere
             fail(f"{label}: {e}")
         out["minutes"] = (time.monotonic() - t0) / 60

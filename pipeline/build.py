@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from typing import Callable, cast
 
+from pipeline.fields import check_model
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract
 from pipeline.plugins import PLUGINS, build_plugin
+
+
+def check_method(cfg: dict) -> None:
+    """The method's own keys against its `Settings`, then its `check` of the rest of the config: ConfigError with
+    one line."""
+    method = METHODS[cfg["method"]["kind"]]
+    check_model(method.Settings, cfg["method"], root="method")
+    method.check(cfg)
 
 
 def check_plugins(cfg: dict) -> None:
@@ -27,12 +36,8 @@ def check_plugins(cfg: dict) -> None:
                 f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})"
             )
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
-    if "clsa" in (cfg.get("plugin") or {}):
-        from pipeline.augment.view_maker import image_recipe
-
-        aug = cfg["augment"]
-        if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
-            raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
+        check_model(PLUGINS[name].Settings, cfg["plugin"][name] or {}, root=f"plugin.{name}")
+        PLUGINS[name].check(cfg)  # what it asks of the rest of the config
     for name in cfg.get("plugin") or {}:
         build_plugin(name, cfg)  # constructors check their own settings
 

@@ -29,14 +29,15 @@ def load_method_state(method: nn.Module, state: dict) -> None:
     method.load_state_dict(state)
 
 
-def save(directory: str | Path, method: nn.Module, optimizer, epoch: int, step: int, cfg: dict) -> Path:
-    """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt."""
+def save(
+    directory: str | Path, method: nn.Module, optimizer, epoch: int, step: int, cfg: dict, plan: dict | None = None
+) -> Path:
+    """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt. `plan`: the
+    run's plan (pipeline.plan.RunPlan.as_dict), its MLflow run among it."""
     path = Path(directory) / STATE_FILE
     tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step, "cfg": cfg},
-        tmp,
-    )
+    state = {"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step}
+    torch.save({**state, "cfg": cfg, "plan": plan}, tmp)
     tmp.replace(path)
     return path
 

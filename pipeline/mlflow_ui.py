@@ -146,11 +146,12 @@ def log_detection_datasets(data: dict) -> list:
     return datasets
 
 
-def log_datasets(cfg: dict) -> list:
+def log_datasets(cfg: dict, num_train_samples: int | None = None) -> list:
     """Log the config's train and validation splits as the active run's dataset inputs; returns the datasets.
+    `num_train_samples`: the train split's count where it differs from its manifest's (bad shards left out).
     Data without a readable manifest is left out (the job itself says so if it needs it)."""
 
-    from pipeline.data.shards import read_manifest
+    from pipeline.data.manifest import read_manifest
 
     datasets: list = []
     contexts: list[str | None] = []
@@ -162,7 +163,7 @@ def log_datasets(cfg: dict) -> list:
             manifest, _ = read_manifest(location)
         except (OSError, ValueError):
             continue
-        n = cfg.get("runtime", {}).get("num_train_samples") if split == "train" else None
+        n = num_train_samples if split == "train" else None
         datasets.append(split_dataset(str(location), manifest, n))
         contexts.append(context)
     if datasets:
@@ -248,7 +249,7 @@ def append_description(run_id: str, text: str) -> None:
 # ---------------------------------------------------------------- system metrics
 
 
-def start_system_metrics(cfg: dict, node_id: str | None, resume: bool):
+def start_system_metrics(cfg: dict, run_id: str, tracking_uri: str, node_id: str | None, resume: bool):
     """MLflow's system-metrics sampler (CPU, memory, disk, network; GPU utilisation and memory where NVML finds
     a GPU) logging into the job's run from this process's node, every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
     seconds (10 by default); None with tracking.system_metrics=false. `node_id` names the node in the metric
@@ -262,10 +263,7 @@ def start_system_metrics(cfg: dict, node_id: str | None, resume: bool):
     if not cfg.get("verbose"):  # its start and stop lines ("Started monitoring system metrics") reach the console
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
-    rt = cfg["runtime"]
-    monitor = SystemMetricsMonitor(
-        rt["mlflow_run_id"], node_id=node_id, resume_logging=resume, tracking_uri=rt["tracking_uri"]
-    )
+    monitor = SystemMetricsMonitor(run_id, node_id=node_id, resume_logging=resume, tracking_uri=tracking_uri)
     monitor.start()
     return monitor
 

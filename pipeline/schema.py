@@ -3,40 +3,46 @@
 `validate(cfg)` checks, in this order, and raises `pipeline.config.ConfigError` with one line naming the key,
 its value and what is allowed (`train.epochs=abc: expected an integer >= 1`):
 
-1. types, ranges and choices of every key the jobs read (pydantic models below, strict: `train.epochs=abc`,
-   `=1.5` or `=true` is not an integer). Unknown keys are allowed (plug-ins, presets and newer keys add some);
-2. relations between keys: the global batch over the workers, MoCo's BN groups in the per-worker batch, the
-   kNN k against its bank, the smallest image the backbone takes, torch.compile against InvCLR's penalty;
+1. types, ranges and choices of every key the jobs read (pydantic models below and pipeline.fields, strict:
+   `train.epochs=abc`, `=1.5` or `=true` is not an integer), `method.kind` a registered method (the method's
+   own keys are its `Settings`', step 8). Unknown keys are allowed (plug-ins, presets and newer keys add some);
+2. relations between keys: the global batch over the workers, the kNN k against its bank, the smallest image
+   the backbone takes;
 3. the augmentation recipe (its own checks: probabilities in [0, 1], view sizes, unknown keys);
 4. paths: paths.root, paths.data, paths.runs, trainer.storage and gallery.out neither are nor lie under an
    existing file, and can be created where they are missing;
 5. the tracking store: a SQLite store (the default `<paths.runs>/mlflow.db`, or tracking.uri=sqlite:///...)
    that exists must be a readable, uncorrupted SQLite database (opened read-only; never created here);
-6. plug-ins (their constructors check their constants; torch is imported only when plug-ins are used);
+6. the plug-ins: each one's fit to the method, its `Settings`, its `check` (CLSA's strong views, InvCLR's penalty
+   against torch.compile) and its constructor (torch is imported only when plug-ins are used);
 7. the data folders: a local data.train / data.val must exist, except the managed Spirograph folders, which
    are generated (pipeline.train.prepare.prepare_data reads the manifests, checks every shard and the
-   Spirograph provenance).
+   Spirograph provenance);
+8. the method: its `Settings` and `check` (MoCo's BN groups in the per-worker batch), which import it and torch.
 
-It starts nothing and creates nothing (no folder, no MLflow store, no Ray), and for a config without
-plug-ins imports no torch, so a bad command line is answered in about a second. Called by
+It starts nothing and creates nothing (no folder, no MLflow store, no Ray). Steps 1-5 and 7 import no torch, so
+a bad command line is answered in about a second. Called by
 pipeline.train.prepare.resolve (every training job) and by jobs/gallery.py; any job can call it on the config
 `pipeline.config.cli` returns.
 """
 
-import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Optional, Union
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from pipeline.config import ConfigError
 from pipeline.data.formats import ON_BAD_SHARD
+from pipeline.fields import Allowed, Bool, Choice, Int, Num, Nums, Section, Str, bad, check_model, field, show
+from pipeline.methods import METHODS
+from pipeline.methods.settings import MethodSettings
+from pipeline.registry import RegistryError
 
-# Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries.
-METHOD_KINDS = ("moco", "mocov3", "simclr", "byol", "simsiam", "supcon", "dino")  # pipeline.methods.METHODS
+# Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries. Method kinds
+# are the method registry's names (pipeline.methods.METHODS: the project's and installed packages').
 BACKBONES = ("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_s16", "vit_b16")  # models.backbones.BACKBONES
 OPTIMIZERS = ("sgd", "lars", "adamw")  # pipeline.train.optim.build_optimizer
 # The backbone's total downsampling: an image smaller than this leaves the last stage less than one pixel
@@ -52,94 +58,24 @@ def _stride(model: dict) -> int:
     return STRIDE[bool(model["cifar_stem"])]
 
 
-# ----------------------------------------------------------------------------- field types
-
-
-def _show(value: Any) -> str:
-    """A value as it is written on the command line."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value if value.strip() and value == value.strip() else repr(value)
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, default=str).replace('"', "")
-    return str(value)
-
-
-class _Allowed:
-    """What a field allows, in words, carried in its annotation for the error line."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-
-def _field(base: Any, text: str, null: bool) -> Any:
-    return Annotated[Optional[base] if null else base, _Allowed(text + (" or null" if null else ""))]
-
-
-def _bounds(ge=None, gt=None, le=None, lt=None) -> str:
-    if ge is not None and (le is not None or lt is not None):
-        return f" in [{ge}, {le if le is not None else lt}{']' if le is not None else ')'}"
-    parts = [f"{op} {v}" for op, v in ((">=", ge), (">", gt), ("<=", le), ("<", lt)) if v is not None]
-    return " " + " and ".join(parts) if parts else ""
-
-
-def Int(ge: int | None = None, *, null: bool = False) -> Any:
-    return _field(Annotated[StrictInt, Field(ge=ge)], "an integer" + _bounds(ge=ge), null)
-
-
-def Num(*, ge=None, gt=None, le=None, lt=None, null: bool = False) -> Any:
-    # StrictFloat takes ints too (base_lr=1), but not strings or booleans
-    return _field(
-        Annotated[StrictFloat, Field(ge=ge, gt=gt, le=le, lt=lt)],
-        "a number" + _bounds(ge=ge, gt=gt, le=le, lt=lt),
-        null,
-    )
-
-
-def Bool(*, null: bool = False) -> Any:
-    return _field(StrictBool, "true or false", null)
-
-
-def Str(*, null: bool = False) -> Any:
-    return _field(Annotated[StrictStr, Field(min_length=1)], "a non-empty string", null)
-
-
-def Choice(*values: Any, null: bool = False) -> Any:
-    return _field(Literal[values], "one of " + ", ".join(_show(v) for v in values), null)
-
-
-def Nums(n: int, *, gt=None) -> Any:
-    item = Annotated[StrictFloat, Field(gt=gt)]
-    return _field(
-        Annotated[list[item], Field(min_length=n, max_length=n)], f"a list of {n} numbers" + _bounds(gt=gt), False
-    )
-
-
 # ----------------------------------------------------------------------------- the config's sections
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class Run(_Section):
+class Run(Section):
     # a folder and lock-file name: no "/"; a number (run.name=7) is fine
     name: Annotated[
         Union[Annotated[StrictStr, Field(pattern=r"^[^/\\]+$")], StrictInt, None],
-        _Allowed("a name without '/' or null"),
+        Allowed("a name without '/' or null"),
     ] = None
 
 
-class Paths(_Section):
+class Paths(Section):
     root: Str()
     data: Str()
     runs: Str()
 
 
-class Tracking(_Section):
+class Tracking(Section):
     uri: Str(null=True) = None
     experiment: Str()
     log_every: Int(1)
@@ -147,7 +83,7 @@ class Tracking(_Section):
     system_metrics: Bool() = True
 
 
-class Model(_Section):
+class Model(Section):
     backbone: Choice(*BACKBONES)
     cifar_stem: Bool()
     width: Int(1)
@@ -160,7 +96,7 @@ class Model(_Section):
     vit_init: Choice("torchvision", "mocov3", "dino") = "torchvision"  # ViTs: whose initialisation
 
 
-class Train(_Section):
+class Train(Section):
     epochs: Int(1)
     batch_size: Int(1)
     checkpoint_every: Int(1)
@@ -175,11 +111,11 @@ class Train(_Section):
 # custom resources a worker or actor also asks for: a node type's label ({gpu_node: 1}), which places it
 Resources = Annotated[
     Optional[dict[StrictStr, Annotated[StrictFloat, Field(gt=0)]]],
-    _Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
+    Allowed("a map of resource name to a number > 0 ({gpu_node: 1}) or null"),
 ]
 
 
-class Knn(_Section):
+class Knn(Section):
     every: Int(0)
     k: Int(1)
     temperature: Num(gt=0)
@@ -187,17 +123,17 @@ class Knn(_Section):
     val_size: Int(1)
 
 
-class ProbeSgd(_Section):
+class ProbeSgd(Section):
     epochs: Int(1)
     lr: Num(gt=0)
-    milestones: Annotated[list[StrictInt], _Allowed("a list of epochs")]
+    milestones: Annotated[list[StrictInt], Allowed("a list of epochs")]
     gamma: Num(gt=0, le=1)
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
     batch_size: Int(1)
 
 
-class Probe(_Section):
+class Probe(Section):
     checkpoint: Str(null=True) = None
     after_pretrain: Bool()
     steps: Int(1)
@@ -213,35 +149,35 @@ class Probe(_Section):
     actor_resources: Resources = None
 
 
-class FeatureAveraging(_Section):
+class FeatureAveraging(Section):
     m: Int(0)
 
 
-class Invariance(_Section):
+class Invariance(Section):
     enabled: Bool()
     copies: Int(2)
     samples: Int(2)
 
 
-class Eval(_Section):
+class Eval(Section):
     knn: Knn
     probe: Probe
     feature_averaging: FeatureAveraging
     invariance: Invariance
 
 
-class Gallery(_Section):
+class Gallery(Section):
     n_images: Int(1)
     out: Str(null=True) = None
     at_pretrain: Bool()
 
 
-class Debug(_Section):
+class Debug(Section):
     fail_at_epoch: Int(0, null=True) = None
     fail_marker: Str(null=True) = None
 
 
-class Trainer(_Section):
+class Trainer(Section):
     num_workers: Int(1)
     use_gpu: Bool()
     cpus_per_worker: Num(gt=0)
@@ -260,7 +196,7 @@ class Trainer(_Section):
     grad_compression: Choice("bf16", null=True) = None  # DDP's gradient all-reduce in bf16: half the bytes
 
 
-class Optim(_Section):
+class Optim(Section):
     name: Choice(*OPTIMIZERS)
     base_lr: Num(gt=0)
     momentum: Num(ge=0, lt=1)
@@ -273,7 +209,7 @@ class Optim(_Section):
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 
 
-class Generate(_Section):
+class Generate(Section):
     n_train: Int(1)
     n_val: Int(1)
     size: Int(8)
@@ -281,12 +217,12 @@ class Generate(_Section):
     maxcount: Int(1)
 
 
-class Data(_Section):
+class Data(Section):
     name: Str()
     train: Str()
     val: Str()
     task: Choice("classification", "regression")
-    targets: _field(
+    targets: field(
         Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)],
         "a non-empty list of names",
         True,
@@ -298,57 +234,7 @@ class Data(_Section):
     on_bad_shard: Choice(*ON_BAD_SHARD) = "fail"
 
 
-class Head(_Section):
-    num_layers: Int(1, null=True)  # null: the method's choice (MoCo v3: by backbone)
-    hidden_dim: Int(1, null=True) = None
-    out_dim: Int(1) = 128
-    bn: Bool()
-    bottleneck_dim: Int(1) = 256  # DINO's head
-
-
-class Predictor(_Section):
-    num_layers: Int(1)
-    hidden_dim: Int(1, null=True) = None
-    bn: Bool()
-
-
-def split_groups(m: dict, workers: int) -> int:
-    """method.bn_splits resolved: `auto` is 4 where the key encoder's BN splits within a worker (key_bn split, or
-    auto on one worker), else 1."""
-    splits = m.get("bn_splits", "auto")
-    if splits != "auto":
-        return int(splits)
-    key = m.get("key_bn") or "auto"
-    return 4 if key == "split" or (key == "auto" and workers == 1) else 1
-
-
-class Method(_Section):
-    kind: Choice(*METHOD_KINDS)
-    name: Str()
-    temperature: Num(gt=0, null=True) = None
-    momentum: Num(ge=0, le=1, null=True) = None
-    momentum_cosine: Bool(null=True) = None
-    symmetric: Bool(null=True) = None
-    queue_size: Int(1, null=True) = None
-    bn_splits: Annotated[
-        Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]], _Allowed("auto or an integer >= 1")
-    ] = "auto"
-    key_bn: Choice("auto", "shuffle", "shuffle_node", "sync", "split", null=True) = None  # MoCo v1/v2 (key_bn.py)
-    head: Optional[Head] = None
-    predictor: Optional[Predictor] = None
-    fix_predictor_lr: Bool() = False  # SimSiam's --fix-pred-lr: the predictor's lr stays at the peak
-    random_patch_projection: Bool() = True  # MoCo v3 on a ViT
-    # DINO
-    student_temperature: Num(gt=0, null=True) = None
-    teacher_temperature: Num(gt=0, null=True) = None
-    warmup_teacher_temperature: Num(gt=0, null=True) = None
-    warmup_teacher_epochs: Num(ge=0, null=True) = None
-    center_momentum: Num(ge=0, lt=1, null=True) = None
-    freeze_last_layer_epochs: Num(ge=0, null=True) = None
-    clip_grad: Num(gt=0, null=True) = None
-
-
-class Augment(_Section):
+class Augment(Section):
     # the recipe's own keys (sizes, probabilities, ops) are checked by the recipe (check_augment)
     name: Str()
     kind: Choice("views", "spirograph") = "views"
@@ -356,7 +242,7 @@ class Augment(_Section):
     device: Choice("auto", "cpu", "gpu") = "auto"
 
 
-class Config(_Section):
+class Config(Section):
     seed: Int(0)
     verbose: Bool() = False
     run: Run
@@ -370,15 +256,17 @@ class Config(_Section):
     trainer: Trainer
     optim: Optim
     data: Data
-    method: Method
+    method: MethodSettings  # the shared keys; the method's own: check_method (step 8)
     augment: Augment
 
 
 # ----------------------------------------------------------------------------- validate
 
 
-def validate(cfg: dict) -> None:
-    """Check the whole composed config (see the module docstring); ConfigError with one line, or None."""
+def validate(cfg: dict, method: bool = True) -> None:
+    """Check the whole composed config (see the module docstring); ConfigError with one line, or None.
+    method=False: all but step 8 (the method's own checks, which import torch); the caller runs check_method when
+    it is time (pipeline.train.prepare.resolve: after the shards' checks)."""
     _check_types(cfg)
     _check_relations(cfg)
     check_augment(cfg["augment"])
@@ -386,67 +274,21 @@ def validate(cfg: dict) -> None:
     _check_tracking(cfg)
     _check_plugins(cfg)
     _check_data(cfg)
+    if method:
+        check_method(cfg)
 
 
 BOTTLENECK_RESNETS = ("resnet50", "resnet101", "resnet152")  # their shortcuts see 4x the width
 
 
-def bad(key: str, value: Any, allowed: str) -> ConfigError:
-    """The one-line error for a key: `key=value: allowed`."""
-    return ConfigError(f"{key}={_show(value)}: {allowed}")
-
-
-_MISSING = object()
-
-
-def _get(cfg: dict, keys: list[str]) -> Any:
-    node: Any = cfg
-    for k in keys:
-        if not isinstance(node, dict) or k not in node:
-            return _MISSING
-        node = node[k]
-    return node
-
-
-def _section_model(annotation: Any) -> type[BaseModel] | None:
-    candidates = getattr(annotation, "__args__", None) or (annotation,)
-    for c in candidates:
-        if isinstance(c, type) and issubclass(c, BaseModel):
-            return c
-    return None
-
-
 def _check_types(cfg: dict) -> None:
     check_model(Config, cfg)
-
-
-def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
-    """Validate `data` against a section model; ConfigError with one line naming the first bad key (prefixed
-    with `root`, e.g. "sweep"), its value and what the field allows."""
     try:
-        model.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        if err["type"] == "extra_forbidden":
-            where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
-            raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
-        m: type[BaseModel] | None  # a section's model; None past the config keys
-        keys, allowed, m = [], None, model
-        for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
-            if m is None or not isinstance(part, str) or part not in m.model_fields:
-                break
-            info = m.model_fields[part]
-            keys.append(part)
-            allowed = next((a.text for a in info.metadata if isinstance(a, _Allowed)), None)
-            m = _section_model(info.annotation)
-            if m is not None:
-                allowed = "a mapping of keys"
-        key = ".".join([root] * bool(root) + keys) or root or "config"
-        what = f"expected {allowed}" if allowed else err["msg"]
-        value = _get(data, keys)
-        if value is _MISSING:
-            raise ConfigError(f"{key} is missing: {what}") from None
-        raise bad(key, value, what) from None
+        kinds = METHODS.names()
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+    if cfg["method"]["kind"] not in kinds:
+        raise bad("method.kind", cfg["method"]["kind"], "expected one of " + ", ".join(kinds))
 
 
 def _check_relations(cfg: dict) -> None:
@@ -458,31 +300,8 @@ def _check_relations(cfg: dict) -> None:
             t["batch_size"],
             f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}",
         )
-    local_bs = t["batch_size"] // workers
-    if m["kind"] == "moco":
-        key = m.get("key_bn") or "auto"
-        if key in ("sync", "shuffle_node") and workers < 2:
-            raise bad(
-                "method.key_bn",
-                key,
-                "needs 2 or more workers (trainer.num_workers): one worker shares its statistics with nobody; use "
-                "split (BN groups within the worker) or auto",
-            )
-        splits = split_groups(m, workers)
-        if key == "sync" and splits != 1:
-            raise bad("method.bn_splits", splits, "must be 1 with method.key_bn=sync (the key encoder's BN is synced)")
-        if key == "split" and splits < 2:
-            raise bad("method.bn_splits", splits, "must be 2 or more with method.key_bn=split (its BN groups)")
-        if local_bs % splits:
-            raise bad(
-                "method.bn_splits",
-                m.get("bn_splits", "auto"),
-                f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
-                f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
-                f"method.bn_splits to a divisor of {local_bs}",
-            )
     if m.get("fix_predictor_lr") and not m.get("predictor"):
-        raise bad("method.fix_predictor_lr", True, f"method={m['name']} has no predictor (SimSiam, BYOL, MoCo v3 do)")
+        raise bad("method.fix_predictor_lr", True, f"method={m['name']} has no predictor (method.predictor)")
     stride = _stride(model)
     if data["image_size"] < stride:
         raise bad(
@@ -490,7 +309,7 @@ def _check_relations(cfg: dict) -> None:
             data["image_size"],
             f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
             + (
-                f"model.cifar_stem={_show(model['cifar_stem'])}"
+                f"model.cifar_stem={show(model['cifar_stem'])}"
                 if model["backbone"] not in VIT_PATCH
                 else f"{model['backbone']}'s patches"
             ),
@@ -507,17 +326,6 @@ def _check_relations(cfg: dict) -> None:
                     if model["backbone"] in VIT_PATCH
                     else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
                 )
-    if m["kind"] == "dino":
-        for key in (
-            "student_temperature",
-            "teacher_temperature",
-            "warmup_teacher_temperature",
-            "warmup_teacher_epochs",
-            "center_momentum",
-            "freeze_last_layer_epochs",
-        ):
-            if m.get(key) is None:
-                raise bad(f"method.{key}", None, "DINO needs it (conf/method/dino.yaml)")
     if data["task"] == "regression" and not data.get("targets"):
         raise bad("data.targets", data.get("targets"), "a regression task needs its target names")
     knn = cfg["eval"]["knn"]
@@ -543,11 +351,6 @@ def _check_relations(cfg: dict) -> None:
                 f"stride-2 shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; "
                 f"a crash or wrong gradients); use model.width >= 16, or leave train.{key} at its default",
             )
-    if t.get("compile") and float(((cfg.get("plugin") or {}).get("invclr") or {}).get("lam", 0) or 0) > 0:
-        raise ConfigError(
-            "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
-            "backward): drop train.compile or set plugin.invclr.lam=0"
-        )
     if aug.get("kind", "views") == "spirograph":
         for part, spec in (aug.get("joint") or {}).items():
             if isinstance(spec, dict) and spec.get("beta") is not None:
@@ -670,13 +473,25 @@ def sqlite_problem(path: Path) -> str | None:
     return None
 
 
+def check_method(cfg: dict) -> None:
+    """The method's own settings and checks (its `Settings`, `check`: pipeline.build); they import the method, and
+    so torch."""
+    from pipeline import build  # torch: only once the cheap checks have passed
+
+    build.check_method(cfg)
+
+
 def _check_plugins(cfg: dict) -> None:
+    """The plug-ins' settings and checks, and their fit to the method (pipeline.build): torch is imported only
+    when plug-ins are used."""
     if not cfg.get("plugin"):
         return
-    from pipeline.build import check_plugins
+    from pipeline.build import check_plugins  # torch
 
     try:
         check_plugins(cfg)
+    except ConfigError:  # a settings key named in full: plugin.<name>.<key>=...
+        raise
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"plugin: {e}") from None
 

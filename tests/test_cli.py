@@ -5,11 +5,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 
 from pipeline.config import ConfigError, compose_config
+from pipeline.plan import RunPlan
 from pipeline.train.prepare import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +114,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
         ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
         ("method.key_bn=bogus", "method.key_bn=bogus: expected one of auto, shuffle, shuffle_node, sync, split"),
+        ("method.kind=bogus", "method.kind=bogus: expected one of moco, mocov3, simclr, byol, simsiam, supcon, dino"),
         ("method.key_bn=split method.bn_splits=1", "method.bn_splits=1: must be 2 or more with method.key_bn=split"),
         ("method.key_bn=sync method.bn_splits=2", "method.bn_splits=2: must be 1 with method.key_bn=sync"),
         ("trainer.num_workers=1 method.key_bn=sync", "method.key_bn=sync: needs 2 or more workers"),
@@ -121,6 +124,9 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("data.on_bad_shard=ignore", "data.on_bad_shard=ignore: expected one of fail, skip"),
         ("data.generate.n_train=many", "data.generate.n_train=many: expected an integer >= 1"),
         ("method.head.out_dim=0", "method.head.out_dim=0: expected an integer >= 1"),
+        ("method.queue_size=0", "method.queue_size=0: expected an integer >= 1"),  # MoCo's own Settings
+        ("method=dino method.center_momentum=1", "method.center_momentum=1: expected a number in [0, 1)"),  # DINO's
+        ("method=simclr method.temperature=null", "method.temperature=null: expected a number > 0"),
         ("augment.joint.crop.beta=0", "augment.joint.crop.beta=0: null with augment=spirograph"),
         ("trainer.storage=/proc/version/ray", "trainer.storage=/proc/version/ray: lies under the file /proc/version"),
         ("tracking.system_metrics=sometimes", "tracking.system_metrics=sometimes: expected true or false"),
@@ -157,6 +163,7 @@ def test_channels_last_on_the_cpu_is_refused_where_onednn_would_corrupt_the_shor
 
 @pytest.mark.parametrize("group", ["experiment", "method", "augment", "data", "optim"])
 def test_the_schema_takes_every_shipped_option(tmp_path, group):
+    from pipeline.build import check_method
     from pipeline.schema import _check_relations, _check_types, check_augment
 
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
@@ -169,16 +176,19 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
         _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
         _check_relations(cfg)
         check_augment(cfg["augment"])
+        check_method(cfg)  # the method's own Settings and checks
     assert list(tmp_path.iterdir()) == []
 
 
 def test_schema_choices_match_the_registries():
     from pipeline.methods import METHODS
+    from pipeline.methods.base import Method
     from pipeline.models import backbones
-    from pipeline.schema import BACKBONES, METHOD_KINDS, OPTIMIZERS, VIT_PATCH
+    from pipeline.schema import BACKBONES, OPTIMIZERS, VIT_PATCH
     from pipeline.train.optim import build_optimizer
 
-    assert set(METHOD_KINDS) == set(METHODS) and set(BACKBONES) == set(backbones.BACKBONES)
+    assert all(issubclass(METHODS[kind], Method) for kind in METHODS)  # every registered path loads
+    assert set(BACKBONES) == set(backbones.BACKBONES)
     assert VIT_PATCH == {name: spec[0] for name, spec in backbones.VITS.items()}
     import torch
 
@@ -233,25 +243,30 @@ def test_resolve_derives_runtime(tmp_path):
     cfg = compose_config(
         [f"paths.root={tmp_path}", "data.generate.n_train=600", "data.generate.n_val=100", "train.batch_size=128"]
     )
-    out = resolve(cfg)
-    assert out["trainer"]["num_workers"] == 2  # the embedded default: two workers, one thread each
-    assert out["runtime"]["steps_per_epoch"] == (600 // 2) // 64
-    assert out["method"]["bn_splits"] == 1  # shuffle-BN across the two workers
-    one = resolve(
-        compose_config(
-            [
-                f"paths.root={tmp_path}",
-                "data.generate.n_train=600",
-                "data.generate.n_val=100",
-                "train.batch_size=128",
-                "trainer.num_workers=1",
-            ]
-        )
+    plan = resolve(cfg)
+    assert cfg["trainer"]["num_workers"] == plan.workers == 2  # the embedded default: two workers, one thread each
+    assert plan.local_batch == 64 and plan.num_train_samples == 600
+    assert plan.steps_per_epoch == (600 // 2) // 64 and plan.total_steps == plan.steps_per_epoch * plan.epochs
+    assert plan.warmup_steps == plan.steps_per_epoch * cfg["optim"]["warmup_epochs"]
+    assert cfg["method"]["bn_splits"] == 1  # shuffle-BN across the two workers
+    one = compose_config(
+        [
+            f"paths.root={tmp_path}",
+            "data.generate.n_train=600",
+            "data.generate.n_val=100",
+            "train.batch_size=128",
+            "trainer.num_workers=1",
+        ]
     )
+    assert resolve(one).steps_per_epoch == 600 // 128
     assert one["method"]["bn_splits"] == 4  # one worker: split-BN groups
-    assert out["runtime"]["lr"] == pytest.approx(out["optim"]["base_lr"] * 128 / 256)
+    assert plan.lr == pytest.approx(cfg["optim"]["base_lr"] * 128 / 256)
+    with pytest.raises(FrozenInstanceError):  # one plan, computed once: nothing changes it later
+        plan.lr = 1.0  # type: ignore[misc]
+    # a checkpoint's record of it reads back as the same plan
+    assert RunPlan.from_dict(plan.as_dict()) == plan
     # the managed folder of these data.generate settings: data/spirograph-<hash of data.generate>/
-    train = Path(out["data"]["train"])
+    train = Path(cfg["data"]["train"])
     assert (train / "manifest.json").exists() and train.parent.parent == tmp_path / "data"
     assert train.parent.name.startswith("spirograph-") and train.name == "train"
 
@@ -273,13 +288,12 @@ def test_changed_generate_settings_never_reuse_old_data(tmp_path):
             ]
         )
 
-    first = resolve(cfg(300))
-    assert first["runtime"]["num_train_samples"] == 300
-    second = resolve(cfg(400))
-    assert second["runtime"]["num_train_samples"] == 400
+    first, second = cfg(300), cfg(400)
+    assert resolve(first).num_train_samples == 300
+    assert resolve(second).num_train_samples == 400
     assert second["data"]["train"] != first["data"]["train"]
     assert second["run"]["name"] != first["run"]["name"]
-    from pipeline.data.shards import read_manifest
+    from pipeline.data.manifest import read_manifest
 
     made, _ = read_manifest(second["data"]["train"])
     assert made["num_samples"] == 400

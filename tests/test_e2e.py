@@ -290,7 +290,8 @@ def _imagefolder(root: Path, n_per_class: int, seed: int) -> Path:
 
 
 def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp_path):
-    from pipeline.data.shards import iter_imagefolder, write_split
+    from pipeline.data.imagefolder import iter_imagefolder
+    from pipeline.data.shards import write_split
 
     src = _imagefolder(tmp_path / "src" / "train", 48, 0)
     _imagefolder(tmp_path / "src" / "val", 16, 1)

@@ -1,5 +1,6 @@
 """Imports go one way: from the jobs' layers (tune, train, eval, detect) down to the pieces (build, then methods
-and plug-ins, then models, augment, data), never up; plug-ins see the methods only through their StepContext."""
+and plug-ins, then losses, models, augment, data), never up; plug-ins see the methods only through their StepContext.
+The losses are pure functions of tensors: they import no other pipeline package."""
 
 import ast
 from pathlib import Path
@@ -12,6 +13,7 @@ FORBIDDEN = {  # package -> the pipeline packages it must not import
     "models": TOP | {"build", "methods", "plugins", "augment", "data"},
     "methods": TOP | {"build", "plugins", "augment", "data"},
     "plugins": TOP | {"build"},
+    "losses": TOP | {"build", "methods", "plugins", "models", "augment", "data"},
     "build": TOP,
     "eval": {"tune", "train"},
     "train": {"tune"},
@@ -46,6 +48,108 @@ def test_no_module_imports_a_layer_above_it():
     assert not bad, "\n".join(bad)
 
 
+def test_the_losses_import_no_other_pipeline_module():
+    bad = [
+        f"{path.relative_to(PIPELINE.parent)} imports {module}"
+        for path in sorted((PIPELINE / "losses").rglob("*.py"))
+        for module in _imports(path)
+        if not module.startswith("pipeline.losses.")
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def test_the_samplers_do_not_import_each_other_at_load_time():
     joint = _imports(PIPELINE / "augment" / "joint.py")
     assert not any(m.startswith("pipeline.augment.params") for m in joint), joint
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PIPELINE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """pipeline module -> the pipeline modules it imports, at any depth (function-level imports included).
+    `from a.b import c` counts as importing a.b.c where that is a module, else a.b; a module's own packages are
+    left out (Python loads them before it anyway)."""
+    modules = {_module(p): p for p in PIPELINE.rglob("*.py")}
+
+    def owner(name: str) -> str:
+        while name not in modules and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package `level` steps up
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets |= {base} | {f"{base}.{a.name}" for a in node.names}
+        graph[name] = {
+            owner(t)
+            for t in targets
+            if t.split(".")[0] == "pipeline" and owner(t) != name and not name.startswith(owner(t) + ".")
+        }
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules that import each other (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for group in groups:  # walk inside the group from its first module until a module repeats
+        path = [min(group)]
+        while True:
+            nxt = min(w for w in graph[path[-1]] if w in group)
+            if nxt in path:
+                cycles.append([*path[path.index(nxt) :], nxt])
+                break
+            path.append(nxt)
+    return cycles
+
+
+def test_the_import_graph_sees_function_level_imports_and_finds_circles():
+    graph = _import_graph()
+    assert "pipeline.data.manifest" in graph["pipeline.train.prepare"]  # imported inside prepare_data
+    assert "pipeline.data.spirograph" in graph["pipeline.data.spirograph_shards"]  # from pipeline.data import ...
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_no_import_circle_among_pipeline_modules():
+    """A module that imports a module that imports it back, at load or inside a function, is a tangle: each needs
+    the other loaded first. What both need belongs in a lower module of its own."""
+    cycles = _cycles(_import_graph())
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import info_nce, nt_xent, nt_xent_anchors
+from pipeline.losses.contrastive import info_nce, nt_xent, nt_xent_anchors
 
 
 def _unit(*shape, seed):

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline import mlflow_ui, tracking
 from pipeline.data import shards
+from pipeline.data.manifest import read_manifest
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_the_splits_are_logged_as_dataset_inputs_with_digest_source_and_count(st
     train = first["training"]
     assert train.name == "a/train" and train.source_type == "local"
     assert (tmp_path / "a" / "train").as_uri() in train.source
-    manifest, _ = shards.read_manifest(tmp_path / "a" / "train")
+    manifest, _ = read_manifest(tmp_path / "a" / "train")
     assert train.digest == mlflow_ui.split_digest(manifest)[:16]
     assert '"num_samples": 10' in train.profile and '"num_shards": 3' in train.profile
     second = {d.tags[0].value: d.dataset for d in inputs[1]}
@@ -119,12 +120,12 @@ def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, mo
 
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     run_id = tracking.start_or_resume(store, "k", "r", job="pretrain")
-    cfg = {**store, "runtime": {"mlflow_run_id": run_id, "tracking_uri": tracking.tracking_uri(store)}}
+    uri = tracking.tracking_uri(store)
     off = mlflow_ui.start_system_metrics(
-        {**cfg, "tracking": {**store["tracking"], "system_metrics": False}}, None, True
+        {**store, "tracking": {**store["tracking"], "system_metrics": False}}, run_id, uri, None, True
     )
     assert off is None
-    monitor = mlflow_ui.start_system_metrics(cfg, "node1", resume=True)
+    monitor = mlflow_ui.start_system_metrics(store, run_id, uri, "node1", resume=True)
     time.sleep(1.0)
     monitor.finish()
     keys = set(mlflow.MlflowClient().get_run(run_id).data.metrics)

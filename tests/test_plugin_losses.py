@@ -1,23 +1,16 @@
-"""Plug-in regularisers (CO2, CLSA's DDM, InvCLR's gradient penalty and conditional variance) against direct float64
-computations of their equations, looping over the batch (and the queue / the α′ draws)."""
+"""Plug-in regularisers (CO2, CLSA's DDM, InvCLR's gradient penalty) against direct float64 computations of their
+equations, looping over the batch (and the queue / the α′ draws). InvCLR's conditional variance, an evaluation
+metric, is tested in tests/eval/test_invariance.py."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import (
-    co2_consistency,
-    co2_consistency_inbatch,
-    conditional_variance,
-    ddm,
-    gradient_penalty,
-    projection_alpha_grad,
-    rademacher,
-    scalar_projection,
-)
+from pipeline.losses.clsa import ddm
+from pipeline.losses.co2 import co2_consistency, co2_consistency_anchors, co2_consistency_inbatch
+from pipeline.losses.invclr import gradient_penalty, projection_alpha_grad, rademacher, scalar_projection
 
 
 def _unit(*shape, seed):
@@ -200,7 +193,7 @@ def test_ddm_gradient_reaches_strong_query_only():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# InvCLR: F (Eq. 5), conditional variance (Eq. 7), gradient penalty (Eqs. 12-13)
+# InvCLR: F (Eq. 5), gradient penalty (Eqs. 12-13)
 # ---------------------------------------------------------------------------------------------------------------
 
 DX, DA, D = 3, 2, 5
@@ -389,33 +382,7 @@ def test_scalar_projection_matches_eq5():
     torch.testing.assert_close(scalar_projection(z[:, 0], e), got[:, 0])
 
 
-def test_conditional_variance_matches_eq7_and_numpy():
-    Fv = _randn(6, 9, seed=40)
-    got = conditional_variance(Fv).item()
-    assert got == pytest.approx(float(np.var(Fv.numpy(), axis=1, ddof=1).mean()), rel=1e-12)
-    eq7 = 0.0
-    for i in range(6):
-        row = [float(v) for v in Fv[i]]
-        L = len(row)
-        eq7 += (sum(v * v for v in row) / (L - 1) - sum(row) ** 2 / (L * (L - 1))) / 6
-    assert got == pytest.approx(eq7, rel=1e-10)
-
-
-def test_conditional_variance_zero_for_constant_rows():
-    Fv = torch.tensor([[0.3] * 5, [-1.7] * 5, [2.0] * 5], dtype=torch.float64)
-    assert conditional_variance(Fv).item() == pytest.approx(0.0, abs=1e-15)
-    Fv[1, 2] += 0.5
-    assert conditional_variance(Fv).item() > 1e-3
-
-
-def test_conditional_variance_rejects_single_draw():
-    with pytest.raises(ValueError):
-        conditional_variance(torch.zeros(4, 1))
-
-
 def test_co2_anchor_slices_match_the_inbatch_loss():
-    from pipeline.losses import co2_consistency_anchors, co2_consistency_inbatch
-
     g = torch.Generator().manual_seed(4)
     z1, z2 = torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(8, 5, generator=g, dtype=torch.float64)
     full = co2_consistency_inbatch(z1, z2, 0.5)

@@ -130,8 +130,8 @@ def sample_batch(root: str, n: int, scan: int = 32) -> dict[str, np.ndarray]:
     among its first `scan` samples. The first shard alone is often a single class."""
     from itertools import islice
 
+    from pipeline.data.manifest import read_manifest
     from pipeline.data.reader import iter_samples
-    from pipeline.data.shards import read_manifest
 
     _, uris = read_manifest(root)
     picked = sorted(set(np.linspace(0, len(uris) - 1, min(n, len(uris))).round().astype(int).tolist()))

@@ -1,5 +1,5 @@
 """Shard formats shared by the writer, the readers and the config schema (no heavy imports): image member
-extensions, and what to do with a bad shard."""
+extensions, what to do with a bad shard, and the Spirograph generator's layout its manifests record."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ IMAGE_EXTS: tuple[str, ...] = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif"
 
 # data.on_bad_shard: refuse in one line naming the shard, or leave it out, counted and named in a warning
 ON_BAD_SHARD: tuple[str, ...] = ("fail", "skip")
+
+# The Spirograph generator's layout, recorded in its manifests' `source` (pipeline.data.spirograph_shards writes it,
+# pipeline.data.manifest reads it back without importing torch): chunk c of a split (samples c*chunk ...) is drawn
+# with seed + c, and the validation split's seed is the train seed + SPIROGRAPH_VAL_SEED_OFFSET.
+SPIROGRAPH_CHUNK = 1000
+SPIROGRAPH_VAL_SEED_OFFSET = 10**6
 
 # The extension the writer gives each alternative spelling.
 _CANONICAL = {"jpeg": "jpg", "tiff": "tif"}

@@ -13,8 +13,8 @@ from collections import Counter
 
 import numpy as np
 
+from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import Split, image_key, iter_samples, make_split, targets_of
-from pipeline.data.shards import read_manifest
 
 
 def choose(labels: np.ndarray | None, n: int, fraction: float, seed: int, min_count: int = 1) -> np.ndarray:

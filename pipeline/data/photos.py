@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import io
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 from PIL import Image
+
+from pipeline.data.shards import write_split
 
 VERSION = 1  # bump when the sampling changes: manifests of older data are then refused
 SCALES = (0.1, 0.4)  # crop side, as a fraction of the photograph's shorter side
@@ -50,7 +53,7 @@ CLASS_NAMES = list(_LOADERS)
 @lru_cache(maxsize=1)
 def photographs() -> tuple[np.ndarray, ...]:
     """The photographs as uint8 RGB arrays [H, W, 3], in CLASS_NAMES order (loaded once per process)."""
-    import skimage.data
+    import skimage.data  # heavy: loaded when photographs are made, not where a manifest's VERSION is read
 
     out = []
     for name in _LOADERS:
@@ -110,10 +113,6 @@ def make_photo_splits(
 ) -> dict[str, dict]:
     """Write out_root/train and out_root/val as shards with manifests (class names, and the `generate` settings
     that made each split, which pipeline.train.prepare checks against data.generate); returns the manifests."""
-    from pathlib import Path
-
-    from pipeline.data.shards import write_split
-
     manifests = {}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + VAL_SEED_OFFSET)):
         made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}

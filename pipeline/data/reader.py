@@ -10,9 +10,8 @@ from typing import Iterator
 
 import numpy as np
 
-from pipeline.data.formats import IMAGE_EXTS, image_key  # noqa: F401  (one list for the writer and readers)
-from pipeline.data.shards import (
-    ON_BAD_SHARD,
+from pipeline.data.formats import IMAGE_EXTS, ON_BAD_SHARD, image_key  # noqa: F401  (one list for the writer and readers)
+from pipeline.data.manifest import (
     BadShardError,
     check_shards,
     describe_bad,

@@ -3,6 +3,8 @@
 A split folder holds `shard-000000.tar`, `shard-000001.tar`, ... and, once finished, `manifest.json`.
 A sample is a dict {"__key__": str, "<ext>": bytes | str | int | dict, ...}; its members are stored
 adjacently as `<key>.<ext>`, sorted by extension, which is the layout `webdataset` groups by.
+The sources that feed it are pipeline.data.imagefolder, cifar, spirograph_shards and photos; pipeline.data.manifest
+reads a finished split back and checks its shards.
 """
 
 from __future__ import annotations
@@ -11,12 +13,11 @@ import io
 import itertools
 import json
 import os
-import pickle
 import re
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,18 +25,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from pipeline.data.formats import FILE_EXT, IMAGE_EXTS, ON_BAD_SHARD  # noqa: F401  (ON_BAD_SHARD: re-exported)
-
-# torch (for the Spirograph renderer) is imported where it is used: reading manifests and checking shards,
-# which every job does before any work, stay light.
+from pipeline.data.formats import IMAGE_EXTS
 
 MANIFEST = "manifest.json"
 # Records which source/maxcount the shards of an unfinished run belong to, so a resume never
 # mixes shards of two different datasets.
 PARTIAL_MARKER = "_partial.json"
 SHARD_RE = re.compile(r"^shard-(\d{6})\.tar$")
-SPIROGRAPH_CHUNK = 1000
-SPIROGRAPH_VAL_SEED_OFFSET = 10**6
 
 Sample = dict[str, Any]
 # A source is either an iterable of samples or a function start -> iterable beginning at sample `start`
@@ -293,366 +289,8 @@ def write_split(
     return manifest
 
 
-# ---------------------------------------------------------------- sources
-
-
-def _sanitize(stem: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", stem)
-
-
-def imagefolder_classes(root: str | os.PathLike[str]) -> list[str]:
-    """Sorted class folder names; the position in this list is the class index."""
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-
-
-def _image_files(root: Path, classes: list[str], seed: int | None = None) -> list[tuple[Path, int]]:
-    """(file, class index) in sorted (class, file name) order, or in that order permuted with `seed`."""
-    files = []
-    for index, name in enumerate(classes):
-        for entry in sorted(os.scandir(root / name), key=lambda e: e.name):
-            if entry.is_file() and Path(entry.name).suffix.lower() in FILE_EXT:
-                files.append((Path(entry.path), index))
-    if seed is not None:
-        files = [files[i] for i in np.random.default_rng(seed).permutation(len(files))]
-    return files
-
-
-def _is_valid_image(data: bytes) -> bool:
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.verify()
-    except Exception:  # PIL raises many types (OSError, SyntaxError, ValueError...) for bad files
-        return False
-    return True
-
-
-def iter_imagefolder(
-    root: str | os.PathLike, *, start: int = 0, stats: SkipStats | None = None, seed: int | None = None
-) -> Iterator[Sample]:
-    """Samples {"__key__", "<ext>": original bytes, "cls": int} from a class-per-folder tree.
-
-    Files are visited in sorted (class, file name) order, permuted with `seed` unless it is None (so
-    consecutive samples, and hence the samples of a shard, mix the classes); unreadable images are skipped
-    and counted in `stats`. `start` drops the first valid samples (files are still verified so counts stay
-    exact).
-    """
-    root = Path(root)
-    index = 0
-    for path, cls in _image_files(root, imagefolder_classes(root), seed):
-        data = path.read_bytes()
-        if not _is_valid_image(data):
-            if stats is not None:
-                stats.add(str(path))
-            continue
-        if index >= start:
-            ext = FILE_EXT[path.suffix.lower()]
-            yield {"__key__": f"{index:08d}_{_sanitize(path.stem)}", ext: data, "cls": cls}
-        index += 1
-
-
-def _find_cifar(root: Path) -> tuple[Path, str]:
-    for folder in (root, root / "cifar-10-batches-py", root / "cifar-100-python"):
-        if (folder / "batches.meta").is_file():
-            return folder, "cifar10"
-        if (folder / "meta").is_file() and (folder / "train").is_file():
-            return folder, "cifar100"
-    raise FileNotFoundError(f"no CIFAR-10/100 python batches in {root}")
-
-
-def _unpickle(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        raw = pickle.load(f, encoding="bytes")
-    # The official pickles come from Python 2 and have bytes keys.
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
-
-
-def _names(values: list) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else v for v in values]
-
-
-def cifar_split_files(root: str | os.PathLike, split: str) -> tuple[list[Path], list[str], str]:
-    """(batch files, class names, label field) for split "train" or "test" ("val" = "test")."""
-    if split not in ("train", "test", "val"):
-        raise ValueError(f"CIFAR split must be train, test or val, got {split!r}")
-    folder, kind = _find_cifar(Path(root))
-    if kind == "cifar10":
-        files = [folder / f"data_batch_{i}" for i in range(1, 6)] if split == "train" else [folder / "test_batch"]
-        return files, _names(_unpickle(folder / "batches.meta")["label_names"]), "labels"
-    files = [folder / ("train" if split == "train" else "test")]
-    return files, _names(_unpickle(folder / "meta")["fine_label_names"]), "fine_labels"
-
-
-def _png(array: np.ndarray) -> bytes:
+def png_bytes(pixels: np.ndarray) -> bytes:
+    """Lossless PNG of a uint8 [H, W, 3] array: how the CIFAR and Spirograph sources store their images."""
     buf = io.BytesIO()
-    Image.fromarray(array).save(buf, format="PNG")
+    Image.fromarray(pixels).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def iter_cifar(root: str | os.PathLike, split: str, *, start: int = 0) -> Iterator[Sample]:
-    """Samples {"__key__", "png", "cls"} from CIFAR-10/100 python batches (lossless PNG)."""
-    files, _, label_field = cifar_split_files(root, split)
-    offset = 0
-    for path in files:
-        batch = _unpickle(path)
-        data = np.asarray(batch["data"], dtype=np.uint8)
-        labels = batch[label_field]
-        # Rows are R, G, B planes of 32x32 each.
-        images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-        for i in range(max(start - offset, 0), len(images)):
-            yield {"__key__": f"{offset + i:06d}", "png": _png(images[i]), "cls": int(labels[i])}
-        offset += len(images)
-
-
-def iter_spirograph(
-    n: int, seed: int, size: int = 32, *, start: int = 0, chunk: int = SPIROGRAPH_CHUNK
-) -> Iterator[Sample]:
-    """Samples {"__key__", "png", "json"} of n Spirograph images with their ten parameters.
-
-    Chunk c (samples c*chunk ...) uses torch.Generator().manual_seed(seed + c), so any chunk, and
-    hence any `start`, can be produced without rendering the ones before it.
-    """
-    import torch
-
-    from pipeline.data import spirograph
-
-    for c in range(start // chunk, (n + chunk - 1) // chunk):
-        first = c * chunk
-        params = spirograph.sample_params(min(chunk, n - first), torch.Generator().manual_seed(seed + c))
-        images = spirograph.render_flat(params, size=size)
-        pixels = (images * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        for j in range(max(start - first, 0), len(pixels)):
-            values = {name: float(params[name][j]) for name in spirograph.PARAM_NAMES}
-            yield {"__key__": f"{first + j:08d}", "png": _png(pixels[j]), "json": values}
-
-
-# ---------------------------------------------------------------- whole splits
-
-
-def make_imagefolder_split(
-    input_root: str | os.PathLike,
-    out_root: str | os.PathLike,
-    split: str = "train",
-    *,
-    maxcount: int = 1000,
-    progress: bool = True,
-    seed: int | None = 0,
-) -> dict:
-    """Shard `input_root/<split>` (or `input_root` itself if it has no such folder) into out_root/<split>.
-
-    The samples are shuffled across the shards with `seed` (None: class order, each shard one or two
-    classes); the seed is part of the manifest's `source`, so another seed rewrites the split."""
-    root = Path(input_root)
-    if (root / split).is_dir():
-        root = root / split
-    root = root.resolve()
-    classes = imagefolder_classes(root)
-    stats = SkipStats()
-    manifest = write_split(
-        lambda start: iter_imagefolder(root, start=start, stats=stats, seed=seed),
-        Path(out_root) / split,
-        maxcount=maxcount,
-        class_names=classes,
-        source={"kind": "imagefolder", "root": str(root), "seed": seed},
-        total=len(_image_files(root, classes)),
-        progress=progress,
-        stats=stats,
-    )
-    if stats.skipped and progress:
-        print(f"[shards] skipped {stats.skipped} unreadable files: {stats.files[:10]}", file=sys.stderr)
-    return manifest
-
-
-def make_cifar_split(
-    input_root: str | os.PathLike,
-    out_root: str | os.PathLike,
-    split: str = "train",
-    *,
-    maxcount: int = 1000,
-    progress: bool = True,
-) -> dict:
-    """Shard a CIFAR-10/100 python folder's train or test (alias val) split into out_root/<split>."""
-    files, class_names, _ = cifar_split_files(input_root, split)
-    return write_split(
-        lambda start: iter_cifar(input_root, split, start=start),
-        Path(out_root) / split,
-        maxcount=maxcount,
-        class_names=class_names,
-        source={"kind": "cifar", "root": str(files[0].parent.resolve()), "split": split},
-        progress=progress,
-    )
-
-
-def make_spirograph_splits(
-    out_root: str | os.PathLike,
-    n_train: int = 5000,
-    n_val: int = 1000,
-    seed: int = 0,
-    size: int = 32,
-    maxcount: int = 1000,
-    *,
-    progress: bool = True,
-) -> dict[str, dict]:
-    """Write out_root/train (n_train, seed) and out_root/val (n_val, seed + 10**6); returns manifests.
-
-    Each manifest records, besides its `source`, the `data.generate` settings that made the split
-    (`generate`: n_train or n_val, seed, size, maxcount), which `spirograph_generate` reads back."""
-    manifests = {}
-    for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + SPIROGRAPH_VAL_SEED_OFFSET)):
-        made = {f"n_{split}": n, "seed": seed, "size": size, "maxcount": maxcount}
-
-        def samples(start: int, n: int = n, s: int = split_seed) -> Iterator[Sample]:
-            return iter_spirograph(n, s, size, start=start)
-
-        manifests[split] = write_split(
-            samples,
-            Path(out_root) / split,
-            maxcount=maxcount,
-            class_names=None,
-            source={"kind": "spirograph", "n": n, "seed": split_seed, "size": size, "chunk": SPIROGRAPH_CHUNK},
-            total=n,
-            progress=progress,
-            extra={"generate": made},
-        )
-    return manifests
-
-
-def generated_with(manifest: dict, split: str) -> dict | None:
-    """The `data.generate` settings an embedded split (Spirograph or Photos) was made with, from its manifest; None
-    when it was made by another version of its generator (or is not embedded data)."""
-    src = manifest.get("source")
-    if isinstance(src, dict) and src.get("kind") == "photos":
-        from pipeline.data.photos import VERSION
-
-        return manifest.get("generate") if src.get("version") == VERSION else None
-    return spirograph_generate(manifest, split)
-
-
-def spirograph_generate(manifest: dict, split: str) -> dict | None:
-    """The `data.generate` settings a Spirograph split was made with ({"n_train" or "n_val", "seed", "size",
-    "maxcount"}), from its manifest; manifests written before the `generate` record have them in `source`.
-    None when the split is not generated Spirograph data, or was made by a generator with other chunks."""
-    src = manifest.get("source")
-    if not isinstance(src, dict) or src.get("kind") != "spirograph" or src.get("chunk") != SPIROGRAPH_CHUNK:
-        return None
-    if isinstance(manifest.get("generate"), dict):
-        return manifest["generate"]
-    offset = SPIROGRAPH_VAL_SEED_OFFSET if split == "val" else 0
-    return {
-        f"n_{split}": src.get("n"),
-        "seed": src.get("seed", 0) - offset,
-        "size": src.get("size"),
-        "maxcount": manifest.get("maxcount"),
-    }
-
-
-# ---------------------------------------------------------------- reading
-
-
-def _is_uri(path: str) -> bool:
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
-
-
-def read_manifest(path_or_uri: str | os.PathLike) -> tuple[dict, list[str]]:
-    """Read a split's manifest from a local folder or a pyarrow URI (file://, s3://, gs://...).
-
-    Returns (manifest, shard URIs): the URIs are absolute paths for a local folder, else full URIs.
-    Raises FileNotFoundError if the folder or manifest is missing, ValueError if the manifest is
-    incomplete or lists no samples.
-    """
-    from pyarrow import fs as pafs  # heavy import, only needed here
-
-    location, suffix = str(path_or_uri), ""
-    if _is_uri(location):
-        filesystem, folder = pafs.FileSystem.from_uri(location)
-        # A URI may carry options after "?" (s3://b/p?endpoint_override=...); shard URIs keep them.
-        location, sep, query = location.partition("?")
-        suffix = sep + query
-    else:
-        location = os.path.abspath(location)
-        filesystem, folder = pafs.LocalFileSystem(), location
-    location = location.rstrip("/")
-    folder = folder.rstrip("/")
-    manifest_path = f"{folder}/{MANIFEST}"
-    if filesystem.get_file_info(folder).type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"shard folder not found: {location}")
-    if filesystem.get_file_info(manifest_path).type != pafs.FileType.File:
-        raise FileNotFoundError(
-            f"no {MANIFEST} in {location} (shards missing or still being written; see jobs/make_shards.py)"
-        )
-    with filesystem.open_input_stream(manifest_path) as stream:
-        manifest = json.loads(stream.read())
-    if manifest.get("complete") is not True:
-        raise ValueError(f"manifest in {location} is incomplete")
-    if not manifest.get("num_samples"):
-        raise ValueError(f"manifest in {location} lists zero samples")
-    return manifest, [f"{location}/{name}{suffix}" for name in manifest["shards"]]
-
-
-# ---------------------------------------------------------------- shard integrity
-
-
-class BadShardError(ValueError):
-    """A shard that is missing, truncated or not a tar archive, named in the message (one line)."""
-
-
-def shard_problem(path: str | os.PathLike, expected_bytes: int | None = None) -> str | None:
-    """Why a local shard is bad, or None. Cheap, whatever the shard's size: its size against the manifest's
-    record (`expected_bytes`; None for manifests written before sizes were recorded), whole 512-byte tar
-    blocks, a valid first header and the end-of-archive blocks; its members are not read."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return "missing"
-    if expected_bytes is not None and size != expected_bytes:
-        return f"{size} bytes where the manifest records {expected_bytes} (truncated or overwritten)"
-    block = tarfile.BLOCKSIZE
-    if size < 3 * block or size % block:
-        return f"{size} bytes is not a whole tar archive (truncated)"
-    with open(path, "rb") as f:
-        head = f.read(block)
-        f.seek(-2 * block, os.SEEK_END)
-        tail = f.read()
-    try:
-        tarfile.TarInfo.frombuf(head, tarfile.ENCODING, "surrogateescape")
-    except tarfile.TarError as e:
-        return f"not a tar archive ({e})"
-    if tail.count(0) != len(tail):
-        return "no end-of-archive blocks (truncated)"
-    return None
-
-
-def shard_samples(manifest: dict) -> list[int]:
-    """Samples per shard: the writer fills every shard but the last with `maxcount`."""
-    names, n, maxcount = manifest["shards"], int(manifest["num_samples"]), int(manifest.get("maxcount") or 0)
-    if not names:
-        return []
-    if not maxcount:  # not written by ShardWriter: spread evenly, for counting only
-        return [n // len(names) + (i < n % len(names)) for i in range(len(names))]
-    return [maxcount] * (len(names) - 1) + [n - maxcount * (len(names) - 1)]
-
-
-def check_shards(path_or_uri: str | os.PathLike) -> tuple[dict, list[str], list[tuple[str, str]]]:
-    """(manifest, shard URIs, bad) of a split, `bad` listing (shard URI, why) for every shard that is missing,
-    truncated or not a tar archive. Local shards get `shard_problem`'s checks; remote ones (s3://, gs://)
-    their existence and size against the manifest, in one metadata request each."""
-    manifest, uris = read_manifest(path_or_uri)
-    sizes = manifest.get("shard_bytes") or [None] * len(uris)
-    if not _is_uri(str(path_or_uri)):
-        return manifest, uris, [(u, why) for u, n in zip(uris, sizes) if (why := shard_problem(u, n))]
-    from pyarrow import fs as pafs
-
-    filesystem, folder = pafs.FileSystem.from_uri(str(path_or_uri))
-    infos = filesystem.get_file_info([f"{folder.rstrip('/')}/{name}" for name in manifest["shards"]])
-    bad = []
-    for uri, info, n in zip(uris, infos, sizes):
-        if info.type != pafs.FileType.File:
-            bad.append((uri, "missing"))
-        elif n is not None and info.size != n:
-            bad.append((uri, f"{info.size} bytes where the manifest records {n} (truncated or overwritten)"))
-    return manifest, uris, bad
-
-
-def describe_bad(bad: list[tuple[str, str]], limit: int = 3) -> str:
-    """`name (why), ...` on one line, the first `limit` shards and a count of the rest."""
-    text = ", ".join(f"{uri.split('?')[0].rsplit('/', 1)[-1]} ({why})" for uri, why in bad[:limit])
-    return text + (f" and {len(bad) - limit} more" if len(bad) > limit else "")

@@ -10,21 +10,28 @@ import logging
 import math
 import os
 import re
+import time
 from pathlib import Path
 
-from detectron2.engine import DefaultTrainer, HookBase, hooks
+import torch.distributed as dist
+from detectron2.data import DatasetCatalog
+from detectron2.data.datasets import register_coco_instances
+from detectron2.engine import DefaultTrainer, HookBase, defaults, hooks, launch
 from detectron2.evaluation import COCOEvaluator
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
 
 from pipeline.detect import d2_backbone  # noqa: F401  (registers the project's backbones)
 from pipeline.detect.d2_config import model_config
 from pipeline.detect.diverged import Diverged
+from pipeline.detect.notices import quiet_torch_notices
+from pipeline.progress import bar
 
 
 def register(name: str, json_file: str, images: str) -> str:
     """A COCO-format split in detectron2's DatasetCatalog (once per process)."""
-    from detectron2.data import DatasetCatalog
-    from detectron2.data.datasets import register_coco_instances
-
     if name not in DatasetCatalog.list():
         register_coco_instances(name, {}, str(json_file), str(images))
     return name
@@ -84,8 +91,6 @@ class _Progress(HookBase):
     to `log(iteration, losses)` every `every` steps."""
 
     def __init__(self, total: int, label: str, every: int, log=None):
-        from pipeline.progress import bar
-
         self.bar = bar(total, "[detect]", label, "it")
         self.every, self.log = every, log
 
@@ -142,8 +147,6 @@ def transfer(
     `d["workers"]` training processes through detectron2's own `launch` (one per GPU; gloo processes on a CPU),
     DDP with BN synchronised across them; the batch of d["batch_size"] images is split over them. `log`: (MLflow
     tracking URI, run id, metric-name prefix) the main process logs the losses to."""
-    from detectron2.engine import launch
-
     workers = int(d.get("workers", 1))
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = out_dir / "transfer.json"
@@ -191,23 +194,15 @@ def _train_and_test(
     meta: dict, weights: str, data: dict, d: dict, device: str, out_dir: Path, tag: str, log, label: str, verbose: bool
 ) -> None:
     """One training process (of d["workers"]): train, evaluate; the main one writes out_dir/transfer.json."""
-    from detectron2.utils import comm
-
     main = comm.is_main_process()
     if not verbose and comm.get_world_size() > 1:  # a spawned process: the job's warning filters are not inherited
-        from pipeline.detect.job import quiet_torch_notices
-
         quiet_torch_notices()
     if device == "cpu" and comm.get_world_size() > 1:
         # DefaultTrainer wraps the model in DDP with the local rank as a CUDA device id, which DDP refuses for a CPU
         # model; device_ids=None is DDP's CPU form. Patched in this spawned training process only.
-        from detectron2.engine import defaults
-
         ddp = defaults.create_ddp_model
         defaults.create_ddp_model = lambda model, **kw: ddp(model, device_ids=None, **kw)
     if verbose:
-        from detectron2.utils.logger import setup_logger
-
         setup_logger()  # detectron2's own console log: config, iterations, the evaluator's tables
     else:
         # DefaultTrainer installs that console log when INFO is off for "detectron2"; INFO on with no handler
@@ -232,8 +227,6 @@ def _train_and_test(
     if comm.get_world_size() > 1:
         # every process waits for the others, then tears the group down: a process that exits with its gloo group
         # alive can abort in the group's destructor ("terminate called without an active exception", SIGABRT)
-        import torch.distributed as dist
-
         comm.synchronize()
         dist.destroy_process_group()
 
@@ -242,8 +235,6 @@ def _train(trainer, out_dir: Path, verbose: bool) -> None:
     """trainer.train(); where it diverges (detectron2's FloatingPointError: a non-finite loss, or "Predicted boxes
     or scores contain Inf/NaN"), a note diverged.<rank>.json for transfer() and no traceback on the console (the
     job says it in one line) unless verbose."""
-    from detectron2.utils import comm
-
     train_log = logging.getLogger("detectron2.engine.train_loop")
     quiet, propagate = logging.NullHandler(), train_log.propagate
     if not verbose:  # it logs the exception with its traceback before raising it
@@ -266,16 +257,10 @@ def _logger(log: tuple[str, str, str] | None):
     """log(iteration, losses) into the MLflow run `log` names (a client of its own: this may be a spawned process)."""
     if log is None:
         return None
-    from mlflow.tracking import MlflowClient
-
     uri, run_id, prefix = log
     client = MlflowClient(uri)
 
     def write(it: int, losses: dict) -> None:
-        import time
-
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(f"{prefix}{k}", v, now, it) for k, v in losses.items()])
 

@@ -11,7 +11,16 @@ from pathlib import Path
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
-from pipeline.schema import Choice, Int, Num, _Section, check_model
+from pipeline.detect.diverged import Diverged, advice
+from pipeline.detect.draw import predictions_png
+from pipeline.detect.notices import quiet_torch_notices
+from pipeline.detect.shapes import make_shapes
+from pipeline.detect.voc import VOC_CLASSES, missing, to_coco, voc07_ap50
+from pipeline.fields import Choice, Int, Num, Section, check_model
+
+# torch and MLflow, and the modules that import them at load (tracking, eval.downstream, eval.source, export,
+# coco_data, the engines; detectron2 is optional besides), are imported inside the functions that transfer, so that
+# check() answers before either loads.
 
 ENGINES = ("torchvision", "detectron2")
 STAGES = ("res2", "res3", "res4", "res5")
@@ -22,7 +31,7 @@ class DetectError(JobError):
     """Bad input or a run that cannot be transferred: one line for the user."""
 
 
-class Detect(_Section):
+class Detect(Section):
     """The typed keys of a conf/detect/ preset; their relations are checked in check()."""
 
     arch: Choice("fpn", "c4")
@@ -40,7 +49,7 @@ class Detect(_Section):
     workers: Int(1)
 
 
-class Detection(_Section):
+class Detection(Section):
     """The job's own keys (conf/detection.yaml), the preset under `detect`."""
 
     engine: Choice(*ENGINES)
@@ -101,8 +110,6 @@ def check(cfg: dict) -> None:
             if not Path(data[key]).exists():
                 raise DetectError(f"detect.data.{key}={data[key]}: no such file or folder")
     elif data["kind"] == "voc":
-        from pipeline.detect.voc import missing
-
         try:
             gone = missing(data["root"], [*data["train_sets"], *data["val_sets"]])
         except ValueError as e:
@@ -121,8 +128,6 @@ def prepare_data(cfg: dict) -> dict:
     if data["kind"] == "coco":
         return {k: str(data[k]) for k in ("train_json", "train_images", "val_json", "val_images")}
     if data["kind"] == "voc":  # read once into COCO-format JSON under the data folder (both engines take it)
-        from pipeline.detect.voc import VOC_CLASSES, to_coco
-
         classes = list(data.get("classes") or VOC_CLASSES)
         out = (
             Path(cfg["paths"]["data"])
@@ -141,8 +146,6 @@ def prepare_data(cfg: dict) -> dict:
             "val_images": str(data["root"]),
             "voc_root": str(data["root"]),
         }
-    from pipeline.detect.shapes import make_shapes
-
     try:
         root = make_shapes(Path(cfg["paths"]["data"]), data.get("generate") or {})
     except ValueError as e:
@@ -222,8 +225,6 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
 
     from pipeline import tracking
     from pipeline.detect.coco_data import CocoSplit
-    from pipeline.detect.diverged import Diverged, advice
-    from pipeline.detect.draw import predictions_png
 
     labels = ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]
     logged = mlflow.get_run(tracking.active_run_id()).data.metrics
@@ -283,7 +284,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
         mean = [m / 255.0 for m in meta["pixel"]["PIXEL_MEAN"]]
         std = [s / 255.0 for s in meta["pixel"]["PIXEL_STD"]]
         return tv_engine.transfer(net, data, d, mean, std, torch.device(device), log, label)
-    from pipeline.detect import d2_engine
+    from pipeline.detect import d2_engine  # detectron2: an optional install
     from pipeline.detect.export import export
 
     weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
@@ -303,17 +304,6 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     )
 
 
-def quiet_torch_notices() -> None:
-    """torch's notices about APIs detectron2 and torchvision's detectors call (jit.script at import, meshgrid, fx
-    tracing): not the user's to act on; verbose=true shows them."""
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
-    warnings.filterwarnings("ignore", message=r"torch\.meshgrid: in an upcoming release")
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
-
-
 def _voc_metric(data: dict, results: list[dict]) -> dict:
     """VOC07 AP50 by detectron2's voc_eval, where detectron2 is installed (COCO AP is reported either way)."""
     try:
@@ -321,8 +311,6 @@ def _voc_metric(data: dict, results: list[dict]) -> dict:
     except ImportError:
         print("[detect] VOC07 AP50 needs detectron2's voc_eval (not installed): COCO AP only", flush=True)
         return {}
-    from pipeline.detect.voc import voc07_ap50
-
     try:
         return {"VOC07_AP50": voc07_ap50(data["val_json"], data["voc_root"], results)}
     except ValueError as e:

@@ -197,8 +197,8 @@ def extract_split(
         return meta
     if not ray.is_initialized():
         raise RuntimeError("extract_split needs Ray: the caller starts it (pipeline.cluster.init_ray)")
+    from pipeline.data.manifest import read_manifest
     from pipeline.data.reader import train_dataset
-    from pipeline.data.shards import read_manifest
 
     manifest, _ = read_manifest(split_root)
     total = int(manifest["num_samples"])

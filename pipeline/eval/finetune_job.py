@@ -8,14 +8,14 @@ from pathlib import Path
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
-from pipeline.schema import Bool, Choice, Int, Num, Str, _Section, check_model
+from pipeline.fields import Bool, Choice, Int, Num, Section, Str, check_model
 
 
 class FinetuneError(JobError):
     """Bad input or a run that cannot be fine-tuned: one line for the user."""
 
 
-class Finetune(_Section):
+class Finetune(Section):
     """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check()."""
 
     label_fraction: Num(gt=0, le=1)
@@ -140,7 +140,7 @@ def run(cfg: dict) -> dict:
             )
             mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
             # the splits as dataset inputs; the training one counts the labelled subset it was tuned on
-            mlflow_ui.log_datasets({"data": data, "runtime": {"num_train_samples": len(train.encoded)}})
+            mlflow_ui.log_datasets({"data": data}, len(train.encoded))
         try:
             results = _all(cfg, src, data, train, val, s, out_dir)
         except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line

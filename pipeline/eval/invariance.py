@@ -4,8 +4,8 @@
   with the transformation parameters alpha that made them.
 * `feature_average`: Eq. 14, z^(M)(x) = (1/M) sum_m f(t(x, alpha_m, beta_m)); `averaged_features` streams it
   without holding the [N, M, D] tensor.
-* `conditional_variance_of`: V by the nested Monte Carlo Eq. 7 on F = e . z/||z|| (Eq. 5), one Rademacher e
-  per sample shared by its copies.
+* `conditional_variance`: V by the nested Monte Carlo Eq. 7 from the values F_ij of L copies of K samples;
+  `conditional_variance_of`: the same on F = e . z/||z|| (Eq. 5), one Rademacher e per sample shared by its copies.
 * `alpha_regression`: test MSE of a linear regression of raw alpha from z (higher = more invariant) and the
   reference Mean_i Var(alpha_i), the loss of the best constant predictor (`alpha_reference`).
 
@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from pipeline.data.spirograph import NUISANCE, RANGES, TARGETS, render_flat, sample_nuisance
-from pipeline.losses import conditional_variance, rademacher, scalar_projection
+from pipeline.losses.invclr import rademacher, scalar_projection
+from pipeline.losses.precision import float32
 
 IMAGE_ALPHA = ("brightness", "contrast", "saturation", "hue")  # = pipeline.augment.colour.ALPHA_KEYS
 _IDENTITY = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
@@ -244,6 +245,24 @@ def _redraw_alpha(params: Sequence[dict], spec, rng: np.random.Generator) -> lis
 
 
 # ----------------------------------------------------------------------------------------------- metrics
+
+
+@float32
+def conditional_variance(F_values: torch.Tensor) -> torch.Tensor:
+    """InvCLR's nested Monte Carlo estimate of V (Foster et al. 2021, Eq. 7; docs/methods/invclr.md §1.1).
+
+        V ≈ (1/K) Σ_i [ (1/(L-1)) Σ_j F_ij² - (1/(L(L-1))) (Σ_j F_ij)² ],
+    i.e. the unbiased (Bessel-corrected) within-sample variance, averaged over samples. Needs L >= 2.
+
+    Args:
+        F_values: [K, L], F(α_ij, β_i, x_i, e_i) for L draws of α per sample (build it with
+            `pipeline.losses.invclr.scalar_projection`).
+
+    Example: `v = conditional_variance(scalar_projection(z, e))` for z [K, L, D], e [K, D]
+    """
+    if F_values.dim() != 2 or F_values.shape[1] < 2:
+        raise ValueError(f"F_values must be [K, L] with L >= 2, got {tuple(F_values.shape)}")
+    return F_values.var(dim=1, correction=1).mean()
 
 
 def conditional_variance_of(feats: torch.Tensor, generator: torch.Generator | None = None) -> float:

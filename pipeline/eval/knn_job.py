@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
-from pipeline.schema import Bool, Int, Num, Resources, _Section, check_model
+from pipeline.fields import Bool, Int, Num, Section, check_model
+from pipeline.schema import Resources
 
 
 class KnnError(JobError):
     """Bad input or a run that cannot be evaluated: one line for the user."""
 
 
-class Knn(_Section):
+class Knn(Section):
     k: Int(1)
     temperature: Num(gt=0)
     baseline: Bool()
@@ -45,7 +46,7 @@ def run(cfg: dict) -> dict:
         raise KnnError(str(e)) from None
     data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
     for split in ("train", "val"):
-        from pipeline.data.shards import read_manifest
+        from pipeline.data.manifest import read_manifest
 
         try:
             read_manifest(data[split])
@@ -104,7 +105,7 @@ def _all(cfg: dict, src, data: dict) -> dict:
     import mlflow
 
     from pipeline.augment.view_maker import eval_settings
-    from pipeline.data.shards import read_manifest
+    from pipeline.data.manifest import read_manifest
     from pipeline.eval.downstream import pick_device
     from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.knn import knn_streamed

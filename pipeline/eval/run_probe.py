@@ -74,7 +74,7 @@ def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
 def probe_solver(cfg: dict) -> str:
     """lbfgs or sgd: eval.probe.solver, or for auto, sgd when the train split (or train_size of it) has more than
     eval.probe.lbfgs_max samples."""
-    from pipeline.data.shards import read_manifest
+    from pipeline.data.manifest import read_manifest
 
     p = cfg["eval"]["probe"]
     if p["solver"] != "auto":
@@ -102,7 +102,7 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
     if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
     from pipeline.cluster import init_ray  # the job's Ray: a joined cluster, or a private local one
-    from pipeline.data.shards import read_manifest
+    from pipeline.data.manifest import read_manifest
     from pipeline.eval.downstream import pick_device
     from pipeline.eval.extract import load_features, split_features
     from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score

@@ -11,6 +11,7 @@ from typing import cast
 import torch
 
 from pipeline import checkpoint as ck
+from pipeline.plan import run_id_of
 
 
 @dataclass
@@ -34,7 +35,7 @@ def load_source(ref: str) -> Source:
     path = resolve_checkpoint(str(ref))
     if path is not None:
         state = torch.load(path, map_location="cpu", weights_only=False)
-        run_id = (state["cfg"].get("runtime") or {}).get("mlflow_run_id")
+        run_id = run_id_of(state)
         try:
             MlflowClient().get_run(run_id) if run_id else None
         except Exception:  # noqa: BLE001 - a checkpoint logged to another MLflow store

@@ -11,7 +11,6 @@ from pathlib import Path
 from pipeline.config import CONF_DIR, ConfigError, JobError, compose_config
 
 JOBS = ("linear_probe", "knn", "finetune", "detect")
-PLUGIN_SUITES = ("co2", "clsa", "cocor", "invclr")
 
 
 class SuiteError(Exception):
@@ -39,10 +38,11 @@ def check(cfg: dict) -> None:
 
 
 def pick(name: str, run_cfg: dict) -> str:
-    """The suite `paper` stands for: the run's plug-in's paper, JointCrop's with a joint sampler on, else standard."""
+    """The suite `paper` stands for: the run's plug-in's paper (the suite of the plug-in's name, conf/suite/<name>.yaml,
+    for the first of its plug-ins that has one), JointCrop's with a joint sampler on, else standard."""
     if name != "paper":
         return name
-    plugins = [p for p in PLUGIN_SUITES if p in (run_cfg.get("plugin") or {})]
+    plugins = [p for p in (run_cfg.get("plugin") or {}) if p in suites()]
     if plugins:
         return plugins[0]
     joint = (run_cfg.get("augment") or {}).get("joint") or {}
@@ -125,7 +125,8 @@ def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
 
             ref, rest = split_run(argv)
             if dry:
-                from pipeline.schema import Config, check_model
+                from pipeline.fields import check_model
+                from pipeline.schema import Config
 
                 check_model(Config, compose_config(rest))
                 return {}

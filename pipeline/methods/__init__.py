@@ -1,22 +1,25 @@
-"""Method registry: `method.kind` in the config picks the class (pipeline.build makes it)."""
+"""Method registry: `method.kind` in the config picks the class (pipeline.build makes it). The project's own are
+listed here; an installed package adds its own under the `augssl.methods` entry-point group (pipeline.registry,
+docs/extending.md). Importing this package imports no method, nor torch."""
 
 from __future__ import annotations
 
-from pipeline.methods.base import Method
-from pipeline.methods.byol import BYOL
-from pipeline.methods.dino import DINO
-from pipeline.methods.moco import MoCo
-from pipeline.methods.mocov3 import MoCoV3
-from pipeline.methods.simclr import SimCLR
-from pipeline.methods.simsiam import SimSiam
-from pipeline.methods.supcon import SupCon
+from typing import TYPE_CHECKING
 
-METHODS: dict[str, type[Method]] = {
-    "moco": MoCo,
-    "mocov3": MoCoV3,
-    "simclr": SimCLR,
-    "byol": BYOL,
-    "simsiam": SimSiam,
-    "supcon": SupCon,
-    "dino": DINO,
-}
+from pipeline.registry import Registry
+
+if TYPE_CHECKING:
+    from pipeline.methods.base import Method
+
+METHODS: Registry[Method] = Registry(
+    "augssl.methods",
+    {
+        "moco": "pipeline.methods.moco:MoCo",
+        "mocov3": "pipeline.methods.mocov3:MoCoV3",
+        "simclr": "pipeline.methods.simclr:SimCLR",
+        "byol": "pipeline.methods.byol:BYOL",
+        "simsiam": "pipeline.methods.simsiam:SimSiam",
+        "supcon": "pipeline.methods.supcon:SupCon",
+        "dino": "pipeline.methods.dino:DINO",
+    },
+)

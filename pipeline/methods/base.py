@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from pipeline.methods.context import StepContext
+from pipeline.methods.settings import MethodSettings
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import mlp_head
 
@@ -56,14 +57,26 @@ class Method(nn.Module):
     synchronisation covers exactly what the optimiser updates. Momentum encoders and queues live beside
     it and stay identical across ranks by construction.
 
-    A method writes `framework_loss` (its loss and the StepContext it declares in `provides`) and, where it has
-    them, the hooks around the optimiser step: `before_optimizer_step` (on the gradients) and `update_momentum`
-    (momentum encoders, after the step).
+    A method declares its settings (`Settings`, the `method.*` keys its conf/method/<name>.yaml gives, checked by
+    the schema before the run starts), writes `framework_loss` (its loss and the StepContext it declares in
+    `provides`) and, where it has them, the hooks around the optimiser step: `before_optimizer_step` (on the
+    gradients) and `update_momentum` (momentum encoders, after the step).
     """
 
+    Settings: type[MethodSettings] = MethodSettings
     online: nn.Module
     n_views: int = 2
     provides: frozenset[str] = frozenset()  # the StepContext fields framework_loss fills
+
+    @classmethod
+    def check(cls, cfg: dict) -> None:
+        """What the method asks of the rest of the config (e.g. its batch against the workers): ConfigError with
+        one line (pipeline.fields.bad). Runs after `Settings` has checked the method's own keys."""
+
+    @classmethod
+    def complete(cls, cfg: dict) -> None:
+        """Settle the method's `auto` settings in `cfg["method"]` once the config is checked (the checkpoint's
+        config then rebuilds the same model)."""
 
     def __init__(self):
         super().__init__()

@@ -8,10 +8,11 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import byol_loss
+from pipeline.losses.predictive import byol_loss
 from pipeline.methods.base import Encoder, build_encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.settings import MomentumSettings
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum
@@ -29,6 +30,9 @@ class BYOL(PredictorMethod):
     τ = 1 − (1 − τ_base)(cos(πk/K) + 1)/2, reaching 1 at the end of training (τ_base = 0.996 in the paper)."""
 
     provides = frozenset({"features", "pairs"})
+
+    class Settings(MomentumSettings):
+        pass
 
     def __init__(self, cfg: dict):
         super().__init__()

@@ -7,9 +7,11 @@ from typing import cast
 import torch
 
 from pipeline import dist
-from pipeline.losses import dino_loss
+from pipeline.fields import Num
+from pipeline.losses.dino import dino_loss
 from pipeline.methods.base import Encoder, Method, unwrap
 from pipeline.methods.context import StepContext
+from pipeline.methods.settings import MomentumSettings
 from pipeline.models.backbones import ViT, build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.models.momentum import ema_update, momentum_copy
@@ -31,6 +33,15 @@ class DINO(Method):
 
     provides = frozenset({"features"})
     center: torch.Tensor  # a buffer, registered in __init__
+
+    class Settings(MomentumSettings):
+        student_temperature: Num(gt=0)
+        teacher_temperature: Num(gt=0)
+        warmup_teacher_temperature: Num(gt=0)
+        warmup_teacher_epochs: Num(ge=0)
+        center_momentum: Num(ge=0, lt=1)
+        freeze_last_layer_epochs: Num(ge=0)
+        clip_grad: Num(gt=0, null=True) = None  # per-parameter gradient norm clip; null: off
 
     def __init__(self, cfg: dict):
         super().__init__()

@@ -24,6 +24,16 @@ from pipeline import dist
 MODES = ("auto", "shuffle", "shuffle_node", "sync", "split")
 
 
+def split_groups(m: dict, workers: int) -> int:
+    """method.bn_splits resolved: `auto` is 4 where the key encoder's BN splits within a worker (key_bn split, or
+    auto on one worker), else 1."""
+    splits = m.get("bn_splits", "auto")
+    if splits != "auto":
+        return int(splits)
+    key = m.get("key_bn") or "auto"
+    return 4 if key == "split" or (key == "auto" and workers == 1) else 1
+
+
 def resolve(mode: str, nodes: list[int]) -> str:
     """The mode to run with, given every rank's node (`dist.node_ranks()`)."""
     if mode not in MODES:

@@ -3,22 +3,70 @@ BatchNorm kept from leaking (shuffle-BN and its variants: methods/key_bn.py)."""
 
 from __future__ import annotations
 
+from typing import Annotated, Literal, Union
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field, StrictInt
 
 from pipeline import dist
-from pipeline.losses import info_nce
+from pipeline.fields import Allowed, Bool, Choice, Int, Num, bad
+from pipeline.losses.contrastive import info_nce
 from pipeline.methods import key_bn
 from pipeline.methods.base import Method, build_encoder, unwrap
 from pipeline.methods.context import StepContext
+from pipeline.methods.settings import MomentumSettings
 from pipeline.models.momentum import Queue, ema_update, momentum_copy
 from pipeline.models.split_bn import convert_split_bn
 from pipeline.models.sync_bn import convert_sync_stats_bn
 from pipeline.schedules import Momentum
 
+KEY_BN_MODES = key_bn.MODES  # by another name: the Settings field `key_bn` hides the module in its class body
+
 
 class MoCo(Method):
     provides = frozenset({"features", "pairs", "queue"})
+
+    class Settings(MomentumSettings):
+        temperature: Num(gt=0)
+        symmetric: Bool() = False
+        queue_size: Int(1)
+        bn_splits: Annotated[
+            Union[Literal["auto"], Annotated[StrictInt, Field(ge=1)]], Allowed("auto or an integer >= 1")
+        ] = "auto"
+        key_bn: Choice(*KEY_BN_MODES, null=True) = None  # null: auto
+
+    @classmethod
+    def check(cls, cfg: dict) -> None:
+        m, workers = cfg["method"], cfg["trainer"]["num_workers"]
+        key = m.get("key_bn") or "auto"
+        if key in ("sync", "shuffle_node") and workers < 2:
+            raise bad(
+                "method.key_bn",
+                key,
+                "needs 2 or more workers (trainer.num_workers): one worker shares its statistics with nobody; use "
+                "split (BN groups within the worker) or auto",
+            )
+        splits = key_bn.split_groups(m, workers)
+        if key == "sync" and splits != 1:
+            raise bad("method.bn_splits", splits, "must be 1 with method.key_bn=sync (the key encoder's BN is synced)")
+        if key == "split" and splits < 2:
+            raise bad("method.bn_splits", splits, "must be 2 or more with method.key_bn=split (its BN groups)")
+        local_bs = cfg["train"]["batch_size"] // workers
+        if local_bs % splits:
+            raise bad(
+                "method.bn_splits",
+                m.get("bn_splits", "auto"),
+                f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
+                f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
+                f"method.bn_splits to a divisor of {local_bs}",
+            )
+
+    @classmethod
+    def complete(cls, cfg: dict) -> None:
+        m = cfg["method"]
+        m["bn_splits"] = key_bn.split_groups(m, cfg["trainer"]["num_workers"])
+        m["key_bn"] = m.get("key_bn") or "auto"  # key_bn.resolve decides by the workers' node layout
 
     def __init__(self, cfg: dict):
         super().__init__()

@@ -6,10 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from pipeline import dist
-from pipeline.losses import mocov3_loss
+from pipeline.fields import Bool, Num
+from pipeline.losses.contrastive import mocov3_loss
 from pipeline.methods.base import Encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.settings import MomentumSettings
 from pipeline.models.backbones import build_backbone, is_vit
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
@@ -29,6 +31,10 @@ class MoCoV3(PredictorMethod):
     LARS for ResNet (+experiment=mocov3_vit, mocov3_resnet)."""
 
     provides = frozenset({"features", "pairs", "key_bank"})
+
+    class Settings(MomentumSettings):
+        temperature: Num(gt=0, null=True) = None  # null: 0.2 for a ViT, 1.0 for a ResNet (the paper's)
+        random_patch_projection: Bool() = True  # on a ViT: the patch projection frozen at its random init
 
     def __init__(self, cfg: dict):
         super().__init__()

@@ -5,13 +5,18 @@ from __future__ import annotations
 import torch
 
 from pipeline import dist
-from pipeline.losses import nt_xent_anchors
+from pipeline.fields import Num
+from pipeline.losses.contrastive import nt_xent_anchors
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
+from pipeline.methods.settings import MethodSettings
 
 
 class SimCLR(Method):
     provides = frozenset({"features", "projections", "gathered"})
+
+    class Settings(MethodSettings):
+        temperature: Num(gt=0)
 
     def __init__(self, cfg: dict):
         super().__init__()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import negative_cosine
+from pipeline.losses.predictive import negative_cosine
 from pipeline.methods.base import build_encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.settings import MethodSettings
 from pipeline.models.heads import mlp_head
 
 
@@ -20,6 +21,9 @@ class SimSiam(PredictorMethod):
     (Eq. 3). Paper optimiser: SGD, lr 0.05·batch/256 (cosine), wd 1e-4, momentum 0.9."""
 
     provides = frozenset({"features"})
+
+    class Settings(MethodSettings):
+        pass
 
     def __init__(self, cfg: dict):
         super().__init__()

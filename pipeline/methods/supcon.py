@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from pipeline import dist
-from pipeline.losses import supcon_loss
+from pipeline.fields import Num
+from pipeline.losses.contrastive import supcon_loss
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
+from pipeline.methods.settings import MethodSettings
 
 
 class SupCon(Method):
@@ -18,6 +20,9 @@ class SupCon(Method):
     0.1 (the paper's value). Labels come in `params[0]["label"]` (int64 [B], shared by the views)."""
 
     provides = frozenset({"features", "projections", "gathered"})
+
+    class Settings(MethodSettings):
+        temperature: Num(gt=0)
 
     def __init__(self, cfg: dict):
         super().__init__()

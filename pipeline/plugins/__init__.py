@@ -1,16 +1,26 @@
 """Plug-ins: add views and loss terms to a framework, composed by config (`plugin=[co2]`, `plugin=[clsa]`,
 `plugin=[invclr]`, `plugin=[cocor]`); their constants live in conf/plugin/<name>.yaml. pipeline.build checks
-and attaches them."""
+and attaches them. An installed package adds its own under the `augssl.plugins` entry-point group
+(pipeline.registry, docs/extending.md). Importing this package imports no plug-in, nor torch."""
 
 from __future__ import annotations
 
-from pipeline.plugins.base import Plugin
-from pipeline.plugins.clsa import CLSA
-from pipeline.plugins.co2 import CO2
-from pipeline.plugins.cocor import CoCor
-from pipeline.plugins.invclr import InvCLR
+from typing import TYPE_CHECKING
 
-PLUGINS: dict[str, type[Plugin]] = {"co2": CO2, "clsa": CLSA, "invclr": InvCLR, "cocor": CoCor}
+from pipeline.registry import Registry
+
+if TYPE_CHECKING:
+    from pipeline.plugins.base import Plugin
+
+PLUGINS: Registry[Plugin] = Registry(
+    "augssl.plugins",
+    {
+        "co2": "pipeline.plugins.co2:CO2",
+        "clsa": "pipeline.plugins.clsa:CLSA",
+        "invclr": "pipeline.plugins.invclr:InvCLR",
+        "cocor": "pipeline.plugins.cocor:CoCor",
+    },
+)
 
 
 def build_plugin(name: str, cfg: dict) -> Plugin:

@@ -15,15 +15,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pipeline.fields import Section
 from pipeline.methods.context import StepContext
 
 
 class Plugin(nn.Module):
+    Settings: type[Section] = Section  # its plugin.<name>.* keys (conf/plugin/<name>.yaml), checked before the run
     name = "plugin"
     frameworks: tuple[str, ...] = ()  # method kinds it plugs into
     needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 
     needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad
+
+    @classmethod
+    def check(cls, cfg: dict) -> None:
+        """What the plug-in asks of the rest of the config (its views, the trainer's settings): ValueError with one
+        line, before anything starts. Its own settings are its constructor's to check."""
 
     def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""
@@ -34,6 +41,10 @@ class Plugin(nn.Module):
 
     def attach(self, method) -> None:
         """Called once the method exists (networks sized by the backbone, e.g. CoCor's classifier)."""
+
+    def schedule(self, steps_per_epoch: int) -> None:
+        """Told the run's steps per epoch (pipeline.plan.RunPlan) before training: a plug-in with schedules of its
+        own (CoCor's target network) counts them in steps."""
 
     def after_update(self, method, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
         """After the encoder's optimiser step; returns scalars to log."""

@@ -9,7 +9,8 @@ batch's target projections (the code's batch-keys form) and the temperature is p
 
 from __future__ import annotations
 
-from pipeline.losses import ddm
+from pipeline.augment.view_maker import image_recipe
+from pipeline.losses.clsa import ddm
 from pipeline.plugins.base import Plugin
 
 
@@ -17,6 +18,12 @@ class CLSA(Plugin):
     name = "clsa"
     frameworks = ("moco", "mocov3", "byol")
     needs = (frozenset({"pairs"}),)
+
+    @classmethod
+    def check(cls, cfg: dict) -> None:
+        aug = cfg["augment"]
+        if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
+            raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()

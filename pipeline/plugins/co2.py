@@ -5,7 +5,7 @@ every worker."""
 
 from __future__ import annotations
 
-from pipeline.losses import co2_consistency, co2_consistency_anchors, co2_consistency_bank
+from pipeline.losses.co2 import co2_consistency, co2_consistency_anchors, co2_consistency_bank
 from pipeline.plugins.base import Plugin
 
 # docs/methods/co2.md §1.6 (table of constants): (alpha, tau_con) per framework

@@ -9,7 +9,7 @@ One step (Algorithm 1, Eq. 8, Eq. 20):
 2. the loop's optimiser step gives θe'.
 3. `after_update`: a side-effect-free second forward at θe' (buffers such as MoCo's queue and BN statistics are
    restored after it) gives L_u(θe') and s'_l; the labelled loss at θe' gives CE(θe'); the target network takes a
-   step along the finite-difference hypergradient (losses.cocor_target_surrogate), the linear head along CE(θe').
+   step along the finite-difference hypergradient (losses.cocor.cocor_target_surrogate), the linear head along CE(θe').
    Both are small networks outside DDP: their gradients are averaged across workers by hand.
 
 The outer loss is cross-entropy for class labels and MSE (on standardised targets) for regression targets such as
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline import dist
-from pipeline.losses import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
+from pipeline.losses.cocor import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
 from pipeline.plugins.base import Plugin
 from pipeline.schedules import cosine, warmup_cosine
@@ -81,10 +81,10 @@ class CoCor(Plugin):
         self.sign = {"derived": -1.0, "paper": 1.0}[pcfg.get("hypergradient", "derived")]
         self.min_denominator = float(pcfg.get("min_denominator", 1e-4))
         self.target_lr, self.classifier_lr = float(pcfg.get("target_lr", 0.05)), float(pcfg.get("classifier_lr", 0.4))
-        steps = int(cfg.get("runtime", {}).get("steps_per_epoch", 1))
-        self.total_steps = max(1, steps * int(cfg.get("train", {}).get("epochs", 1)))
-        self.freeze_steps = steps * int(pcfg.get("target_freeze_epochs", 3))
-        self.warmup_steps = steps * int(pcfg.get("target_warmup_epochs", 2))
+        self.epochs = int(cfg.get("train", {}).get("epochs", 1))
+        self.freeze_epochs = int(pcfg.get("target_freeze_epochs", 3))
+        self.warmup_epochs = int(pcfg.get("target_warmup_epochs", 2))
+        self.schedule(1)  # until the loop tells it the run's steps per epoch
         self.fraction = float(pcfg.get("labelled_fraction", 0.01))
         self.labelled_batch = int(pcfg.get("labelled_batch", 64))
         data = cfg.get("data", {})
@@ -99,6 +99,11 @@ class CoCor(Plugin):
         self.skipped = 0  # bi-level steps skipped for a non-finite outer loss
 
     # -- networks sized by the backbone ------------------------------------------------------------------------
+    def schedule(self, steps_per_epoch: int) -> None:
+        self.total_steps = max(1, steps_per_epoch * self.epochs)
+        self.freeze_steps = steps_per_epoch * self.freeze_epochs
+        self.warmup_steps = steps_per_epoch * self.warmup_epochs
+
     def attach(self, method) -> None:
         if self.mode != "learned":
             return
@@ -114,7 +119,7 @@ class CoCor(Plugin):
         )
 
     def _n_classes(self) -> int:
-        from pipeline.data.shards import read_manifest
+        from pipeline.data.manifest import read_manifest
 
         manifest, _ = read_manifest(self.data_root)
         names = manifest.get("class_names") or []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance
-from pipeline.losses import gradient_penalty
+from pipeline.losses.invclr import gradient_penalty
 from pipeline.plugins.base import Plugin
 
 
@@ -22,6 +22,14 @@ class InvCLR(Plugin):
     frameworks = ("moco", "simclr")
     needs = (frozenset({"features"}),)
     needs_alpha_grad = True
+
+    @classmethod
+    def check(cls, cfg: dict) -> None:
+        if cfg["train"].get("compile") and float((cfg["plugin"]["invclr"] or {}).get("lam", 0) or 0) > 0:
+            raise ValueError(
+                "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
+                "backward): drop train.compile or set plugin.invclr.lam=0"
+            )
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()

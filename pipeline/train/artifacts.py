@@ -12,11 +12,11 @@ def _log(msg: str) -> None:
     print(f"[pretrain] {msg}", flush=True)
 
 
-def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> None:
+def print_summary(cfg: dict, run_id: str, uri: str, ckpt_dir: Path, minutes: float) -> None:
     """What the job made and where, closing the console."""
     name, runs = cfg["run"]["name"], Path(cfg["paths"]["runs"])
     made = [
-        ("MLflow run", f"{run_id} in {cfg['runtime']['tracking_uri']}"),
+        ("MLflow run", f"{run_id} in {uri}"),
         ("checkpoint", str(ckpt_dir)),
         ("training curves", str(runs / "curves" / f"{name}.png")),
         ("views gallery", str(gallery_path(cfg))),
@@ -27,7 +27,6 @@ def print_summary(cfg: dict, run_id: str, ckpt_dir: Path, minutes: float) -> Non
     for what, where in made:
         if "://" in where or Path(where).exists() or what == "MLflow run":
             print(f"  {what:<{width}}  {where}", flush=True)
-    uri = cfg["runtime"]["tracking_uri"]
     if uri.startswith("sqlite:"):
         from pipeline.mlflow_ui import ui_command
 
@@ -131,13 +130,13 @@ def log_gallery(cfg: dict) -> None:
     _log(f"views gallery {path}")
 
 
-def log_curves(cfg: dict, run_id: str) -> None:
+def log_curves(cfg: dict, run_id: str, uri: str) -> None:
     """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
     import mlflow
 
     from pipeline.train.curves import write_curves
 
-    client = mlflow.MlflowClient(cfg["runtime"]["tracking_uri"])
+    client = mlflow.MlflowClient(uri)
     path = write_curves(client, run_id, Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png")
     if path:
         mlflow.log_artifact(str(path), artifact_path="curves")

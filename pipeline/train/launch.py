@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import ConfigError, to_yaml
+from pipeline.plan import RunPlan
 from pipeline.train.artifacts import log_checkpoint, log_curves, log_gallery, print_summary, report_finished
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy, run_lock
@@ -33,7 +34,7 @@ class Trial:
     callbacks: tuple = field(default=())
 
 
-def build_trainer(cfg: dict, callbacks: tuple = ()):
+def build_trainer(cfg: dict, plan: RunPlan, callbacks: tuple = ()):
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -54,7 +55,7 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
     ingest.preserve_order = bool(cfg["train"].get("deterministic_data"))
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config=cfg,
+        train_loop_config={"cfg": cfg, "plan": plan},
         scaling_config=ray.train.ScalingConfig(
             num_workers=tr["num_workers"],
             use_gpu=tr["use_gpu"],
@@ -76,7 +77,7 @@ def build_trainer(cfg: dict, callbacks: tuple = ()):
     )
 
 
-def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
+def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None) -> dict:
     """Run (or resume) one pretraining job end to end; returns {"run_id", "checkpoint", "probe"}.
 
     The run is the config's hash (or run.name). One process at a time holds it (run_lock, before Ray or
@@ -87,8 +88,8 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
     its MLflow run is a child of the sweep's run."""
     from pipeline import tracking
 
-    if "runtime" not in cfg:
-        cfg = resolve(cfg)
+    if plan is None:  # resolve() not run yet: the config is checked and completed, the data made
+        plan = resolve(cfg)
     quiet_logs(cfg)
     name = cfg["run"]["name"]
     with run_lock(cfg):
@@ -111,14 +112,14 @@ def pretrain(cfg: dict, trial: Trial | None = None) -> dict:
             check_probe_actors(cfg)
         asked = check_resources(cfg["trainer"], log=_log)
         try:
-            out = _run(cfg, name, trial)
+            out = _run(cfg, plan, name, trial)
         finally:
             if asked:  # the autoscaler may remove the job's nodes once they idle
                 withdraw_request(_log)
     return out
 
 
-def _run(cfg: dict, name: str, trial: Trial | None) -> dict:
+def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
     """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
     import mlflow
 
@@ -131,7 +132,7 @@ def _run(cfg: dict, name: str, trial: Trial | None) -> dict:
             trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
         )
     try:
-        out = _train_and_log(cfg, run_id, trial)
+        out = _train_and_log(cfg, plan, run_id, trial)
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
@@ -143,35 +144,32 @@ def _run(cfg: dict, name: str, trial: Trial | None) -> dict:
     return out
 
 
-def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
+def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
     import mlflow
 
     from pipeline import mlflow_ui, tracking
 
-    cfg["runtime"].update(
-        mlflow_run_id=run_id,
-        tracking_uri=tracking.tracking_uri(cfg),
-        trial=trial.label if trial else None,
-        console_is_tty=sys.stdout.isatty(),  # a terminal gets progress bars; a file (ray job logs, CI) plain lines
-    )
-    _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {cfg['runtime']['tracking_uri']}")
+    uri = tracking.tracking_uri(cfg)
+    # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
+    plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
+    _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {uri}")
     if not mlflow.get_run(run_id).data.params:
-        mlflow.log_params(tracking.flatten({k: v for k, v in cfg.items() if k != "runtime"}))
+        mlflow.log_params(tracking.flatten(cfg))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
-        datasets = mlflow_ui.log_datasets(cfg)
+        datasets = mlflow_ui.log_datasets(cfg, plan.num_train_samples)
         mlflow_ui.set_description(run_id, mlflow_ui.describe_pretrain(cfg, datasets, trial.label if trial else None))
         if cfg["gallery"]["at_pretrain"] and trial is None:
             log_gallery(cfg)
 
     t0 = time.monotonic()
-    result = build_trainer(cfg, trial.callbacks if trial else ()).fit()
+    result = build_trainer(cfg, plan, trial.callbacks if trial else ()).fit()
     if result.checkpoint is None:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
     mlflow.log_metric("train/minutes", minutes)
-    log_curves(cfg, run_id)
+    log_curves(cfg, run_id, uri)
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
@@ -183,7 +181,7 @@ def _train_and_log(cfg: dict, run_id: str, trial: Trial | None = None) -> dict:
     metrics = mlflow.get_run(run_id).data.metrics
     mlflow_ui.append_description(run_id, mlflow_ui.describe_results(metrics, out["probe"], minutes))
     if trial is None:
-        print_summary(cfg, run_id, ckpt_dir, minutes)
+        print_summary(cfg, run_id, uri, ckpt_dir, minutes)
     return out
 
 
@@ -192,8 +190,7 @@ def main(argv: list[str], description: str = "") -> int:
 
     cfg = cli(argv, description or __doc__ or "")
     try:
-        cfg = resolve(cfg)
-        pretrain(cfg)
+        pretrain(cfg, resolve(cfg))
     except (ConfigError, RunBusy) as e:
         fail(str(e))
     return 0

@@ -23,6 +23,7 @@ from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
 from pipeline.mlflow_ui import metric_name
+from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import build_optimizer, set_lr, set_weight_decay
@@ -202,13 +203,14 @@ def _maybe_fail(cfg: dict, epoch: int) -> None:
 class _Trainer:
     """One worker's state: the method, its optimiser and schedule, the views, the step counter."""
 
-    def __init__(self, cfg: dict, rank: int, world: int, device):
+    def __init__(self, cfg: dict, plan: RunPlan, rank: int, world: int, device):
         import ray.train.torch
 
-        self.cfg, self.rank, self.world, self.device = cfg, rank, world, device
-        rt = cfg["runtime"]
+        self.cfg, self.plan, self.rank, self.world, self.device = cfg, plan, rank, world, device
         self.memory_format = memory_format(cfg["train"], device)
         self.method = build_method(cfg)
+        for plugin in self.method.plugins:
+            plugin.schedule(plan.steps_per_epoch)
         # Module.to takes a device and a memory_format together; torch's overloads type each alone
         self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if cfg["train"].get("compile"):
@@ -221,11 +223,11 @@ class _Trainer:
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()
         )
         dist.register_grad_hook(self.method.online, cfg["trainer"].get("grad_compression"))
-        self.local_bs = cfg["train"]["batch_size"] // world
-        self.optimizer = build_optimizer(self.method.online, cfg["optim"], rt["lr"], fixed_lr)
-        self.peak_lr = rt["lr"]
-        self.total_steps = rt["steps_per_epoch"] * cfg["train"]["epochs"]
-        self.warmup = rt["steps_per_epoch"] * cfg["optim"]["warmup_epochs"]
+        self.local_bs = plan.local_batch
+        self.optimizer = build_optimizer(self.method.online, cfg["optim"], plan.lr, fixed_lr)
+        self.peak_lr = plan.lr
+        self.total_steps = plan.total_steps
+        self.warmup = plan.warmup_steps
         self.step = 0
         self.step_s = 0.0  # where an epoch's time goes (seconds): the step's, and the data path's in self.timing
         self.timing = Timing()
@@ -301,16 +303,18 @@ class _Trainer:
         with tempfile.TemporaryDirectory() as d:
             ck = None
             if self.rank == 0:
-                checkpoint.save(d, self.method, self.optimizer, epoch, self.step, self.cfg)
+                checkpoint.save(d, self.method, self.optimizer, epoch, self.step, self.cfg, self.plan.as_dict())
                 ck = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ck)
 
 
-def train_loop_per_worker(cfg: dict) -> None:
+def train_loop_per_worker(config: dict) -> None:
+    """One Train worker: `config` is {"cfg": the run's config, "plan": its RunPlan} (launch.build_trainer)."""
     import ray
     import ray.train
     import ray.train.torch
 
+    cfg, plan = config["cfg"], config["plan"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     threads = cfg["trainer"]["torch_threads"] or (os.cpu_count() or 1) // ctx.get_local_world_size()
@@ -321,7 +325,7 @@ def train_loop_per_worker(cfg: dict) -> None:
         torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
     dist.set_node_rank(ctx.get_node_rank())  # MoCo's key_bn=auto and shuffle_node read the node layout
     dist.count_bytes(bool(cfg["trainer"].get("count_bytes")))
-    tr = _Trainer(cfg, rank, world, device)
+    tr = _Trainer(cfg, plan, rank, world, device)
     epochs = cfg["train"]["epochs"]
     verbose = bool(cfg.get("verbose"))
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
@@ -340,7 +344,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     )
     if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
         state = on_disk
-    label = cfg["runtime"].get("trial") or ""  # a sweep's trial: the sweep prints one line per epoch for it
+    label = plan.trial or ""  # a sweep's trial: the sweep prints one line per epoch for it
     if rank == 0 and (verbose or not label):
         views = getattr(tr.views_of, "executor", tr.views_of)
         print(
@@ -357,15 +361,13 @@ def train_loop_per_worker(cfg: dict) -> None:
 
     # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
     placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
-    monitor = _system_metrics(cfg, ctx, placed)
+    monitor = _system_metrics(cfg, plan, ctx, placed)
     logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger
 
         logger = StepLogger(
-            cfg["runtime"]["tracking_uri"],
-            cfg["runtime"]["mlflow_run_id"],
-            flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0)),
+            plan.tracking_uri, plan.mlflow_run_id, flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0))
         )
         logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
@@ -393,7 +395,7 @@ def comm_metrics(traffic: dist.Traffic, steps: int, device) -> dict[str, float]:
     return {k: v for k, v in mean.items() if v or k in ("comm_sent_bytes", "comm_received_bytes")}
 
 
-def _system_metrics(cfg: dict, ctx, placed: list[str]):
+def _system_metrics(cfg: dict, plan: RunPlan, ctx, placed: list[str]):
     """System metrics where the training runs: from local rank 0 of each training node (the driver may sit on a
     CPU-only head). A run on several nodes names each node in the metrics (system/node<k>/...); a resumed run
     continues its steps."""
@@ -402,7 +404,9 @@ def _system_metrics(cfg: dict, ctx, placed: list[str]):
     from pipeline.mlflow_ui import start_system_metrics
 
     node_id = f"node{ctx.get_node_rank()}" if len(set(placed)) > 1 else None
-    return start_system_metrics(cfg, node_id, resume=True)
+    run_id, uri = plan.mlflow_run_id, plan.tracking_uri
+    assert run_id and uri, "the driver opens the MLflow run before training starts (RunPlan.opened)"
+    return start_system_metrics(cfg, run_id, uri, node_id, resume=True)
 
 
 def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label: str) -> None:
@@ -418,15 +422,7 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
         t0 = t_log = time.monotonic()
         steps_since_log = 0
         bar = (
-            _progress_bar(
-                epoch,
-                epochs,
-                tr.cfg["runtime"]["steps_per_epoch"] * tr.local_bs * world,
-                label,
-                tr.cfg["runtime"].get("console_is_tty", True),
-            )
-            if rank == 0
-            else None
+            _progress_bar(epoch, epochs, tr.plan.images_per_epoch, label, tr.plan.console_is_tty) if rank == 0 else None
         )
         for images, params in tr.batches(shard, epoch):
             out = tr.train_step(images, params)

@@ -1,5 +1,5 @@
 """Before Ray starts: validate the whole config, make the embedded data when it is the chosen data and missing,
-check every shard, and derive the runtime values (lr, steps per epoch, the run's name)."""
+check every shard, name the run, and make its plan (pipeline.plan: lr, local batch, steps per epoch)."""
 
 from __future__ import annotations
 
@@ -8,48 +8,52 @@ from pathlib import Path
 
 from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
+from pipeline.methods import METHODS
+from pipeline.plan import RunPlan, make_plan
+from pipeline.schema import check_method, managed_data, validate
 
 
 def _log(msg: str) -> None:
     print(f"[pretrain] {msg}", flush=True)
 
 
-def resolve(cfg: dict) -> dict:
-    """Check everything that can be checked before Ray starts, and derive the runtime values.
+def resolve(cfg: dict) -> RunPlan:
+    """Check everything that can be checked before Ray starts, complete the config (the run's name, MoCo's BN
+    groups: what a checkpoint's config rebuilds the model from) and return the run's plan.
 
-    Raises ConfigError with one line: pipeline.schema.validate checks the whole config first (nothing is
-    made, no torch is imported until it passes), then the embedded Spirograph data is made when it is the
-    chosen data and missing, and every shard is checked (prepare_data)."""
-    from pipeline.schema import split_groups, validate
-
-    validate(cfg)
+    Raises ConfigError with one line: pipeline.schema.validate's checks come first, then the tracking server's
+    login; the method's own checks (which import torch) come before any data is made,
+    or, where the data exists, after its shards are checked (prepare_data), so that cheap errors are answered
+    fast and nothing is made before everything has been checked."""
+    validate(cfg, method=False)  # the method's own checks import torch: below
     server = preflight.tracking_server(cfg)
     if server:  # before the data is made or checked: a refused login is answered at once
         preflight.check_server(server, cfg["tracking"]["experiment"])
-    m, tr, t = cfg["method"], cfg["trainer"], cfg["train"]
-    workers = tr["num_workers"]
-    local_bs = t["batch_size"] // workers
-    if m["kind"] == "moco":  # validate checked that the per-worker batch splits into these groups
-        m["bn_splits"] = split_groups(m, workers)
-        m["key_bn"] = m.get("key_bn") or "auto"  # methods/key_bn.resolve decides by the workers' node layout
+    making = _must_make(cfg)
+    if making:  # nothing is made before every check has passed
+        check_method(cfg)
     data = cfg["data"]
     n = int(prepare_data(cfg)["num_samples"])
-    steps = (n // workers) // local_bs
-    if steps < 1:
+    if not making:  # after the shards' check, so that a bad shard is answered before torch is imported
+        check_method(cfg)
+    m, t = cfg["method"], cfg["train"]
+    workers = cfg["trainer"]["num_workers"]
+    METHODS[m["kind"]].complete(cfg)  # e.g. MoCo's BN groups, which check_method checked against the batch
+    plan = make_plan(cfg, n)
+    if plan.steps_per_epoch < 1:
         raise ConfigError(
             f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
             f"data.train={data['train']}; use a batch of at most {n - n % workers}"
         )
     name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
     cfg["run"]["name"] = name
-    from pipeline.schedules import scaled_lr
+    return plan
 
-    cfg["runtime"] = {
-        "lr": scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]),
-        "steps_per_epoch": steps,
-        "num_train_samples": n,
-    }
-    return cfg
+
+def _must_make(cfg: dict) -> bool:
+    """The chosen data is embedded data (Spirograph, Photos) not made yet."""
+    data = cfg["data"]
+    return managed_data(cfg) and not (_has_manifest(data["train"]) and _has_manifest(data["val"]))
 
 
 def _has_manifest(path: str) -> bool:
@@ -70,11 +74,10 @@ def prepare_data(cfg: dict) -> dict:
 
     Returns the train manifest (when shards were left out: `num_samples` without theirs, and `bad_shards`);
     ConfigError with one line naming the key when a split is missing, empty, other data or has bad shards."""
-    from pipeline.data import shards
-    from pipeline.schema import managed_data
+    from pipeline.data.manifest import check_shards, describe_bad, shard_samples
 
     data = cfg["data"]
-    if managed_data(cfg) and not (_has_manifest(data["train"]) and _has_manifest(data["val"])):
+    if _must_make(cfg):
         for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
             manifest = _local_manifest(data[split])
             if manifest is not None:
@@ -84,7 +87,7 @@ def prepare_data(cfg: dict) -> dict:
     manifests = {}
     for split in ("train", "val"):
         try:
-            manifest, uris, bad = shards.check_shards(data[split])
+            manifest, uris, bad = check_shards(data[split])
         except (FileNotFoundError, ValueError, OSError) as e:
             raise ConfigError(f"data.{split}={data[split]}: {str(e).splitlines()[0]}") from None
         _check_provenance(cfg, split, manifest)
@@ -92,16 +95,16 @@ def prepare_data(cfg: dict) -> dict:
             if policy == "fail":
                 raise ConfigError(
                     f"data.{split}={data[split]}: {len(bad)} bad shard(s) of {len(uris)}: "
-                    f"{shards.describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
+                    f"{describe_bad(bad)}; remake them, or set data.on_bad_shard=skip to "
                     f"go on without them"
                 )
-            per_shard = dict(zip(uris, shards.shard_samples(manifest)))
+            per_shard = dict(zip(uris, shard_samples(manifest)))
             lost = sum(per_shard[u] for u, _ in bad)
             if lost >= manifest["num_samples"]:
-                raise ConfigError(f"data.{split}={data[split]}: every shard is bad: {shards.describe_bad(bad)}")
+                raise ConfigError(f"data.{split}={data[split]}: every shard is bad: {describe_bad(bad)}")
             _log(
                 f"data.{split}: skipping {len(bad)} bad shard(s) of {len(uris)} ({lost} samples; "
-                f"data.on_bad_shard=skip): {shards.describe_bad(bad, limit=20)}"
+                f"data.on_bad_shard=skip): {describe_bad(bad, limit=20)}"
             )
             manifest = {**manifest, "num_samples": manifest["num_samples"] - lost, "bad_shards": [u for u, _ in bad]}
         manifests[split] = manifest
@@ -117,7 +120,7 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
     folder that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
     other settings) is refused in one line naming the differing key, never silently used or overwritten.
     Data that is not this dataset's generated data (its manifest's source says otherwise) is not checked."""
-    from pipeline.data.shards import generated_with
+    from pipeline.data.manifest import generated_with
 
     data = cfg["data"]
     source = manifest.get("source")
@@ -143,7 +146,7 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
 def _make_embedded(cfg: dict) -> None:
     """Generate the embedded dataset `data.name` into the managed folder."""
     from pipeline.data.photos import make_photo_splits
-    from pipeline.data.shards import make_spirograph_splits
+    from pipeline.data.spirograph_shards import make_spirograph_splits
 
     make = {"spirograph": make_spirograph_splits, "photos": make_photo_splits}[cfg["data"]["name"]]
     g = cfg["data"]["generate"]

@@ -17,7 +17,8 @@ from pydantic import ConfigDict
 
 from pipeline.cluster import cluster_address
 from pipeline.config import ConfigError, compose_config, config_hash
-from pipeline.schema import Choice, Int, Str, _Section, bad, check_model, validate
+from pipeline.fields import Choice, Int, Section, Str, bad, check_model
+from pipeline.schema import validate
 from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 
 # Sections a trial may not vary: where the data lives and how the cluster and store are reached are the
@@ -25,7 +26,7 @@ from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 FIXED_SECTIONS = ("data", "trainer", "paths", "tracking", "run", "sweep", "debug", "verbose")
 
 
-class Sweep(_Section):
+class Sweep(Section):
     model_config = ConfigDict(extra="forbid", strict=True)  # a misspelt sweep key would silently do nothing
 
     name: Str()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import ConfigError
-from pipeline.schema import _show
+from pipeline.fields import show
 
 KINDS = ("grid", "choice", "uniform", "loguniform")
 
@@ -45,7 +45,7 @@ def parse_space(space: Any) -> list[Dim]:
     """`sweep.space` as dimensions, in the order given; ConfigError (one line naming the key) on a bad spec."""
     if not isinstance(space, dict) or not space:
         raise ConfigError(
-            f"sweep.space={_show(space)}: expected a mapping of config keys to a search spec "
+            f"sweep.space={show(space)}: expected a mapping of config keys to a search spec "
             f"({{grid: [...]}}, {{choice: [...]}}, {{uniform: [lo, hi]}}, {{loguniform: [lo, hi]}})"
         )
     return [_dim(str(key), spec) for key, spec in space.items()]
@@ -59,28 +59,28 @@ def _dim(key: str, spec: Any) -> Dim:
     extra = sorted(set(spec) - set(KINDS) - {"log"}) if isinstance(spec, dict) else []
     if len(kinds) != 1 or extra:
         raise ConfigError(
-            f"{where}={_show(spec)}: expected exactly one of {', '.join(KINDS)} (and optionally "
+            f"{where}={show(spec)}: expected exactly one of {', '.join(KINDS)} (and optionally "
             f"log: true), e.g. {{grid: [0.1, 1.0]}}"
         )
     kind = kinds[0]
     values, log = spec[kind], spec.get("log", kind == "loguniform")
     if not isinstance(log, bool):
-        raise ConfigError(f"{where}.log={_show(log)}: expected true or false")
+        raise ConfigError(f"{where}.log={show(log)}: expected true or false")
     if not isinstance(values, list) or not values:
-        raise ConfigError(f"{where}.{kind}={_show(values)}: an empty search range; expected a non-empty list")
+        raise ConfigError(f"{where}.{kind}={show(values)}: an empty search range; expected a non-empty list")
     if kind in ("uniform", "loguniform"):
         if len(values) != 2 or not all(_is_number(v) for v in values):
-            raise ConfigError(f"{where}.{kind}={_show(values)}: expected [lo, hi], two numbers")
+            raise ConfigError(f"{where}.{kind}={show(values)}: expected [lo, hi], two numbers")
         lo, hi = (float(v) for v in values)
         if not lo < hi:
-            raise ConfigError(f"{where}.{kind}={_show(values)}: an empty search range; expected lo < hi")
+            raise ConfigError(f"{where}.{kind}={show(values)}: an empty search range; expected lo < hi")
         if kind == "loguniform" and lo <= 0:
-            raise ConfigError(f"{where}.loguniform={_show(values)}: expected 0 < lo < hi (a log scale)")
+            raise ConfigError(f"{where}.loguniform={show(values)}: expected 0 < lo < hi (a log scale)")
         return Dim(key, kind, (lo, hi), log)
     if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
-        raise ConfigError(f"{where}.{kind}={_show(values)}: a value appears twice")
+        raise ConfigError(f"{where}.{kind}={show(values)}: a value appears twice")
     if log and not all(_is_number(v) and v >= 0 for v in values):
-        raise ConfigError(f"{where}.log=true: expected numbers >= 0 in {kind}={_show(values)}")
+        raise ConfigError(f"{where}.log=true: expected numbers >= 0 in {kind}={show(values)}")
     return Dim(key, kind, tuple(values), log)
 
 

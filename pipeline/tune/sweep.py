@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from pipeline.config import ConfigError, to_yaml
+from pipeline.plan import RunPlan
 from pipeline.train.run_lock import RunBusy, run_lock
 from pipeline.tune.settings import check_sweep, compose_sweep, sweep_name
 from pipeline.tune.space import Dim, num_trials, short
@@ -26,19 +27,20 @@ def _log(msg: str) -> None:
     print(f"[tune] {msg}", flush=True)
 
 
-def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim]]:
-    """Compose and check the sweep, make its data; (base config, the sweep's command line, dimensions).
+def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim], RunPlan]:
+    """Compose and check the sweep, make its data; (base config, the sweep's command line, dimensions, the base
+    config's plan: each trial makes its own).
     ConfigError with one line on bad input, before Ray or MLflow is touched."""
     from pipeline.train.prepare import resolve
 
     cfg, full = compose_sweep(argv)
     dims = check_sweep(cfg, full)
     cfg["run"]["name"] = sweep_name(cfg)
-    cfg = resolve(cfg)  # validates again, makes the Spirograph data once for every trial, checks the shards
-    return cfg, full, dims
+    plan = resolve(cfg)  # validates again, makes the Spirograph data once for every trial, checks the shards
+    return cfg, full, dims, plan
 
 
-def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
+def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dict:
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
     import mlflow
@@ -58,7 +60,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim]) -> dict:
         asked = _check_room(cfg)
         run_id = tracking.start_or_resume(cfg, name, name, job="tune")
         try:
-            out = _run(cfg, argv, dims, run_id)
+            out = _run(cfg, argv, dims, plan, run_id)
         except BaseException as e:
             status = tracking.end_failed(e)
             _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
@@ -107,7 +109,7 @@ def _threads(cfg: dict, dims: list[Dim]) -> int:
     return max(1, (os.cpu_count() or 1) // (concurrent * cfg["trainer"]["num_workers"]))
 
 
-def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
+def _run(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
     import mlflow
 
     from pipeline import mlflow_ui, tracking
@@ -115,7 +117,6 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
 
     s, name = cfg["sweep"], cfg["run"]["name"]
     uri = tracking.tracking_uri(cfg)
-    cfg["runtime"]["sweep_argv"] = argv
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(
             {
@@ -124,8 +125,10 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
                 "command": " ".join(argv),
             }
         )
-        mlflow.log_text(to_yaml({k: v for k, v in cfg.items() if k != "runtime"}), "config.yaml")
-        mlflow_ui.log_datasets(cfg)  # the data every trial trains on, on the sweep's own page too
+        mlflow.log_text(to_yaml(cfg), "config.yaml")
+        mlflow_ui.log_datasets(
+            cfg, plan.num_train_samples
+        )  # the data every trial trains on, on the sweep's own page too
         if cfg["gallery"]["at_pretrain"]:
             log_gallery(cfg)
     total = num_trials(dims, s["num_samples"])
@@ -158,7 +161,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], run_id: str) -> dict:
             "plot": None,
             "interrupted": True,
         }
-    return {**_report(cfg, dims, rows, run_id, minutes), "interrupted": False}
+    return {**_report(cfg, argv, dims, rows, run_id, minutes), "interrupted": False}
 
 
 def _move(src: str, dst: str) -> None:
@@ -318,7 +321,7 @@ def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
             client.set_terminated(child.info.run_id, "FAILED")
 
 
-def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
+def _report(cfg: dict, argv: list[str], dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
     """The table, the plot and the best trial: printed, written under <paths.runs>/sweep/, logged to the parent."""
     import mlflow
 
@@ -357,7 +360,7 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
             "mlflow_run_id": top.get("run_id"),
             s["metric"]: top["metric"],
             "params": top["params"],
-            "command": _pretrain_command(cfg, top["params"]),
+            "command": _pretrain_command(argv, top["params"]),
         }
         mlflow.log_text(to_yaml(best), BEST)
     print(f"\n{text}", flush=True)
@@ -376,12 +379,10 @@ def _report(cfg: dict, dims: list[Dim], rows: list[dict], run_id: str, minutes: 
     }
 
 
-def _pretrain_command(cfg: dict, params: dict) -> str:
+def _pretrain_command(argv: list[str], params: dict) -> str:
     from pipeline.tune.space import override
 
-    return " ".join(
-        ["python jobs/pretrain.py", *cfg["runtime"]["sweep_argv"], *[override(k, v) for k, v in params.items()]]
-    )
+    return " ".join(["python jobs/pretrain.py", *argv, *[override(k, v) for k, v in params.items()]])
 
 
 def _random_baseline(cfg: dict) -> float | None:
@@ -442,8 +443,7 @@ def main(argv: list[str]) -> int:
     from pipeline.config import fail
 
     try:
-        cfg, full, dims = prepare(argv)
-        run_sweep(cfg, full, dims)
+        run_sweep(*prepare(argv))
     except (ConfigError, RunBusy) as e:
         fail(str(e))
     return 0

@@ -83,9 +83,9 @@ def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) ->
     from pipeline.train.launch import Trial, pretrain
     from pipeline.train.prepare import resolve
 
-    cfg = resolve(cfg)
+    plan = resolve(cfg)
     label = f"{trial_number(trial_id)} {short(params)}"
-    out = pretrain(cfg, Trial(setup["parent_run_id"], trial_id, label, (ForwardToTune(cfg["train"]["epochs"]),)))
+    out = pretrain(cfg, plan, Trial(setup["parent_run_id"], trial_id, label, (ForwardToTune(cfg["train"]["epochs"]),)))
     logged = MlflowClient(setup["tracking_uri"]).get_run(out["run_id"]).data.metrics
     metrics = {report_name(k): v for k, v in logged.items()}  # probe/pretrained_r2 -> probe_pretrained_r2
     epochs = cfg["train"]["epochs"]

@@ -268,7 +268,7 @@ def test_gallery_job_writes_annotated_grid(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.data.shards import make_imagefolder_split
+    from pipeline.data.imagefolder import make_imagefolder_split
 
     root = tmp_path / "imgs"
     for c in ("a", "b"):

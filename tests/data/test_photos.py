@@ -10,7 +10,7 @@ from PIL import Image
 
 from pipeline.config import ConfigError, compose_config
 from pipeline.data import photos
-from pipeline.data.shards import read_manifest
+from pipeline.data.manifest import read_manifest
 from pipeline.train.prepare import resolve
 
 
@@ -73,13 +73,14 @@ def test_generated_on_first_use_into_its_own_folder_and_refused_when_the_setting
             ]
         )
 
-    out = resolve(cfg(56))
+    out = cfg(56)
+    plan = resolve(out)
     train = Path(out["data"]["train"])
     assert train.parent.name.startswith("photos-") and train.parent.parent == tmp_path / "data"
     manifest, _ = read_manifest(str(train))
     assert manifest["num_samples"] == 56 and manifest["class_names"] == photos.CLASS_NAMES
     assert manifest["generate"] == {"n_train": 56, "seed": 0, "size": 32, "maxcount": 50}
-    assert out["runtime"]["num_train_samples"] == 56
+    assert plan.num_train_samples == 56
     old = train.parent
     with pytest.raises(ConfigError, match=r"^data.generate.n_train=84: the Photos data in .* was made with n_train=56"):
         resolve(cfg(84, f"data.train={old}/train", f"data.val={old}/val"))

@@ -3,8 +3,8 @@
 
 import pytest
 
-from pipeline.data import shards
 from pipeline.data.reader import load_split, train_dataset
+from pipeline.data.spirograph_shards import make_spirograph_splits
 
 pytestmark = pytest.mark.slow
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def s3_spirograph(tmp_path, s3):
     s3.client.create_bucket(Bucket="ssl")
-    shards.make_spirograph_splits(tmp_path, 40, 10, seed=3, size=16, maxcount=15, progress=False)
+    make_spirograph_splits(tmp_path, 40, 10, seed=3, size=16, maxcount=15, progress=False)
     for split in ("train", "val"):
         for path in (tmp_path / split).iterdir():
             s3.client.upload_file(str(path), "ssl", f"spiro/{split}/{path.name}")

@@ -13,6 +13,10 @@ from PIL import Image
 
 from pipeline.data import shards
 from pipeline.data import spirograph as sp
+from pipeline.data.cifar import iter_cifar, make_cifar_split
+from pipeline.data.imagefolder import make_imagefolder_split
+from pipeline.data.manifest import BadShardError, check_shards, read_manifest, shard_problem, shard_samples
+from pipeline.data.spirograph_shards import iter_spirograph, make_spirograph_splits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,7 +175,7 @@ def imagefolder(tmp_path):
 def test_imagefolder_round_trip(imagefolder, tmp_path):
     root, files = imagefolder
     out_root = tmp_path / "shards"
-    manifest = shards.make_imagefolder_split(root.parent, out_root, "train", maxcount=2, progress=False, seed=None)
+    manifest = make_imagefolder_split(root.parent, out_root, "train", maxcount=2, progress=False, seed=None)
     out = out_root / "train"
     assert manifest["class_names"] == ["ant", "cat", "dog"]
     assert manifest["num_samples"] == 5 and manifest["skipped"] == 1
@@ -195,7 +199,7 @@ def test_imagefolder_round_trip(imagefolder, tmp_path):
             assert int(sample["cls"]) == classes.index(cls)
 
     # the input folder itself (not its parent) works too, and a rerun is a no-op
-    assert shards.make_imagefolder_split(root, out_root, "train", maxcount=2, progress=False, seed=None) == manifest
+    assert make_imagefolder_split(root, out_root, "train", maxcount=2, progress=False, seed=None) == manifest
 
 
 # ---------------------------------------------------------------- CIFAR
@@ -262,39 +266,37 @@ def _check_cifar(out: Path, data: np.ndarray, labels: list[int]) -> None:
 def test_cifar10_round_trip(cifar10, tmp_path):
     folder, batches = cifar10
     out_root = tmp_path / "out"
-    train = shards.make_cifar_split(folder.parent, out_root, "train", maxcount=4, progress=False)
+    train = make_cifar_split(folder.parent, out_root, "train", maxcount=4, progress=False)
     assert train["num_samples"] == 15 and len(train["shards"]) == 4
     assert train["class_names"][:2] == ["airplane", "automobile"] and train["image_ext"] == "png"
     data = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)])
     labels = sum((batches[f"data_batch_{i}"][1] for i in range(1, 6)), [])
     _check_cifar(out_root / "train", data, labels)
 
-    test = shards.make_cifar_split(folder, out_root, "test", maxcount=4, progress=False)
+    test = make_cifar_split(folder, out_root, "test", maxcount=4, progress=False)
     assert test["num_samples"] == 3
     _check_cifar(out_root / "test", *batches["test_batch"])
 
     # start skips into later batches without changing the samples
-    full = list(shards.iter_cifar(folder, "train"))
-    assert list(shards.iter_cifar(folder, "train", start=5)) == full[5:]
+    full = list(iter_cifar(folder, "train"))
+    assert list(iter_cifar(folder, "train", start=5)) == full[5:]
 
 
 def test_cifar100_round_trip(cifar100, tmp_path):
     folder, batches = cifar100
-    manifest = shards.make_cifar_split(folder, tmp_path / "out", "train", maxcount=5, progress=False)
+    manifest = make_cifar_split(folder, tmp_path / "out", "train", maxcount=5, progress=False)
     assert manifest["num_samples"] == 7 and len(manifest["class_names"]) == 100
     assert manifest["class_names"][3] == "class3"
     _check_cifar(tmp_path / "out" / "train", *batches["train"])
     with pytest.raises(ValueError):
-        shards.make_cifar_split(folder, tmp_path / "out", "validation", progress=False)
+        make_cifar_split(folder, tmp_path / "out", "validation", progress=False)
 
 
 # ---------------------------------------------------------------- Spirograph
 
 
 def test_spirograph_round_trip(tmp_path):
-    manifests = shards.make_spirograph_splits(
-        tmp_path, n_train=25, n_val=7, seed=3, size=16, maxcount=10, progress=False
-    )
+    manifests = make_spirograph_splits(tmp_path, n_train=25, n_val=7, seed=3, size=16, maxcount=10, progress=False)
     assert manifests["train"]["num_samples"] == 25 and len(manifests["train"]["shards"]) == 3
     assert manifests["val"]["num_samples"] == 7 and manifests["val"]["class_names"] is None
 
@@ -315,10 +317,10 @@ def test_spirograph_round_trip(tmp_path):
 
 
 def test_spirograph_chunks_regenerate_independently():
-    full = list(shards.iter_spirograph(23, seed=5, size=8, chunk=10))
+    full = list(iter_spirograph(23, seed=5, size=8, chunk=10))
     assert len(full) == 23
     for start in (0, 7, 10, 22):
-        assert list(shards.iter_spirograph(23, seed=5, size=8, start=start, chunk=10)) == full[start:]
+        assert list(iter_spirograph(23, seed=5, size=8, start=start, chunk=10)) == full[start:]
     chunk2 = sp.sample_params(3, torch.Generator().manual_seed(5 + 2))
     assert json.loads(json.dumps(full[20]["json"]))["b"] == chunk2["b"][0].item()
 
@@ -328,26 +330,26 @@ def test_spirograph_chunks_regenerate_independently():
 
 def test_read_manifest(tmp_path):
     shards.write_split(_synthetic(12), tmp_path / "ok", maxcount=5, class_names=None, source="s", progress=False)
-    manifest, urls = shards.read_manifest(tmp_path / "ok")
+    manifest, urls = read_manifest(tmp_path / "ok")
     assert manifest["num_samples"] == 12
     assert urls == [str(tmp_path / "ok" / f"shard-00000{i}.tar") for i in range(3)]
-    via_uri, uri_urls = shards.read_manifest(f"file://{tmp_path / 'ok'}/")
+    via_uri, uri_urls = read_manifest(f"file://{tmp_path / 'ok'}/")
     assert via_uri == manifest
     assert uri_urls[0] == f"file://{tmp_path / 'ok'}/shard-000000.tar"
 
     missing = tmp_path / "nope"
     with pytest.raises(FileNotFoundError, match="not found: .*nope"):
-        shards.read_manifest(missing)
+        read_manifest(missing)
     (tmp_path / "empty_dir").mkdir()
     with pytest.raises(FileNotFoundError, match="no manifest.json in .*empty_dir"):
-        shards.read_manifest(tmp_path / "empty_dir")
+        read_manifest(tmp_path / "empty_dir")
 
     shards.write_split(iter([]), tmp_path / "zero", maxcount=5, class_names=None, source="s", progress=False)
     with pytest.raises(ValueError, match="zero samples"):
-        shards.read_manifest(tmp_path / "zero")
+        read_manifest(tmp_path / "zero")
     (tmp_path / "zero" / "manifest.json").write_text(json.dumps({"num_samples": 3, "complete": False}))
     with pytest.raises(ValueError, match="incomplete"):
-        shards.read_manifest(tmp_path / "zero")
+        read_manifest(tmp_path / "zero")
 
 
 # ---------------------------------------------------------------- CLI
@@ -374,8 +376,8 @@ def test_cli(tmp_path, capsys):
 
     out = tmp_path / "spiro"
     assert job.main(["source=spirograph", f"output={out}", "n=12", "n_val=3", "size=8", "maxcount=5"]) == 0
-    assert shards.read_manifest(out / "train")[0]["num_samples"] == 12
-    assert shards.read_manifest(out / "val")[0]["num_samples"] == 3
+    assert read_manifest(out / "train")[0]["num_samples"] == 12
+    assert read_manifest(out / "val")[0]["num_samples"] == 3
 
 
 def test_read_manifest_from_s3(tmp_path, s3):
@@ -387,14 +389,14 @@ def test_read_manifest_from_s3(tmp_path, s3):
     for path in tmp_path.iterdir():
         client.upload_file(str(path), "shards-test", f"ds/train/{path.name}")
 
-    manifest, urls = shards.read_manifest(f"s3://shards-test/ds/train{options}")
+    manifest, urls = read_manifest(f"s3://shards-test/ds/train{options}")
     assert manifest["num_samples"] == 7
     assert urls[1] == f"s3://shards-test/ds/train/shard-000001.tar{options}"
     filesystem, path = pafs.FileSystem.from_uri(urls[1])
     with filesystem.open_input_stream(path) as stream:
         assert stream.read() == (tmp_path / "shard-000001.tar").read_bytes()
     with pytest.raises(FileNotFoundError, match="s3://shards-test/ds/val"):
-        shards.read_manifest(f"s3://shards-test/ds/val{options}")
+        read_manifest(f"s3://shards-test/ds/val{options}")
 
 
 # ---------------------------------------------------------------- bad shards (issue #12)
@@ -411,12 +413,12 @@ def test_truncated_shard_is_named_and_refused_or_skipped(tmp_path):
     bad_shard = tmp_path / "shard-000001.tar"
     _cut_in_half(bad_shard)
 
-    manifest, uris, bad = shards.check_shards(tmp_path)
+    manifest, uris, bad = check_shards(tmp_path)
     assert [u for u, _ in bad] == [str(bad_shard)] and "truncated" in bad[0][1]
-    assert shards.shard_samples(manifest) == [10, 10, 10]
+    assert shard_samples(manifest) == [10, 10, 10]
 
     sizes = manifest["shard_bytes"]
-    with pytest.raises(shards.BadShardError, match="shard-000001.tar"):
+    with pytest.raises(BadShardError, match="shard-000001.tar"):
         list(iter_samples(uris, on_bad_shard="fail", sizes=sizes))
     skipped: list = []
     samples = list(iter_samples(uris, on_bad_shard="skip", bad=skipped, sizes=sizes))
@@ -433,8 +435,8 @@ def test_truncated_shard_is_named_and_refused_or_skipped(tmp_path):
     sample = 512 + 10240 + 512 + 512  # the .bin header and data, the .cls header and data
     data[5 * sample : 5 * sample + 512] = b"garbage!" * 64
     big.write_bytes(bytes(data))
-    assert shards.shard_problem(big) is None  # not visible to the cheap check
-    with pytest.raises(shards.BadShardError, match="shard-000000.tar: ends after 5 of its 10 samples"):
+    assert shard_problem(big) is None  # not visible to the cheap check
+    with pytest.raises(BadShardError, match="shard-000000.tar: ends after 5 of its 10 samples"):
         list(iter_samples([str(big)], on_bad_shard="fail", counts=[10]))
     got = list(iter_samples([str(big)], on_bad_shard="skip", counts=[10]))
     assert [s["__key__"] for s in got] == [f"{i:04d}" for i in range(4)]  # the last one read is not trusted
@@ -472,7 +474,7 @@ def test_ray_dataset_never_gets_a_bad_shard(tmp_path):
     shards.write_split(_synthetic(30), tmp_path, maxcount=10, class_names=None, source="s", progress=False)
     _cut_in_half(tmp_path / "shard-000000.tar")
     assert good_shards(str(tmp_path)) == [str(tmp_path / f"shard-00000{i}.tar") for i in (1, 2)]
-    with pytest.raises(shards.BadShardError, match="shard-000000.tar"):
+    with pytest.raises(BadShardError, match="shard-000000.tar"):
         good_shards(str(tmp_path), on_bad_shard="fail")
 
 
@@ -498,7 +500,7 @@ def test_every_image_format_the_writer_takes_is_read_back(tmp_path):
     for i, (name, fmt) in enumerate(kinds.items()):
         (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
         (root / f"c{i % 2}" / name).write_bytes(image_bytes(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8), fmt))
-    manifest = shards.make_imagefolder_split(root, tmp_path / "out", "train", maxcount=3, progress=False)
+    manifest = make_imagefolder_split(root, tmp_path / "out", "train", maxcount=3, progress=False)
     assert manifest["num_samples"] == len(kinds) and manifest["skipped"] == 0
     split = reader.load_split(str(tmp_path / "out" / "train"), "classification")
     assert len(split.encoded) == len(kinds)
@@ -540,7 +542,7 @@ def test_make_shards_imagefolder_mixes_classes_with_a_seed(tmp_path):
     assert sorted(s["png"] for s in read_split(a)) == sorted(s["png"] for s in read_split(tmp_path / "c" / "train"))
 
     # without a seed: class order, one class per shard (what make_shards did before)
-    shards.make_imagefolder_split(src, tmp_path / "d", "train", maxcount=10, progress=False, seed=None)
+    make_imagefolder_split(src, tmp_path / "d", "train", maxcount=10, progress=False, seed=None)
     assert all(len(classes) == 1 for classes in _shard_classes(tmp_path / "d" / "train"))
 
 

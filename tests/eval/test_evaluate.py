@@ -57,7 +57,8 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
     from pipeline.detect import job as detect_job
     from pipeline.eval import finetune_job, knn_job
     from pipeline.eval.probe_job import split_run
-    from pipeline.schema import Config, check_model
+    from pipeline.fields import check_model
+    from pipeline.schema import Config
 
     cfg = _cfg(size=size)
     for step, job, argv in steps(cfg, _suite(name)):

@@ -12,11 +12,12 @@ from pipeline.eval.invariance import (
     alpha_reference,
     alpha_regression,
     averaged_features,
+    conditional_variance,
     conditional_variance_of,
     feature_average,
     transformed_features,
 )
-from pipeline.losses import rademacher
+from pipeline.losses.invclr import rademacher
 
 SPIRO_CFG = {"augment": {"kind": "spirograph", "size": 16}}
 
@@ -125,6 +126,30 @@ def test_conditional_variance_of_equals_a_direct_loop_of_eq7():
     assert value > 0
 
 
+def test_conditional_variance_matches_eq7_and_numpy():
+    Fv = torch.randn(6, 9, generator=torch.Generator().manual_seed(40), dtype=torch.float64)
+    got = conditional_variance(Fv).item()
+    assert got == pytest.approx(float(np.var(Fv.numpy(), axis=1, ddof=1).mean()), rel=1e-12)
+    eq7 = 0.0
+    for i in range(6):
+        row = [float(v) for v in Fv[i]]
+        L = len(row)
+        eq7 += (sum(v * v for v in row) / (L - 1) - sum(row) ** 2 / (L * (L - 1))) / 6
+    assert got == pytest.approx(eq7, rel=1e-10)
+
+
+def test_conditional_variance_zero_for_constant_rows():
+    Fv = torch.tensor([[0.3] * 5, [-1.7] * 5, [2.0] * 5], dtype=torch.float64)
+    assert conditional_variance(Fv).item() == pytest.approx(0.0, abs=1e-15)
+    Fv[1, 2] += 0.5
+    assert conditional_variance(Fv).item() > 1e-3
+
+
+def test_conditional_variance_rejects_single_draw():
+    with pytest.raises(ValueError):
+        conditional_variance(torch.zeros(4, 1))
+
+
 def test_alpha_regression_recovers_linear_alpha_and_scores_noise_at_the_reference():
     ref, source = alpha_reference(SPIRO_CFG["augment"])
     assert source == "law" and round(ref, 4) == 0.0806  # Table 8 / 2.2: (4/12 + 5 * 0.36/12)/6
@@ -197,7 +222,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline import tracking
     from pipeline.build import build_method
     from pipeline.config import compose_config
-    from pipeline.data.shards import make_spirograph_splits
+    from pipeline.data.spirograph_shards import make_spirograph_splits
     from pipeline.eval.run_probe import compare_with_random
 
     small = [

@@ -16,7 +16,7 @@ DATA = {"n_train": 128, "n_val": 128, "seed": 0, "size": 32, "maxcount": 128}  #
 @pytest.fixture(scope="package")
 def storage(tmp_path_factory):
     """(s3, server, home): S3 holding the shards under spirograph/, the MLflow server, a HOME with its login."""
-    from pipeline.data.shards import make_spirograph_splits
+    from pipeline.data.spirograph_shards import make_spirograph_splits
 
     s3 = MotoS3()
     server = None

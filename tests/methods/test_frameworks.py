@@ -14,7 +14,8 @@ from torch import nn
 
 from helpers import assert_close_at_scale, init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
-from pipeline.losses import byol_loss, negative_cosine, supcon_loss
+from pipeline.losses.contrastive import supcon_loss
+from pipeline.losses.predictive import byol_loss, negative_cosine
 from pipeline.methods import METHODS
 from pipeline.methods.base import Encoder
 from pipeline.methods.predictor import PredictorEncoder

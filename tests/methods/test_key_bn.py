@@ -14,7 +14,7 @@ from test_methods import MOCO
 from helpers import assert_close_at_scale, init_gloo, loss_and_grads, run_process_group
 from pipeline import dist
 from pipeline.build import build_method
-from pipeline.losses import info_nce
+from pipeline.losses.contrastive import info_nce
 from pipeline.methods import key_bn
 
 B = 8  # per rank (split: BN groups of 4; smaller groups make BN ill-conditioned in float32)

@@ -8,6 +8,7 @@ from torch import nn
 
 from helpers import assert_close_at_scale, init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
+from pipeline.losses.contrastive import info_nce
 from pipeline.methods.base import Encoder
 
 CFG = {
@@ -113,8 +114,6 @@ def test_moco_step_trains_and_updates_key_encoder():
 
 def test_moco_symmetric_loss_is_both_directions():
     import torch.nn.functional as F
-
-    from pipeline.losses import info_nce
 
     cfg = {**MOCO, "method": {**MOCO["method"], "symmetric": True}}
     m = build_method(cfg)

@@ -12,7 +12,9 @@ from torchvision.models.vision_transformer import VisionTransformer
 from helpers import assert_close_at_scale, loss_and_grads
 from pipeline.build import build_method, check_plugins
 from pipeline.config import compose_config
-from pipeline.losses import co2_consistency_bank, dino_loss, mocov3_loss
+from pipeline.losses.co2 import co2_consistency_bank
+from pipeline.losses.contrastive import mocov3_loss
+from pipeline.losses.dino import dino_loss
 from pipeline.methods import METHODS
 from pipeline.methods.context import FIELDS, check_contract
 from pipeline.models.backbones import build_backbone

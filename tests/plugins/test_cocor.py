@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
+from pipeline.losses.cocor import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget, random_counts
 
 
@@ -169,7 +169,7 @@ from torch import nn  # noqa: E402
 from pipeline.build import build_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.reader import Split  # noqa: E402
-from pipeline.losses import info_nce  # noqa: E402
+from pipeline.losses.contrastive import info_nce  # noqa: E402
 from pipeline.methods.base import Encoder  # noqa: E402
 
 
@@ -195,7 +195,6 @@ def _cfg(*overrides):
             *overrides,
         ]
     )
-    cfg["runtime"] = {"steps_per_epoch": 1, "lr": 0.1}
     return cfg
 
 

@@ -11,7 +11,9 @@ from torch import nn
 from helpers import assert_close_at_scale, init_gloo, loss_and_grads, run_process_group
 from pipeline.build import build_method
 from pipeline.config import ConfigError, compose_config
-from pipeline.losses import co2_consistency, co2_consistency_inbatch, ddm, info_nce, nt_xent
+from pipeline.losses.clsa import ddm
+from pipeline.losses.co2 import co2_consistency, co2_consistency_inbatch
+from pipeline.losses.contrastive import info_nce, nt_xent
 from pipeline.methods.base import Encoder
 
 MOCO = {

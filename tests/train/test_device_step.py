@@ -17,6 +17,9 @@ from pipeline.build import build_method
 from pipeline.config import compose_config
 from pipeline.data.reader import Split
 from pipeline.data.spirograph import sample_params
+from pipeline.losses.co2 import co2_consistency
+from pipeline.losses.contrastive import info_nce, nt_xent, supcon_loss
+from pipeline.losses.predictive import byol_loss
 from pipeline.plugins import PLUGINS
 from pipeline.train.loop import memory_format, optimisation_step, to_device
 from pipeline.train.optim import build_optimizer
@@ -288,18 +291,16 @@ def test_two_forwards_through_ddp_then_backward_with_buffers_synced_once_a_step(
 
 
 def _loss_cases():
-    from pipeline import losses
-
     g = torch.Generator().manual_seed(3)
     q, k, z = (torch.nn.functional.normalize(torch.randn(8, 16, generator=g), dim=1) for _ in range(3))
     queue = torch.nn.functional.normalize(torch.randn(32, 16, generator=g), dim=1)
     y = torch.tensor([0, 1, 0, 2, 1, 1, 3, 2])
     return {
-        "info_nce": lambda: losses.info_nce(q, k, queue, 0.2),
-        "nt_xent": lambda: losses.nt_xent(q, k, 0.1),
-        "supcon": lambda: losses.supcon_loss(torch.cat([q, k]), torch.cat([y, y]), 0.1),
-        "co2": lambda: losses.co2_consistency(q, k, queue, 0.05),
-        "byol": lambda: losses.byol_loss(q, k),
+        "info_nce": lambda: info_nce(q, k, queue, 0.2),
+        "nt_xent": lambda: nt_xent(q, k, 0.1),
+        "supcon": lambda: supcon_loss(torch.cat([q, k]), torch.cat([y, y]), 0.1),
+        "co2": lambda: co2_consistency(q, k, queue, 0.05),
+        "byol": lambda: byol_loss(q, k),
     }
 
 

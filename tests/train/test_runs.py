@@ -15,6 +15,8 @@ import pytest
 import torch
 from test_e2e import SMALL, SPIRO, job_env
 
+from pipeline.plan import RunPlan
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,14 +42,16 @@ def _client(root: Path):
 
 
 def _cfg(root: Path, name: str, *overrides: str) -> dict:
-    """A composed config whose runtime is filled in by hand: pretrain() skips resolve() (no data needed)."""
+    """A composed config; with PLAN given, pretrain() skips resolve() (no data needed)."""
     from pipeline.config import compose_config
 
     cfg = compose_config(
         [f"paths.root={root}", f"run.name={name}", "model.width=8", "gallery.at_pretrain=false", *overrides]
     )
-    cfg["runtime"] = {"lr": 0.1, "steps_per_epoch": 1, "num_train_samples": 64}
     return cfg
+
+
+PLAN = RunPlan(workers=1, batch_size=64, num_train_samples=64, epochs=1, warmup_epochs=0, lr=0.1)
 
 
 @pytest.fixture
@@ -66,7 +70,7 @@ def no_ray(monkeypatch):
 
     monkeypatch.setattr(launch, "init_ray", lambda cfg: None)
     monkeypatch.setattr(resources, "check_resources", lambda *a, **k: None)
-    monkeypatch.setattr(launch, "build_trainer", lambda cfg, callbacks=(): SimpleNamespace(fit=fit))
+    monkeypatch.setattr(launch, "build_trainer", lambda cfg, plan, callbacks=(): SimpleNamespace(fit=fit))
     return calls
 
 
@@ -83,7 +87,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
 
     monkeypatch.setattr(launch, "log_checkpoint", broken)
     with pytest.raises(OSError):
-        launch.pretrain(_cfg(store, "r1"))
+        launch.pretrain(_cfg(store, "r1"), PLAN)
     client = _client(store)
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     assert run.info.status == "FAILED"  # not FINISHED: the error came after fit()
@@ -101,7 +105,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
 
     monkeypatch.setattr(launch, "log_checkpoint", lambda checkpoint, cfg, model=True: store / "ckpt")
     monkeypatch.setattr(run_probe, "compare_with_random", logged_probe)
-    out = launch.pretrain(_cfg(store, "r1"))
+    out = launch.pretrain(_cfg(store, "r1"), PLAN)
     run = client.get_run(run.info.run_id)
     assert out["run_id"] == run.info.run_id and run.info.status == "FINISHED"
     assert "error" not in run.data.tags and no_ray.fit == 2
@@ -119,7 +123,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
         )
 
     before = logged(run)
-    out = launch.pretrain(_cfg(store, "r1"))
+    out = launch.pretrain(_cfg(store, "r1"), PLAN)
     shown = capsys.readouterr().out
     after = client.get_run(run.info.run_id)
     assert logged(after) == before
@@ -142,7 +146,7 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
     local.mkdir(parents=True)
     torch.save({"cfg": {}, "method": {}}, local / "state.pt")
     monkeypatch.setattr(launch, "log_checkpoint", lambda checkpoint, cfg, model=True: local)
-    out = launch.pretrain(_cfg(store, "r3", "eval.probe.after_pretrain=false"))
+    out = launch.pretrain(_cfg(store, "r3", "eval.probe.after_pretrain=false"), PLAN)
     assert out["probe"] is None and no_ray.fit == 1
 
     probed = []
@@ -158,12 +162,12 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
     client = _client(store)
     # a failed probe leaves the trained run FINISHED, with the error recorded ...
     with pytest.raises(MemoryError):
-        launch.pretrain(_cfg(store, "r3"))
+        launch.pretrain(_cfg(store, "r3"), PLAN)
     run = client.get_run(out["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["error"] == "MemoryError: probe out of memory"
     # ... the next rerun probes the finished run's checkpoint into it; the one after that only shows it
     for _ in range(2):
-        again = launch.pretrain(_cfg(store, "r3"))
+        again = launch.pretrain(_cfg(store, "r3"), PLAN)
         assert again["run_id"] == out["run_id"] and again["probe"]["pretrained"] == {"r2_m": 0.5}
     assert probed == [(["cfg", "method"], "r3", out["run_id"])] * 2 and no_ray.fit == 1
     run = client.get_run(out["run_id"])
@@ -175,7 +179,7 @@ def test_interrupted_run_is_killed_with_the_interrupt_recorded(store, no_ray):
 
     no_ray.fit_error = KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
-        launch.pretrain(_cfg(store, "r2"))
+        launch.pretrain(_cfg(store, "r2"), PLAN)
     client = _client(store)
     (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
     assert run.info.status == "KILLED" and run.data.tags["error"].startswith("KeyboardInterrupt")
@@ -259,7 +263,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     from pipeline import tracking
     from pipeline.build import build_method
     from pipeline.config import compose_config, to_yaml
-    from pipeline.data.shards import make_spirograph_splits
+    from pipeline.data.spirograph_shards import make_spirograph_splits
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)
     cfg = compose_config(

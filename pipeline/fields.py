@@ -1,0 +1,132 @@
+"""The config's field toolkit: pydantic field types that carry what they allow in words (`Int(1)`: "an integer
+>= 1"), the strict Section every config section and component's settings derive from, and `check_model`, which
+turns pydantic's first error into the one line a user reads (`train.epochs=abc: expected an integer >= 1`).
+Imports no torch: every job checks its command line with it before anything heavy is imported."""
+
+import json
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from pipeline.config import ConfigError
+
+
+def show(value: Any) -> str:
+    """A value as it is written on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value.strip() and value == value.strip() else repr(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str).replace('"', "")
+    return str(value)
+
+
+class Allowed:
+    """What a field allows, in words, carried in its annotation for the error line."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def field(base: Any, text: str, null: bool) -> Any:
+    return Annotated[Optional[base] if null else base, Allowed(text + (" or null" if null else ""))]
+
+
+def _bounds(ge=None, gt=None, le=None, lt=None) -> str:
+    if ge is not None and (le is not None or lt is not None):
+        return f" in [{ge}, {le if le is not None else lt}{']' if le is not None else ')'}"
+    parts = [f"{op} {v}" for op, v in ((">=", ge), (">", gt), ("<=", le), ("<", lt)) if v is not None]
+    return " " + " and ".join(parts) if parts else ""
+
+
+def Int(ge: int | None = None, *, null: bool = False) -> Any:
+    return field(Annotated[StrictInt, Field(ge=ge)], "an integer" + _bounds(ge=ge), null)
+
+
+def Num(*, ge=None, gt=None, le=None, lt=None, null: bool = False) -> Any:
+    # StrictFloat takes ints too (base_lr=1), but not strings or booleans
+    return field(
+        Annotated[StrictFloat, Field(ge=ge, gt=gt, le=le, lt=lt)],
+        "a number" + _bounds(ge=ge, gt=gt, le=le, lt=lt),
+        null,
+    )
+
+
+def Bool(*, null: bool = False) -> Any:
+    return field(StrictBool, "true or false", null)
+
+
+def Str(*, null: bool = False) -> Any:
+    return field(Annotated[StrictStr, Field(min_length=1)], "a non-empty string", null)
+
+
+def Choice(*values: Any, null: bool = False) -> Any:
+    return field(Literal[values], "one of " + ", ".join(show(v) for v in values), null)
+
+
+def Nums(n: int, *, gt=None) -> Any:
+    item = Annotated[StrictFloat, Field(gt=gt)]
+    return field(
+        Annotated[list[item], Field(min_length=n, max_length=n)], f"a list of {n} numbers" + _bounds(gt=gt), False
+    )
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+def bad(key: str, value: Any, allowed: str) -> ConfigError:
+    """The one-line error for a key: `key=value: allowed`."""
+    return ConfigError(f"{key}={show(value)}: {allowed}")
+
+
+_MISSING = object()
+
+
+def _get(cfg: dict, keys: list[str]) -> Any:
+    node: Any = cfg
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return _MISSING
+        node = node[k]
+    return node
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    candidates = getattr(annotation, "__args__", None) or (annotation,)
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
+def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
+    """Validate `data` against a section model; ConfigError with one line naming the first bad key (prefixed
+    with `root`, e.g. "sweep"), its value and what the field allows."""
+    try:
+        model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        if err["type"] == "extra_forbidden":
+            where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
+            raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
+        m: type[BaseModel] | None  # a section's model; None past the config keys
+        keys, allowed, m = [], None, model
+        for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
+            if m is None or not isinstance(part, str) or part not in m.model_fields:
+                break
+            info = m.model_fields[part]
+            keys.append(part)
+            allowed = next((a.text for a in info.metadata if isinstance(a, Allowed)), None)
+            m = _section_model(info.annotation)
+            if m is not None:
+                allowed = "a mapping of keys"
+        key = ".".join([root] * bool(root) + keys) or root or "config"
+        what = f"expected {allowed}" if allowed else err["msg"]
+        value = _get(data, keys)
+        if value is _MISSING:
+            raise ConfigError(f"{key} is missing: {what}") from None
+        raise bad(key, value, what) from None

@@ -1,0 +1,55 @@
+"""CLSA's distributional divergence minimisation L_D (Wang & Qi 2021; docs/methods/clsa.md), a plug-in term: the
+weak view's similarity distribution supervises the strong view's. Tested against a direct float64 computation in
+tests/test_plugin_losses.py."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.losses.precision import float32
+
+
+@float32
+def ddm(
+    q_weak: torch.Tensor,
+    q_strong: torch.Tensor,
+    k: torch.Tensor,
+    queue: torch.Tensor,
+    temperature: float,
+    *,
+    batch_keys: bool = False,
+) -> torch.Tensor:
+    """CLSA's distributional divergence minimisation L_D (Wang & Qi 2021, Eq. 6; docs/methods/clsa.md §1.5), batch mean.
+
+    Over the support {z_i} ∪ queue (K+1 entries, positive first; Eqs. 3 and 5, k=1..K):
+        L_D = mean_i [ -Σ_j p(z_j|z'_i) log p(z_j|z''_i) ],  p(·|z) = softmax([z·z_i, z·queue] / τ).
+    The weak distribution includes the positive, uses the same τ as the strong one (no sharpening) and is
+    stop-gradient ("the gradient is only propagated through p(·|z''_i)"); k and the queue are keys and carry no
+    gradient either. For CLSA* (several strong views) the paper SUMS L_D over them (§1.6): call once per view.
+
+    Paper vs code (§5 [CODE] 1, §6 item 2): the official code scores every query against ALL the batch's keys (label =
+    own index) plus the queue, so other images' current keys are extra negatives. Default follows the paper (own
+    positive + queue); `batch_keys=True` gives the code's support [k_1..k_B, queue] (B+K entries, not gathered across
+    ranks here).
+
+    Args:
+        q_weak: [B, D] L2-normalised weak queries z' (detached).
+        q_strong: [B, D] L2-normalised strong queries z''.
+        k: [B, D] L2-normalised positive keys z (detached).
+        queue: [K, D] L2-normalised negatives (detached).
+        temperature: τ, of both distributions.
+        batch_keys: the code's support [k_1..k_B, queue] instead of the paper's [k_i, queue].
+
+    Example: `loss = ddm(q_weak, q_strong, k, queue, 0.2)`
+    """
+    k = k.detach()
+    queue = queue.detach()
+    q_weak = q_weak.detach()
+
+    def logits(z):
+        pos = z @ k.t() if batch_keys else (z * k).sum(dim=1, keepdim=True)
+        return torch.cat([pos, z @ queue.t()], dim=1) / temperature
+
+    target = F.softmax(logits(q_weak), dim=1)
+    return -(target * F.log_softmax(logits(q_strong), dim=1)).sum(dim=1).mean()

@@ -1,0 +1,138 @@
+"""The extension API from outside the repository: tests/ext/augssl_barlow, a package of its own, adds a method
+(Barlow Twins) and a plug-in (a uniformity term) through the `augssl.methods` and `augssl.plugins` entry points
+and ships their configs on Hydra's search path. pip installs it into a folder of its own (so this venv's registries
+stay as they are for every other test); a Python with that folder on its path composes `method=barlow` and
+`plugin=[uniformity]`, validates them, and trains one step of each through the loop's own step function. Every
+step of docs/extending.md is one of these."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tests" / "ext" / "augssl_barlow"
+
+# run with the package's folder on sys.path: what `pip install augssl-barlow` into the environment gives
+STEPS = r"""
+import json, sys
+import torch
+from pipeline.build import build_method
+from pipeline.config import compose_config
+from pipeline.methods import METHODS
+from pipeline.plugins import PLUGINS
+from pipeline.schema import validate
+from pipeline.train.loop import optimisation_step
+
+root, out = sys.argv[1], {"methods": list(METHODS), "plugins": list(PLUGINS)}
+common = [f"paths.root={root}", "model.width=8", "trainer.num_workers=1"]
+for name, overrides in (("method", ["method=barlow"]), ("plugin", ["method=simclr", "plugin=[uniformity]"])):
+    cfg = compose_config([*common, *overrides])
+    validate(cfg)
+    torch.manual_seed(0)
+    method = build_method(cfg)
+    images = [torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(v)) for v in (1, 2)]
+    with torch.no_grad():
+        full = method.total_loss(images)
+        bare = method.framework_loss(images)["loss"]
+    before = [p.detach().clone() for p in method.online.parameters()]
+    opt = torch.optim.SGD(method.online.parameters(), lr=0.1)
+    step = optimisation_step(method, opt, images, None, "fp32", torch.device("cpu"), 0.5)
+    moved = sum(float((p.detach() - b).abs().sum()) for p, b in zip(method.online.parameters(), before))
+    out[name] = {
+        "class": f"{type(method).__module__}.{type(method).__name__}",
+        "settings": {k: v for k, v in cfg["method"].items() if k in ("kind", "lambd")},
+        "plugin": cfg.get("plugin"),
+        "loss": float(step["loss"].detach()),
+        "added": float(full["loss"] - bare),
+        "uniformity": float(full.get("uniformity", float("nan"))),
+        "moved": moved,
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The package pip-installed (no index, no build isolation: offline) into a folder of its own."""
+    src = tmp_path_factory.mktemp("src") / "augssl_barlow"
+    shutil.copytree(PACKAGE, src)  # pip builds in the source tree: a copy keeps the repository's clean
+    site = tmp_path_factory.mktemp("site")
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+    r = subprocess.run([*cmd, "--target", str(site), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (site / "augssl_barlow" / "conf" / "method" / "barlow.yaml").exists()
+    return site
+
+
+def _python(site: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_an_installed_package_adds_a_method_and_a_plugin_that_train(site, tmp_path):
+    r = _python(site, "-c", STEPS, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # registered beside the project's own, which keep their names
+    assert out["methods"][-1] == "barlow" and {"moco", "simclr", "dino"} <= set(out["methods"])
+    assert out["plugins"][-1] == "uniformity" and "cocor" in out["plugins"]
+    method, plugin = out["method"], out["plugin"]
+    # the method: its class from the package, its settings from the package's conf/method/barlow.yaml
+    assert method["class"] == "augssl_barlow.barlow.BarlowTwins"
+    assert method["settings"] == {"kind": "barlow", "lambd": 0.0051}
+    assert method["moved"] > 0 and method["loss"] == method["loss"] and method["added"] == 0.0  # no plug-in
+    # the plug-in on the project's SimCLR: its term, weighted by conf/plugin/uniformity.yaml, joins the loss
+    assert plugin["plugin"] == {"uniformity": {"weight": 0.1, "t": 2.0}}
+    assert plugin["uniformity"] < 0  # log of a mean of exp(-t d^2) < 1
+    assert plugin["added"] == pytest.approx(0.1 * plugin["uniformity"], rel=1e-5)
+    assert plugin["moved"] > 0
+    assert not list(tmp_path.rglob("*.tar"))  # validating made no data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides,line",
+    [
+        (["method=barlow", "method.lambd=0"], "error: method.lambd=0: expected a number > 0"),
+        (["method=simclr", "plugin=[uniformity]", "plugin.uniformity.t=-2"], "error: plugin.uniformity.t=-2: "),
+        (["method=mocov2", "plugin=[uniformity]"], "error: plugin: plugin uniformity does not plug into method kind"),
+    ],
+)
+def test_the_packages_settings_are_checked_like_the_projects(site, tmp_path, overrides, line):
+    r = _python(site, "jobs/pretrain.py", f"paths.root={tmp_path}", *overrides, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().startswith(line), r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "data").exists()
+
+
+def test_the_uniformity_and_barlow_losses_are_their_equations():
+    """The example package's losses against float64 loops over their definitions (what docs/extending.md asks of
+    a new loss)."""
+    import torch
+
+    sys.path.insert(0, str(PACKAGE))
+    try:
+        from augssl_barlow.barlow import barlow_loss
+        from augssl_barlow.uniformity import uniformity
+    finally:
+        sys.path.remove(str(PACKAGE))
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(12, 5, generator=g, dtype=torch.float64), torch.randn(12, 5, generator=g, dtype=torch.float64)
+    n, d = z1.shape
+    s1 = [(z1[:, j] - z1[:, j].mean()) / z1[:, j].std(unbiased=False) for j in range(d)]
+    s2 = [(z2[:, j] - z2[:, j].mean()) / z2[:, j].std(unbiased=False) for j in range(d)]
+    c = [[float(sum(s1[i][k] * s2[j][k] for k in range(n)) / n) for j in range(d)] for i in range(d)]
+    expected = sum((1 - c[i][i]) ** 2 for i in range(d)) + 0.5 * sum(
+        c[i][j] ** 2 for i in range(d) for j in range(d) if i != j
+    )
+    assert float(barlow_loss(z1, z2, 0.5)) == pytest.approx(expected, rel=1e-9)
+    u = torch.nn.functional.normalize(z1, dim=1)
+    pairs = [float(((u[i] - u[j]) ** 2).sum()) for i in range(n) for j in range(i + 1, n)]
+    expected = float(torch.tensor([torch.exp(torch.tensor(-2.0 * p)) for p in pairs]).mean().log())
+    assert float(uniformity(u, 2.0)) == pytest.approx(expected, rel=1e-9)
