@@ -48,10 +48,10 @@ from pipeline.data.photos import iter_photos  # noqa: E402
 from pipeline.methods import METHODS  # noqa: E402
 from pipeline.schedules import scaled_lr  # noqa: E402
 from pipeline.schema import validate  # noqa: E402
-from pipeline.train.loop import optimisation_step, to_device  # noqa: E402
 from pipeline.train.optim import build_optimizer  # noqa: E402
 from pipeline.train.precision import resolve_precision  # noqa: E402
 from pipeline.train.prefetch import Timing, made_ahead, views_threads  # noqa: E402
+from pipeline.train.step import optimisation_step, to_device  # noqa: E402
 
 ROWS = ("project", "project-serial", "bare")
 TARGET = 1.0  # the issue's: the project's epoch rate >= 1.0x the bare loop's on this CPU

@@ -311,8 +311,8 @@ def project_runner(
     the device, optimisation_step, and the float() of every logged value."""
     from pipeline.build import build_method
     from pipeline.schedules import scaled_lr
-    from pipeline.train.loop import optimisation_step, schedule_step, to_device
     from pipeline.train.optim import build_optimizer
+    from pipeline.train.step import optimisation_step, schedule_step, to_device
 
     torch.manual_seed(0)
     method = build_method(cfg)

@@ -9,8 +9,8 @@ its value and what is allowed (`train.epochs=abc: expected an integer >= 1`):
 2. relations between keys: the global batch over the workers, the kNN k against its bank, the smallest image
    the backbone takes;
 3. the augmentation recipe (its own checks: probabilities in [0, 1], view sizes, unknown keys);
-4. paths: paths.root, paths.data, paths.runs, trainer.storage and gallery.out neither are nor lie under an
-   existing file, and can be created where they are missing;
+4. paths (steps 4, 5 and 7 are pipeline.locations'): paths.root, paths.data, paths.runs, trainer.storage and
+   gallery.out neither are nor lie under an existing file, and can be created where they are missing;
 5. the tracking store: a SQLite store (the default `<paths.runs>/mlflow.db`, or tracking.uri=sqlite:///...)
    that exists must be a readable, uncorrupted SQLite database (opened read-only; never created here);
 6. the plug-ins: each one's fit to the method, its `Settings`, its `check` (CLSA's strong views, InvCLR's penalty
@@ -26,17 +26,14 @@ pipeline.train.prepare.resolve (every training job) and by jobs/gallery.py; any 
 `pipeline.config.cli` returns.
 """
 
-import os
-import sqlite3
-from pathlib import Path
 from typing import Annotated, Optional, Union
-from urllib.parse import quote
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from pipeline.config import ConfigError
 from pipeline.data.formats import ON_BAD_SHARD
 from pipeline.fields import Allowed, Bool, Choice, Int, Num, Nums, Section, Str, bad, check_model, field, show
+from pipeline.locations import _check_data, _check_paths, _check_tracking
 from pipeline.methods import METHODS
 from pipeline.methods.settings import MethodSettings
 from pipeline.registry import RegistryError
@@ -378,101 +375,6 @@ def check_augment(aug: dict) -> None:
             raise ConfigError(f"augment: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in str(path)
-
-
-def _check_folder(key: str, value: str) -> None:
-    """A folder a job will create or write into: not a file, not under a file, creatable where missing."""
-    path = Path(os.path.expanduser(value))
-    if path.is_file():
-        raise bad(key, value, "is an existing file; expected a folder (existing or to be created)")
-    existing = path
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        raise bad(key, value, f"lies under the file {existing}; expected a folder (existing or to be created)")
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
-        what = "is" if existing == path else f"would be made in {existing}, which is"
-        raise bad(key, value, f"{what} not writable")
-
-
-def _check_paths(cfg: dict) -> None:
-    p = cfg["paths"]
-    for key in ("root", "data", "runs"):
-        if _is_local(p[key]):
-            _check_folder(f"paths.{key}", p[key])
-    if _is_local(cfg["trainer"]["storage"]):
-        _check_folder("trainer.storage", cfg["trainer"]["storage"])
-    out = cfg["gallery"].get("out")
-    if out and _is_local(out):
-        if Path(out).is_dir():
-            raise bad("gallery.out", out, "is a folder; expected a .png file path")
-        _check_folder("gallery.out", str(Path(out).parent))
-
-
-def tracking_store(cfg: dict) -> tuple[str, Path | None]:
-    """(`key=value` naming where the store comes from, its local SQLite file or None) for the tracking store
-    the jobs will use, worked out as pipeline.tracking.tracking_uri does but without creating anything."""
-    uri = cfg["tracking"].get("uri")
-    where = f"tracking.uri={uri}"
-    if not uri and os.environ.get("MLFLOW_TRACKING_URI"):
-        uri = os.environ["MLFLOW_TRACKING_URI"]
-        where = f"tracking.uri=null, MLFLOW_TRACKING_URI={uri}"
-    if not uri:
-        runs = cfg["paths"]["runs"]
-        path = Path(runs) / "mlflow.db" if _is_local(runs) else None
-        return f"tracking.uri=null (the store {path})", path
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :].split("?")[0]
-        return where, Path(path) if path and path != ":memory:" else None
-    return where, None
-
-
-def _check_tracking(cfg: dict) -> None:
-    where, path = tracking_store(cfg)
-    if path is None:
-        return  # a tracking server (http://...), a database server or an in-memory store: not checked here
-    if path.is_dir():
-        raise ConfigError(f"{where}: the store is a folder; expected a SQLite database file")
-    if not path.exists():
-        # the default store's folder is paths.runs (checked above, made by the job); a store named in
-        # tracking.uri needs its folder
-        if not where.startswith("tracking.uri=null (") and not path.parent.is_dir():
-            raise ConfigError(f"{where}: the folder {path.parent} does not exist")
-        return
-    problem = sqlite_problem(path)
-    if problem:
-        raise ConfigError(
-            f"{where}: not a healthy SQLite database ({problem}); move the file aside (a new "
-            f"store is made) or set tracking.uri"
-        )
-
-
-def sqlite_problem(path: Path) -> str | None:
-    """Why an existing file is no usable SQLite database, or None. Opened read-only: nothing is created."""
-    try:
-        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error as e:
-        return str(e)
-    try:
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        row = con.execute("PRAGMA quick_check(1)").fetchone()
-        if row and row[0] != "ok":
-            return f"quick_check: {row[0]}"
-    except sqlite3.OperationalError as e:
-        if "locked" in str(e) or "busy" in str(e):
-            return None  # a job is writing it right now: healthy
-        return str(e)
-    except sqlite3.DatabaseError as e:
-        return str(e)
-    finally:
-        con.close()
-    return None
-
-
 def check_method(cfg: dict) -> None:
     """The method's own settings and checks (its `Settings`, `check`: pipeline.build); they import the method, and
     so torch."""
@@ -494,38 +396,3 @@ def _check_plugins(cfg: dict) -> None:
         raise
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"plugin: {e}") from None
-
-
-EMBEDDED = ("spirograph", "photos")  # data generated on first use (pipeline.train.prepare)
-
-
-def managed_data(cfg: dict) -> bool:
-    """Embedded data (Spirograph, Photos) is generated only into the managed data folder (train/ and val/ side by
-    side under paths.data); a missing path given by the user elsewhere is an error, not a place to write."""
-    data = cfg["data"]
-    if data["name"] not in EMBEDDED or not data.get("generate"):
-        return False
-    if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(cfg["paths"]["data"])):
-        return False
-    train, val, root = Path(data["train"]), Path(data["val"]), Path(cfg["paths"]["data"])
-    return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
-
-
-def _check_data(cfg: dict) -> None:
-    data = cfg["data"]
-    managed = managed_data(cfg)
-    for split in ("train", "val"):
-        path = data[split]
-        if not _is_local(path):
-            continue  # remote shards: prepare_data reads their manifests
-        p = Path(path)
-        if p.is_file():
-            raise bad(f"data.{split}", path, "is a file; expected a shard folder (see jobs/make_shards.py)")
-        if managed:
-            _check_folder(f"data.{split}", path)
-        elif not p.is_dir():
-            raise bad(
-                f"data.{split}",
-                path,
-                f"shard folder not found; make it with jobs/make_shards.py or point data.{split} at one",
-            )

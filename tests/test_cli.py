@@ -197,7 +197,7 @@ def test_schema_choices_match_the_registries():
 
 
 def test_sqlite_store_check_reads_and_never_creates(tmp_path):
-    from pipeline.schema import sqlite_problem
+    from pipeline.locations import sqlite_problem
 
     good = tmp_path / "good.db"
     with sqlite3.connect(good) as con:

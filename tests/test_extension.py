@@ -26,7 +26,7 @@ from pipeline.config import compose_config
 from pipeline.methods import METHODS
 from pipeline.plugins import PLUGINS
 from pipeline.schema import validate
-from pipeline.train.loop import optimisation_step
+from pipeline.train.step import optimisation_step
 
 root, out = sys.argv[1], {"methods": list(METHODS), "plugins": list(PLUGINS)}
 common = [f"paths.root={root}", "model.width=8", "trainer.num_workers=1"]

@@ -1,22 +1,25 @@
-"""Imports go one way: from the jobs' layers (tune, train, eval, detect) down to the pieces (build, then methods
-and plug-ins, then losses, models, augment, data), never up; plug-ins see the methods only through their StepContext.
-The losses are pure functions of tensors: they import no other pipeline package."""
+"""Imports go one way: from a job's body (reproduce) to the jobs' layers (tune, train, eval, detect), down to the
+pieces (build, then methods and plug-ins, then losses, models, augment, data), never up; plug-ins see the methods
+only through their StepContext. The losses are pure functions of tensors: they import no other pipeline package."""
 
 import ast
 from pathlib import Path
 
 PIPELINE = Path(__file__).resolve().parents[1] / "pipeline"
 TOP = {"tune", "train", "eval", "detect"}
+JOBS = {"reproduce"}  # a job's body (jobs/reproductions.py's), above the jobs' layers: none of them imports it
 FORBIDDEN = {  # package -> the pipeline packages it must not import
-    "data": TOP | {"build", "methods", "plugins", "models", "augment"},
-    "augment": TOP | {"build", "methods", "plugins", "models"},
-    "models": TOP | {"build", "methods", "plugins", "augment", "data"},
-    "methods": TOP | {"build", "plugins", "augment", "data"},
-    "plugins": TOP | {"build"},
-    "losses": TOP | {"build", "methods", "plugins", "models", "augment", "data"},
-    "build": TOP,
-    "eval": {"tune", "train"},
-    "train": {"tune"},
+    "data": TOP | JOBS | {"build", "methods", "plugins", "models", "augment"},
+    "augment": TOP | JOBS | {"build", "methods", "plugins", "models"},
+    "models": TOP | JOBS | {"build", "methods", "plugins", "augment", "data"},
+    "methods": TOP | JOBS | {"build", "plugins", "augment", "data"},
+    "plugins": TOP | JOBS | {"build"},
+    "losses": TOP | JOBS | {"build", "methods", "plugins", "models", "augment", "data"},
+    "build": TOP | JOBS,
+    "eval": {"tune", "train"} | JOBS,
+    "train": {"tune"} | JOBS,
+    "tune": JOBS,
+    "detect": JOBS,
 }
 
 

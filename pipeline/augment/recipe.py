@@ -4,7 +4,8 @@ A recipe is a list of view specs (one per output view: two for MoCo, 2 global + 
 2 weak + 1-5 strong for CLSA, 2 + 3 composites for CoCor) plus the normalisation and the joint
 samplers that tie the first two views together (JointCrop / JointBlur / JointColor). Samplers
 (params.py, joint.py, strong.py) read it to draw per-sample parameters; executors (torch_exec.py,
-dali_exec.py) read it for the fixed settings (output sizes, which ops can occur, normalisation).
+dali_exec.py with its graphs in dali_graph.py) read it for the fixed settings (output sizes, which ops can occur,
+normalisation).
 
 Config form (conf/augment/*.yaml), either flat (every view alike, `n_views` of them):
     size: 224, scale: [0.2, 1.0], p_blur: 0.5, n_views: 2, ...

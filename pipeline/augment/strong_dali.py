@@ -36,7 +36,7 @@ op[k], one branch per op, so gated-off slots and non-chosen ops are exact identi
                       selects it anyway (no GIL, faster, not equal to the torch reference).
 
 CPU backend only (that is what runs and is tested here). A GPU version would need `mag` moved to
-the GPU for the arithmetic (`mag.gpu()`, as dali_exec does) and equalize="native", since a
+the GPU for the arithmetic (`mag.gpu()`, as dali_graph does) and equalize="native", since a
 python_function cannot bring GPU data back to the CPU; a GPU image is rejected for now.
 """
 

@@ -7,7 +7,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from pipeline.methods.context import StepContext
+from pipeline.methods.context import StepContext, visible
 from pipeline.methods.settings import MethodSettings
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import mlp_head
@@ -100,8 +100,10 @@ class Method(nn.Module):
         out = self.framework_loss(images, params)
         ctx: StepContext = out.pop("ctx")
         ctx.alphas = alphas
+        if "embed" in self.provides:
+            ctx.embed, ctx.embed_target = self.embed, self.embed_target
         for plugin in self.plugins:
-            for name, (value, weight) in plugin.loss(self, images, params, ctx).items():
+            for name, (value, weight) in plugin.loss(self, images, params, visible(ctx, plugin.needs)).items():
                 if weight is not None:  # None: logged only
                     out["loss"] = out["loss"] + weight * value
                 out[name] = value.detach()
@@ -128,16 +130,17 @@ class Method(nn.Module):
             logged.update(plugin.after_update(self, images, params, out, progress))
         return logged
 
-    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor: the L2-normalised float32 embedding of augmented views, WITH gradient. Default: the online
-        encoder's projection (MoCo's query encoder, SimCLR/SupCon's encoder); BYOL, SimSiam and MoCo v3 add the
-        predictor."""
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The L2-normalised float32 embedding of a further view, WITH gradient (StepContext.embed, for methods
+        that provide "embed"). Default: the online encoder's projection (MoCo's query encoder, SimCLR/SupCon's
+        encoder); BYOL, SimSiam and MoCo v3 add the predictor."""
         return nn.functional.normalize(self.online(x).float(), dim=1)
 
     @torch.no_grad()
-    def anchor_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor: the L2-normalised float32 embedding of the original image, without gradient. Default: the
-        online encoder's projection (for SimSiam and BYOL: stop-gradient backbone + projector, no predictor)."""
+    def embed_target(self, x: torch.Tensor) -> torch.Tensor:
+        """The L2-normalised float32 embedding without gradient, by a target's path (StepContext.embed_target).
+        Default: the online encoder's projection (for SimSiam and BYOL: stop-gradient backbone + projector, no
+        predictor)."""
         return nn.functional.normalize(self.online(x).float(), dim=1)
 
     @property

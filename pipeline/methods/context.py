@@ -11,6 +11,7 @@ Every tensor here is float32 (losses run in float32 under autocast); projections
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 import torch
 
@@ -32,11 +33,27 @@ class StepContext:
     """SimCLR/SupCon: every worker's projections of views 0 and 1 [N, D], this worker's rows at `offset`."""
     offset: int = 0
     """This worker's first row in `gathered` and `key_bank`."""
+    temperature: float | None = None
+    """The method's contrastive temperature (MoCo, MoCo v3, SimCLR, SupCon)."""
+    embed: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """The method's embedding of a further view, with gradient (Method.embed: the query path, the predictor's
+    output where the method has one): plug-ins that add views (CLSA's strong ones, CoCor's composites) encode
+    them through it."""
+    embed_target: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """The same without gradient, by the path a target takes (Method.embed_target: no predictor)."""
     alphas: dict[int, torch.Tensor] = field(default_factory=dict)
     """View index -> its differentiable augmentation parameters (set by Method.total_loss, not by the method)."""
 
 
 FIELDS = frozenset(f.name for f in fields(StepContext)) - {"alphas", "offset"}
+
+
+def visible(ctx: StepContext, needs: tuple[frozenset[str], ...]) -> StepContext:
+    """What a plug-in sees of the step: the fields its `needs` name (any of its sets), the rest left empty, so a
+    plug-in cannot come to depend on a field it did not declare."""
+    shown = (FIELDS & frozenset().union(*needs)) | {"alphas", "offset"}
+    kept: dict[str, Any] = {name: getattr(ctx, name) for name in shown}
+    return StepContext(**kept)
 
 
 def satisfied(provides: frozenset[str], needs: tuple[frozenset[str], ...]) -> bool:

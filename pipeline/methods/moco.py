@@ -25,7 +25,7 @@ KEY_BN_MODES = key_bn.MODES  # by another name: the Settings field `key_bn` hide
 
 
 class MoCo(Method):
-    provides = frozenset({"features", "pairs", "queue"})
+    provides = frozenset({"features", "pairs", "queue", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):
         temperature: Num(gt=0)
@@ -116,7 +116,7 @@ class MoCo(Method):
         loss = info_nce(q1, k2, queue, self.temperature)
         keys = k2
         # pairs (query, its positive key) for plug-ins that add terms per pair (CO2, CLSA)
-        ctx = StepContext(features=[h1], pairs=[(q1, k2)], queue=queue)
+        ctx = StepContext(features=[h1], pairs=[(q1, k2)], queue=queue, temperature=self.temperature)
         if self.symmetric:
             # both views serve as query and key (as in MoCo v3 and MoCo's CIFAR demo): twice the signal a step.
             # Two forwards through DDP are fine: autograd sums both uses before each gradient hook fires.

@@ -30,7 +30,7 @@ class MoCoV3(PredictorMethod):
     (§5, "random patch projection", method.random_patch_projection). The paper's optimisers: AdamW for ViT,
     LARS for ResNet (+experiment=mocov3_vit, mocov3_resnet)."""
 
-    provides = frozenset({"features", "pairs", "key_bank"})
+    provides = frozenset({"features", "pairs", "key_bank", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):
         temperature: Num(gt=0, null=True) = None  # null: 0.2 for a ViT, 1.0 for a ResNet (the paper's)
@@ -67,7 +67,13 @@ class MoCoV3(PredictorMethod):
         bank1, bank2 = dist.gather_nograd(k1), dist.gather_nograd(k2)
         offset = dist.rank() * x1.shape[0]
         loss = mocov3_loss(q1, bank2, offset, self.temperature) + mocov3_loss(q2, bank1, offset, self.temperature)
-        ctx = StepContext(features=[h1, h2], pairs=[(q1, k2), (q2, k1)], key_bank=[bank2, bank1], offset=offset)
+        ctx = StepContext(
+            features=[h1, h2],
+            pairs=[(q1, k2), (q2, k1)],
+            key_bank=[bank2, bank1],
+            offset=offset,
+            temperature=self.temperature,
+        )
         return {
             "loss": loss,
             "pos_sim": (q1.detach() * k2).sum(1).mean(),

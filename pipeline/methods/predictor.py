@@ -43,9 +43,9 @@ class PredictorMethod(Method):
         q = F.normalize(p.float(), dim=1)
         return (h, q) if with_features else q
 
-    def consistency_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """CoCor's augmented-view embedding: backbone, projector and predictor, with gradient (the original image
-        goes through the stop-gradient backbone + projector: the base `anchor_embed`)."""
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """With the predictor, as the loss's query (the target path, embed_target, is the base's: stop-gradient
+        backbone + projector)."""
         return self.query(x)
 
     def ema_into(self, target: Encoder, m: float) -> None:

@@ -13,7 +13,7 @@ from pipeline.methods.settings import MethodSettings
 
 
 class SimCLR(Method):
-    provides = frozenset({"features", "projections", "gathered"})
+    provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):
         temperature: Num(gt=0)
@@ -33,5 +33,11 @@ class SimCLR(Method):
         c1, c2 = dist.gather_grad(z1), dist.gather_grad(z2)
         loss = nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)
         # the gathered projections let in-batch plug-ins (CO2 on SimCLR) see every worker's negatives
-        ctx = StepContext(features=[h[:b], h[b:]], projections=(z1, z2), gathered=(c1, c2), offset=dist.rank() * b)
+        ctx = StepContext(
+            features=[h[:b], h[b:]],
+            projections=(z1, z2),
+            gathered=(c1, c2),
+            offset=dist.rank() * b,
+            temperature=self.temperature,
+        )
         return {"loss": loss, "ctx": ctx}

@@ -19,7 +19,7 @@ class SupCon(Method):
     loss L^sup_out (Eq. 2) over the 2B views, positives = every other view with the anchor's label, temperature
     0.1 (the paper's value). Labels come in `params[0]["label"]` (int64 [B], shared by the views)."""
 
-    provides = frozenset({"features", "projections", "gathered"})
+    provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):
         temperature: Num(gt=0)
@@ -63,4 +63,5 @@ class SupCon(Method):
             self_index=torch.cat([local, local + n]),
         )
         ctx = StepContext(features=[h[:b], h[b:]], projections=(z1, z2), gathered=(c1, c2), offset=offset)
+        ctx.temperature = self.temperature
         return {"loss": loss, "ctx": ctx}

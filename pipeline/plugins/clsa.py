@@ -17,7 +17,13 @@ from pipeline.plugins.base import Plugin
 class CLSA(Plugin):
     name = "clsa"
     frameworks = ("moco", "mocov3", "byol")
-    needs = (frozenset({"pairs"}),)
+    # the strong views go through the method's embed; the support is the queue (MoCo), every worker's keys (MoCo v3)
+    # or the batch's keys (BYOL, whose temperature is the plug-in's own)
+    needs = (
+        frozenset({"pairs", "embed", "queue", "temperature"}),
+        frozenset({"pairs", "embed", "key_bank", "temperature"}),
+        frozenset({"pairs", "embed"}),
+    )
 
     @classmethod
     def check(cls, cfg: dict) -> None:
@@ -35,11 +41,11 @@ class CLSA(Plugin):
 
     def loss(self, method, images, params, ctx):
         q_weak, k = ctx.pairs[0]
-        t = float(self.temperature if self.temperature is not None else method.temperature)
+        t = float(self.temperature if self.temperature is not None else ctx.temperature)
         if ctx.queue is not None:  # MoCo v1/v2: [own key, queue] (the paper), or [the batch's keys, queue] (code)
             queue, batch_keys = ctx.queue, self.batch_keys
         else:  # MoCo v3: every worker's keys; BYOL: the batch's target projections
             k = ctx.key_bank[0] if ctx.key_bank else k
             queue, batch_keys = k.new_zeros(0, k.shape[1]), True
-        terms = [ddm(q_weak, method.query(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
+        terms = [ddm(q_weak, ctx.embed(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
         return {"clsa_ddm": (sum(terms), self.beta)}

@@ -45,7 +45,7 @@ TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 
 class CoCor(Plugin):
     name = "cocor"
     frameworks = ("moco", "mocov3", "simsiam", "supcon", "byol", "simclr")
-    # reads no StepContext field: it embeds the composite views itself (Method.consistency_embed / anchor_embed)
+    needs = (frozenset({"embed", "embed_target"}),)  # it embeds the composite views and the originals through them
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
@@ -144,9 +144,9 @@ class CoCor(Plugin):
             self.classifier_opt.load_state_dict(state["classifier_opt"])
 
     # -- the encoder step ---------------------------------------------------------------------------------------
-    def _similarities(self, method, images) -> list[torch.Tensor]:
-        anchor = F.normalize(method.anchor_embed(images[0]) + method.anchor_embed(images[1]), dim=1)
-        return [(method.consistency_embed(images[i]) * anchor).sum(1) for i in self.composites]
+    def _similarities(self, embed, embed_target, images) -> list[torch.Tensor]:
+        anchor = F.normalize(embed_target(images[0]) + embed_target(images[1]), dim=1)
+        return [(embed(images[i]) * anchor).sum(1) for i in self.composites]
 
     def _targets(self, params, device) -> list[torch.Tensor]:
         if self.mode == "fixed":
@@ -156,7 +156,7 @@ class CoCor(Plugin):
             return [self.target(params[i]["counts"].to(device)) for i in self.composites]
 
     def loss(self, method, images, params, ctx):
-        sims = self._similarities(method, images)
+        sims = self._similarities(ctx.embed, ctx.embed_target, images)
         targets = self._targets(params, sims[0].device)
         value = cocor_consistency(sims, targets, self.form)
         out = {"cocor_consistency": (value, self.weight)}
@@ -236,7 +236,7 @@ class CoCor(Plugin):
         buffers = {name: b.clone() for name, b in method.named_buffers()}
         with torch.no_grad():
             after = method.framework_loss(images, params)
-            sims = self._similarities(method, images)
+            sims = self._similarities(method.embed, method.embed_target, images)  # the bi-level part: θe' itself
             lu_after = after["loss"] + self.weight * cocor_consistency(sims, pending["targets"], self.form)
         for name, b in method.named_buffers():
             b.copy_(buffers[name])

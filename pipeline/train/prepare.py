@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
+from pipeline.locations import managed_data
 from pipeline.methods import METHODS
 from pipeline.plan import RunPlan, make_plan
-from pipeline.schema import check_method, managed_data, validate
+from pipeline.schema import check_method, validate
 
 
 def _log(msg: str) -> None:

@@ -3,28 +3,21 @@ each trial a pretraining run (pipeline.tune.trial), tracked in MLflow as childre
 
 A sweep has an identity (settings.sweep_name) and a lock, like a pretraining run: rerunning an interrupted sweep
 restores Tune's experiment (finished trials kept, unfinished ones resumed from their Train checkpoints);
-rerunning a finished one prints its results and logs nothing.
+rerunning a finished one prints its results and logs nothing. The results (rows, child runs closed, table, plot,
+best trial) are pipeline.tune.results'.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 from pipeline.config import ConfigError, to_yaml
 from pipeline.plan import RunPlan
 from pipeline.train.run_lock import RunBusy, run_lock
+from pipeline.tune.results import _close_children, _finished, _log, _report, _rows
 from pipeline.tune.settings import check_sweep, compose_sweep, sweep_name
-from pipeline.tune.space import Dim, num_trials, short
-
-TABLE, PLOT, BEST = "sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"
-
-
-def _log(msg: str) -> None:
-    print(f"[tune] {msg}", flush=True)
+from pipeline.tune.space import Dim, num_trials
 
 
 def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim], RunPlan]:
@@ -241,202 +234,6 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
             callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))],
         ),
     )
-
-
-def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
-    from pipeline import tracking
-    from pipeline.tune.trial import TRAINED, trial_number
-
-    s, epochs = cfg["sweep"], cfg["train"]["epochs"]
-    curve_metric = _curve_metric(cfg)
-    rows = []
-    for r in grid:
-        m, trial = r.metrics or {}, Path(r.path).name
-        if r.error is not None:
-            status = f"failed: {tracking.error_line(r.error)[:200]}"
-        elif m.get("final"):
-            status = "done"
-        elif interrupted:
-            status = "unfinished"
-        else:
-            status = f"stopped at epoch {m.get(TRAINED, 0)}/{epochs}"
-        curve = []
-        df = r.metrics_dataframe
-        if df is not None and curve_metric in df and TRAINED in df:
-            per_epoch = df[df["final"] != 1] if "final" in df else df
-            curve = [(int(e), float(v)) for e, v in zip(per_epoch[TRAINED], per_epoch[curve_metric])]
-        rows.append(
-            {
-                "trial": trial_number(trial),
-                "trial_id": trial,
-                "params": dict(r.config or {}),
-                "status": status,
-                "metric": m.get(s["metric"]) if status == "done" else None,
-                "curve": curve,
-            }
-        )
-    return rows
-
-
-def _curve_metric(cfg: dict) -> str:
-    """The per-epoch metric the plot follows: ASHA's, else the kNN monitor's, else the loss."""
-    if cfg["sweep"].get("stop_metric"):
-        return cfg["sweep"]["stop_metric"]
-    from pipeline.tune.space import reported_metrics
-
-    epoch, _ = reported_metrics(cfg)
-    knn = sorted(k for k in epoch if k in ("knn_r2", "knn_top1"))
-    return knn[0] if knn else "epoch_loss"
-
-
-def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
-    """Trial runs the scheduler stopped end KILLED with the reason (also where their process, torn down
-    mid-training, had ended them FAILED); a failed trial's run that its process could not close ends FAILED."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    exp = client.get_run(parent).info.experiment_id
-    children = client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
-    by_trial = {c.data.tags.get("tune_trial_id"): c for c in children}
-    for row in rows:
-        child = by_trial.get(row["trial_id"])
-        if child is None:
-            continue
-        row["run_id"] = child.info.run_id
-        if row["status"].startswith("stopped") and child.info.status in ("RUNNING", "FAILED"):
-            # a stopped trial's process is usually ended mid-epoch, but it can also see the stop as an error
-            # (the Train run under it torn down) and end its run FAILED first: either way it was stopped, not broken
-            client.set_tag(child.info.run_id, "stopped_early", f"{row['status']} by ASHA")
-            if child.info.status == "FAILED" and "error" in child.data.tags:
-                client.set_tag(child.info.run_id, "stop_error", child.data.tags["error"])
-                client.delete_tag(child.info.run_id, "error")
-            client.set_terminated(child.info.run_id, "KILLED")
-            continue
-        if child.info.status != "RUNNING":
-            continue
-        if row["status"] == "unfinished":  # the sweep was interrupted; the rerun resumes this run
-            client.set_terminated(child.info.run_id, "KILLED")
-        elif row["status"].startswith("failed"):
-            client.set_tag(child.info.run_id, "error", row["status"][len("failed: ") :])
-            client.set_terminated(child.info.run_id, "FAILED")
-
-
-def _report(cfg: dict, argv: list[str], dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
-    """The table, the plot and the best trial: printed, written under <paths.runs>/sweep/, logged to the parent."""
-    import mlflow
-
-    from pipeline.tune import report
-
-    s, name = cfg["sweep"], cfg["run"]["name"]
-    baseline = _random_baseline(cfg)
-    out_dir = Path(cfg["paths"]["runs"]) / "sweep"
-    text = report.table(rows, dims, s["metric"], s["mode"], baseline)
-    table_path = out_dir / f"{name}.md"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table_path.write_text(f"# {name}\n\n{text}")
-    plot_path = report.plot(
-        rows,
-        dims,
-        s["metric"],
-        s["mode"],
-        out_dir / f"{name}.png",
-        name,
-        curve_metric=_curve_metric(cfg),
-        baseline=baseline,
-    )
-    top = report.best(rows, s["mode"])
-    mlflow.log_text(text, TABLE)
-    with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
-        mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
-    # under sweep/, as every job groups its metrics (train/, knn/, probe/, ...) for the UI's charts and search
-    counts = {f"sweep/trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
-    mlflow.log_metrics({**counts, "sweep/minutes": minutes})
-    if baseline is not None:
-        mlflow.log_metric(f"sweep/random_{s['metric']}", baseline)
-    if top is not None:
-        mlflow.log_metric(f"sweep/best_{s['metric']}", top["metric"])
-        best = {
-            "trial": top["trial_id"],
-            "mlflow_run_id": top.get("run_id"),
-            s["metric"]: top["metric"],
-            "params": top["params"],
-            "command": _pretrain_command(argv, top["params"]),
-        }
-        mlflow.log_text(to_yaml(best), BEST)
-    print(f"\n{text}", flush=True)
-    print(f"Done: sweep {name}, {len(rows)} trial(s) in {minutes:.1f} min.", flush=True)
-    print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)", flush=True)
-    if top is not None:
-        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}", flush=True)
-    return {
-        "run_id": run_id,
-        "rows": rows,
-        "best": top,
-        "baseline": baseline,
-        "text": text,
-        "table": table_path,
-        "plot": plot_path,
-    }
-
-
-def _pretrain_command(argv: list[str], params: dict) -> str:
-    from pipeline.tune.space import override
-
-    return " ".join(["python jobs/pretrain.py", *argv, *[override(k, v) for k, v in params.items()]])
-
-
-def _random_baseline(cfg: dict) -> float | None:
-    """The sweep's metric for a random-init backbone under the same linear probe (once per sweep, not per trial);
-    None for metrics other than the plain probe's."""
-    metric = cfg["sweep"]["metric"]
-    prefix = "probe_pretrained_"
-    if not metric.startswith(prefix) or metric.startswith(prefix + "fa_"):
-        return None
-    from pipeline.eval.run_probe import probe_backbone, random_backbone
-
-    _log("probing a random-init backbone once, as the sweep's baseline")
-    return probe_backbone(random_backbone(cfg["model"], cfg["seed"]), cfg).get(metric[len(prefix) :])
-
-
-def _finished(cfg: dict, run) -> dict:
-    """A finished sweep found again: print its table and where its results are; train and log nothing."""
-    import mlflow
-
-    name, run_id = cfg["run"]["name"], run.info.run_id
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
-    _log(f"sweep {name} finished before (MLflow run {run_id}, {when}): nothing to run; its results:")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    try:
-        text = mlflow.artifacts.load_text(f"runs:/{run_id}/{TABLE}")
-    except Exception as e:  # noqa: BLE001  a store without the artifact: say so, do not rerun
-        text = f"(its table could not be read: {type(e).__name__})"
-    print(f"\n{text}", flush=True)
-    plot = Path(cfg["paths"]["runs"]) / "sweep" / f"{name}.png"
-    if plot.exists():
-        print(f"  plot   {plot}", flush=True)
-    print(f"  MLflow run {run_id}; sweep again under another name with sweep.name=<name>", flush=True)
-    metric = cfg["sweep"]["metric"]
-    return {
-        "run_id": run_id,
-        "rows": None,
-        "best": _logged_best(run_id, metric),
-        "baseline": run.data.metrics.get(f"sweep/random_{metric}"),
-        "text": text,
-        "table": None,
-        "plot": plot,
-    }
-
-
-def _logged_best(run_id: str, metric: str) -> dict | None:
-    """A finished sweep's best trial as _report logged it ({"params", "metric", "trial_id"}), or None."""
-    import mlflow
-    import yaml
-
-    try:
-        best = yaml.safe_load(mlflow.artifacts.load_text(f"runs:/{run_id}/{BEST}"))
-    except Exception:  # noqa: BLE001  no trial finished, or a store without the artifact
-        return None
-    return {"params": best["params"], "metric": best[metric], "trial_id": best["trial"]}
 
 
 def main(argv: list[str]) -> int:

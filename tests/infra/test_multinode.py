@@ -129,9 +129,10 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     assert "no node offers nowhere; check eval.probe.actors and eval.probe.actor_resources" in refused
     extractors = [a for a in cluster.actors("Extractor") if a["actor_id"] not in before]
     # two actors for each split's extraction, alive together, on `single` nodes, which hold one each: so on two
-    # of them (an actor stopped before its start-up finished has no repr yet, so 3 are seen at least)
+    # of them (an actor stopped before its start-up finished has no repr yet, so on a loaded machine as few as one
+    # split's two are seen by name: 2 at least, on two nodes)
     placed = {a["node_id"] for a in extractors}
-    assert 3 <= len(extractors) <= 4 and placed <= singles and len(placed) >= 2, (extractors, singles)
+    assert 2 <= len(extractors) <= 4 and placed <= singles and len(placed) >= 2, (extractors, singles)
     (child,) = store(tmp_path).search_runs([two.info.experiment_id], "tags.job = 'linear_probe'")  # not the refused
     assert child.info.status == "FINISHED" and child.data.tags["probe_solver"] == "sgd"
     assert np.isfinite(child.data.metrics["probe/pretrained_mse"]) and "probe/random_mse" not in child.data.metrics

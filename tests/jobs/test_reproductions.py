@@ -1,4 +1,5 @@
-"""jobs/reproductions.py's report: the paper's optimum against the sweep's, and sections rewritten one at a time."""
+"""jobs/reproductions.py (its body in pipeline/reproduce/): the report (the paper's optimum against the sweep's,
+sections rewritten one at a time), the suites' recipes, and bad input answered in one line."""
 
 from __future__ import annotations
 
@@ -7,25 +8,28 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobs"))
+from pipeline.reproduce.downstream import downstream_table
+from pipeline.reproduce.report import sweep_section, write_report
+from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
+from pipeline.reproduce.sweeps import same_value
+from pipeline.reproduce.tables import baseline_deltas, probe_table
 
-import reproductions as rep  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_same_value_for_grids_ranges_and_lists():
-    assert rep.same_value(0.001, 1e-3, continuous=False)
-    assert not rep.same_value(0.01, 1e-3, continuous=False)
-    assert rep.same_value(0.25, 0.2, continuous=True) and not rep.same_value(0.35, 0.2, continuous=True)
-    assert rep.same_value([0.8, 0.75, 0.65], [0.8, 0.75, 0.65], continuous=False)
-    assert not rep.same_value([0.7, 0.65, 0.55], [0.8, 0.75, 0.65], continuous=False)
-    assert not rep.same_value(None, -2, continuous=False) and rep.same_value(None, None, continuous=False)
+    assert same_value(0.001, 1e-3, continuous=False)
+    assert not same_value(0.01, 1e-3, continuous=False)
+    assert same_value(0.25, 0.2, continuous=True) and not same_value(0.35, 0.2, continuous=True)
+    assert same_value([0.8, 0.75, 0.65], [0.8, 0.75, 0.65], continuous=False)
+    assert not same_value([0.7, 0.65, 0.55], [0.8, 0.75, 0.65], continuous=False)
+    assert not same_value(None, -2, continuous=False) and same_value(None, None, continuous=False)
 
 
 def test_every_shipped_sweep_has_the_papers_optimum_on_its_searched_keys():
     from pipeline.tune.settings import check_sweep, compose_sweep
 
-    for name, (paper, _) in rep.PAPER_SWEEPS.items():
+    for name, (paper, _) in PAPER_SWEEPS.items():
         dims = check_sweep(*compose_sweep([f"+sweep={name}"]))
         assert set(paper) <= {d.key for d in dims}, name
 
@@ -52,11 +56,11 @@ def _sweep(tmp_path: Path, best_metric: float, baseline: float, params: dict) ->
 
 def test_sweep_section_says_where_it_disagrees(tmp_path):
     docs = tmp_path / "docs"
-    lines = "\n".join(rep.sweep_section(_sweep(tmp_path, 0.115, 0.062, {"plugin.invclr.lam": 0.01}), docs))
+    lines = "\n".join(sweep_section(_sweep(tmp_path, 0.115, 0.062, {"plugin.invclr.lam": 0.01}), docs))
     assert "| paper | lam=0.001 |" in lines and "| here | lam=0.01 | 0.115 |" in lines
     assert "a different optimum" in lines and "no trial beats a random-init backbone" in lines
     assert (docs / "img" / "sweep-invclr_lambda.png").read_bytes() == b"png"
-    lines = "\n".join(rep.sweep_section(_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3}), docs))
+    lines = "\n".join(sweep_section(_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3}), docs))
     assert "the same optimum as the paper" in lines and "random-init" not in lines.split("Here:")[1]
 
 
@@ -68,13 +72,13 @@ def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeyp
         "## What reproduces\n\nby hand\n"
     )
     monkeypatch.setattr(sys, "argv", ["reproductions.py", "suites=[]"])
-    rep.write_report({}, [], path, [_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3})])
+    write_report({}, [], path, [_sweep(tmp_path, 0.03, 0.062, {"plugin.invclr.lam": 1e-3})])
     text = path.read_text()
     assert "old co2 table" in text and "old sweeps" not in text and "### invclr_lambda" in text
     assert "_Made by `python jobs/reproductions.py suites=[]` on " in text
     assert text.index("## co2") < text.index("## Sweeps") < text.index("## What reproduces")
     assert text.count("## What reproduces") == 1 and text.count("by hand") == 1 and "old header" not in text
-    rep.write_report({}, [], path, [])  # a rewrite that keeps every section changes nothing (no blank line added)
+    write_report({}, [], path, [])  # a rewrite that keeps every section changes nothing (no blank line added)
     assert path.read_text() == text
 
 
@@ -82,6 +86,7 @@ def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeyp
     "args,needle",
     [
         (["sweeps=[nope]"], "error: unknown sweeps ['nope']"),
+        (["suites=[nope]"], "error: unknown suites ['nope']"),
         (["suites=[]", 'sweep_args=["sweep.metric=nope"]'], "error: sweep invclr_lambda: sweep.metric=nope"),
     ],
 )
@@ -99,6 +104,18 @@ def test_bad_sweeps_fail_before_anything_runs(args, needle):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_the_job_answers_bad_input_before_torch_ray_or_mlflow_load():
+    """pipeline/reproduce/ keeps its heavy imports inside the functions that train, sweep or read MLflow."""
+    import subprocess
+
+    code = (
+        "import sys; import pipeline.reproduce.job; "
+        "print(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]
+
+
 def test_downstream_columns_put_the_papers_direction_beside_ours():
     def run(label, r2, ap, rnd=None):
         d = {"finetune": {"pretrained": {"r2": r2}}, "detect": {"pretrained": {"AP": ap}}}
@@ -107,14 +124,14 @@ def test_downstream_columns_put_the_papers_direction_beside_ours():
         return {"label": label, "downstream": d}
 
     runs = [run("MoCo v2", 0.60, 50.0, rnd=(0.05, 30.0)), run("MoCo v2 + CO2", 0.65, 48.0)]
-    lines = rep.downstream_table("co2", runs, {"finetune": ["label_fraction=0.1"], "detect": ["engine=torchvision"]})
+    lines = downstream_table("co2", runs, {"finetune": ["label_fraction=0.1"], "detect": ["engine=torchvision"]})
     text = "\n".join(lines)
     assert "| MoCo v2 + CO2 | 0.650 | 48.0 |" in text and "| random init | 0.050 | 30.0 |" in text
     # the paper's 10 % fine-tuning improves (85.1 -> 85.4) as ours does (0.6 -> 0.65); its AP50 improves, ours falls
     assert "| semi-supervised 10 %: MoCo v2 + CO2 | MoCo v2 85.1 → + CO2 85.4" in text
     assert "| 0.6 → 0.65 | yes |" in text
     assert "| 50 → 48 | no |" in text
-    assert rep.downstream_table("co2", runs, {}) == []
+    assert downstream_table("co2", runs, {}) == []
 
 
 def test_classification_suites_report_top1_against_the_baseline_and_each_runs_own_random_init():
@@ -122,15 +139,15 @@ def test_classification_suites_report_top1_against_the_baseline_and_each_runs_ow
         return {"label": label, "probe": {"pretrained": {"top1": top1}, "random": {"top1": rnd}}}
 
     runs = [run("MoCo v3, ViT-tiny", 0.50, 0.40), run("DINO, ViT-tiny", 0.35, 0.40)]
-    table = "\n".join(rep.probe_table(runs, fa=False, own_random=True))
+    table = "\n".join(probe_table(runs, fa=False, own_random=True))
     assert "| run | top-1 |" in table and "| DINO, ViT-tiny: random init | 0.4 |" in table
-    deltas = "\n".join(rep.baseline_deltas(runs, baseline=False))
+    deltas = "\n".join(baseline_deltas(runs, baseline=False))
     assert "against random init (top-1: positive = better)" in deltas
     assert "| MoCo v3, ViT-tiny | +25.0 % | 1 of 1 | 1 of 1 |" in deltas
     assert "| DINO, ViT-tiny | -12.5 % | 0 of 1 | 0 of 1 |" in deltas
-    deltas = "\n".join(rep.baseline_deltas([run("MoCo v3", 0.5, 0.4), run("+ JointCrop", 0.55, 0.45)]))
+    deltas = "\n".join(baseline_deltas([run("MoCo v3", 0.5, 0.4), run("+ JointCrop", 0.55, 0.45)]))
     assert "against MoCo v3" in deltas and "| + JointCrop | +10.0 % | 1 of 1 | 1 of 1 |" in deltas
-    assert set(rep.SUITES["vit"][0][1]) >= {"data=photos", "model.backbone=vit_tiny"}
+    assert set(SUITES["vit"][0][1]) >= {"data=photos", "model.backbone=vit_tiny"}
 
 
 def test_a_run_without_detection_shows_a_dash_and_drops_out_of_the_comparison():
@@ -144,7 +161,7 @@ def test_a_run_without_detection_shows_a_dash_and_drops_out_of_the_comparison():
         },
         {"label": "MoCo v3, ViT", "downstream": {"finetune": {"pretrained": {"top1": 0.6}}}},
     ]
-    text = "\n".join(rep.downstream_table("jointcrop", runs, {"finetune": [], "detect": []}))
+    text = "\n".join(downstream_table("jointcrop", runs, {"finetune": [], "detect": []}))
     assert "| MoCo v3, ViT | 0.600 | — |" in text and "| random init | 0.300 | 30.0 |" in text
     assert "semi-supervised 10 %: MoCo v3, ViT" in text and "detection: MoCo v3, ViT" not in text
 
@@ -163,7 +180,7 @@ def test_mocov3_resnet_recipe_is_the_authors_resnet_commands(tmp_path):
     assert cfg["optim"]["warmup_epochs"] == 10
     vit = compose_config([f"paths.root={tmp_path}", "+experiment=mocov3_vit"])
     assert vit["augment"]["view"]["scale"] == [0.08, 1.0] and not vit["model"]["zero_init_residual"]
-    (cpu_args,) = [args for name, args in rep.SUITES["vit"] if name == "MoCo v3, ResNet-18"]
+    (cpu_args,) = [args for name, args in SUITES["vit"] if name == "MoCo v3, ResNet-18"]
     cpu = compose_config([f"paths.root={tmp_path}", *cpu_args])
     assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)
     assert cpu["method"]["head"]["hidden_dim"] is None and cpu["augment"]["view"]["scale"] == [0.2, 1.0]
@@ -189,6 +206,6 @@ def test_dino_resnet_recipe_is_the_authors_readme_command(tmp_path):
     assert (cfg["model"]["backbone"], cfg["model"]["width"], cfg["model"]["cifar_stem"]) == ("resnet50", 64, False)
     scales = {v["name"]: v["scale"] for v in cfg["augment"]["views"]}
     assert scales == {"global": [0.14, 1.0], "local": [0.05, 0.14]}
-    (cpu_args,) = [args for name, args in rep.SUITES["vit"] if name == "DINO, ResNet-18"]
+    (cpu_args,) = [args for name, args in SUITES["vit"] if name == "DINO, ResNet-18"]
     cpu = compose_config([f"paths.root={tmp_path}", *cpu_args])
     assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)

@@ -235,8 +235,8 @@ def test_cocor_embeddings(kind):
     torch.manual_seed(0)
     m = build_method(CFGS[kind])
     x = _images()[0]
-    e = m.consistency_embed(x)
-    a = m.anchor_embed(x)
+    e = m.embed(x)
+    a = m.embed_target(x)
     assert e.dtype == a.dtype == torch.float32 and e.requires_grad and not a.requires_grad
     torch.testing.assert_close(e.norm(dim=1), torch.ones(8))
     torch.testing.assert_close(a.norm(dim=1), torch.ones(8))

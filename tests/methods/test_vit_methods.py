@@ -16,7 +16,7 @@ from pipeline.losses.co2 import co2_consistency_bank
 from pipeline.losses.contrastive import mocov3_loss
 from pipeline.losses.dino import dino_loss
 from pipeline.methods import METHODS
-from pipeline.methods.context import FIELDS, check_contract
+from pipeline.methods.context import FIELDS, StepContext, check_contract, visible
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.plugins import PLUGINS
@@ -311,9 +311,34 @@ def test_a_method_without_the_fields_a_plugin_reads_fails_in_one_line():
     with pytest.raises(
         ValueError,
         match=r"^plugin co2 needs pairs\+queue or key_bank\+pairs or gathered\+projections "
-        r"from the method's step; method kind 'simsiam' provides features$",
+        r"from the method's step; method kind 'simsiam' provides embed, embed_target, features$",
     ):
         check_contract("simsiam", METHODS["simsiam"].provides, "co2", PLUGINS["co2"].needs)
+
+
+def test_a_plugin_sees_only_the_fields_its_needs_name():
+    """Method.total_loss hands each plug-in the step's context with every field its `needs` does not name left
+    empty: a plug-in cannot come to depend on a field it did not declare."""
+    t = torch.ones(2, 3)
+    full = StepContext(
+        features=[t],
+        pairs=[(t, t)],
+        queue=t,
+        key_bank=[t],
+        projections=(t, t),
+        gathered=(t, t),
+        offset=4,
+        temperature=0.2,
+        embed=torch.nn.functional.normalize,
+        embed_target=torch.nn.functional.normalize,
+    )
+    clsa = visible(full, PLUGINS["clsa"].needs)  # pairs + embed, with a queue or a key bank and a temperature
+    assert clsa.pairs and clsa.queue is t and clsa.key_bank and clsa.temperature == 0.2 and clsa.embed is not None
+    assert clsa.features == [] and clsa.projections is None and clsa.gathered is None and clsa.embed_target is None
+    invclr = visible(full, PLUGINS["invclr"].needs)
+    assert invclr.features == [t] and invclr.pairs == [] and invclr.queue is None and invclr.embed is None
+    assert invclr.offset == 4  # where this worker's rows are: always shown
+    assert full.queue is t and full.projections is not None  # the method's own context is left as it was
 
 
 @pytest.mark.parametrize(
@@ -435,7 +460,7 @@ def test_the_lr_ends_at_min_lr_on_the_authors_cosine():
     """utils.cosine_scheduler(base, final, E, ipe, warmup_epochs): after the warm-up, final + 0.5 (base - final)
     (1 + cos(pi i / (T - W))) at step W + i. (The warm-up itself: the authors' starts at 0 and reaches base a step
     later than ours, which starts at base / W: at most base / W apart, for W steps.)"""
-    from pipeline.train.loop import schedule_step
+    from pipeline.train.step import schedule_step
 
     opt = torch.optim.AdamW([nn.Parameter(torch.zeros(2))], lr=1.0)
     total, warm, peak, final = 50, 10, 2e-3, 1e-6

@@ -21,9 +21,9 @@ from pipeline.losses.co2 import co2_consistency
 from pipeline.losses.contrastive import info_nce, nt_xent, supcon_loss
 from pipeline.losses.predictive import byol_loss
 from pipeline.plugins import PLUGINS
-from pipeline.train.loop import memory_format, optimisation_step, to_device
 from pipeline.train.optim import build_optimizer
 from pipeline.train.precision import bf16_supported
+from pipeline.train.step import memory_format, optimisation_step, to_device
 
 FRAMEWORKS = {
     "mocov1": "moco",
@@ -353,7 +353,7 @@ def test_compiled_backbones_give_the_eager_step_and_keep_checkpoint_keys():
     on the CPU here), and the same state-dict keys, so a checkpoint loads with or without it. MoCo for its two
     backbones, in one BN group: split BN makes inductor's cold build six times longer here (240 s against 42 s), so
     tests/models/test_models.py compiles a split-BN layer alone."""
-    from pipeline.train.loop import compile_backbones
+    from pipeline.train.step import compile_backbones
 
     runs = []
     for compiled in (False, True):

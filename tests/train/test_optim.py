@@ -227,7 +227,7 @@ def test_simsiam_predictor_keeps_the_initial_lr_as_the_authors_adjust_learning_r
     steps the same cosine per optimisation step (no warm-up in SimSiam's recipe)."""
     from pipeline.build import build_method
     from pipeline.config import compose_config
-    from pipeline.train.loop import schedule_step
+    from pipeline.train.step import schedule_step
 
     cfg = compose_config([f"paths.root={tmp_path}", "method=simsiam", "optim.warmup_epochs=0"])
     assert cfg["method"]["fix_predictor_lr"] is True

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from pipeline.train.loop import _Pending
 from pipeline.train.precision import autocast, resolve_precision
+from pipeline.train.step import _Pending
 
 
 def _views(start, n):

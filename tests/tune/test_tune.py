@@ -511,7 +511,7 @@ def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tm
     it closed FAILED is still a stopped trial, KILLED, its error kept aside; a really failed trial stays FAILED."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.tune import sweep
+    from pipeline.tune import results
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
@@ -531,7 +531,7 @@ def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tm
         {"trial_id": "t_00002", "status": "failed: ValueError: nan loss"},
         {"trial_id": "t_00003", "status": "done"},
     ]
-    sweep._close_children(uri, parent, rows)
+    results._close_children(uri, parent, rows)
     got = {t: client.get_run(i) for t, i in ids.items()}
     assert [got[t].info.status for t in sorted(got)] == ["KILLED", "KILLED", "FAILED", "FINISHED"]
     assert got["t_00000"].data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"

@@ -1,0 +1,88 @@
+"""The downstream steps of a suite: each run's fine-tuning and detection as child runs of it, and their table beside
+the papers' direction."""
+
+from __future__ import annotations
+
+from pipeline.config import fail
+from pipeline.eval.suite import SuiteError, run_step
+from pipeline.reproduce.suites import PAPER_DOWNSTREAM
+
+
+def run_downstream(runs: list[dict], downstream: dict) -> None:
+    """Each run's fine-tuning and detection (jobs/finetune.py, jobs/detect.py with `downstream`'s arguments), as child
+    runs of it; the random-init baseline with the suite's first run only. Finished ones are read back."""
+    for i, r in enumerate(runs):
+        r["downstream"] = {}
+        for job, args in downstream.items():
+            if job == "detect" and any("vit" in o for o in r["overrides"]):  # detection transfer takes ResNets
+                print(
+                    f"[reproductions] {r['label']}: no detection (the detectron2 export takes ResNet backbones)",
+                    flush=True,
+                )
+                continue
+            argv = [f"run={r['run_id']}", *r["store"], *args, f"baseline={str(i == 0).lower()}"]
+            print(f"[reproductions] {r['label']}: python jobs/{job}.py {' '.join(argv)}", flush=True)
+            try:
+                r["downstream"][job] = run_step(job, argv)
+            except SuiteError as e:
+                fail(f"{r['label']}, {job}: {e}")
+
+
+def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str]:
+    """Fine-tuning (mean R² over Spirograph's four factors, or top-1 on Photos) and detection AP per run, the paper's
+    direction beside ours."""
+    fraction = next(
+        (a.split("=", 1)[1] for a in downstream.get("finetune", []) if a.startswith("label_fraction=")), "0.1"
+    )
+    semi = f"semi-supervised {float(fraction) * 100:g} %"
+    if not downstream or not all("downstream" in r for r in runs):
+        return []
+    ft = runs[0]["downstream"].get("finetune", {}).get("pretrained", {})
+    ft_key = "r2" if "r2" in ft else "top1"  # Spirograph's factors, or Photos' classes
+    cols = [
+        (job, key, name)
+        for job, key, name in (("finetune", ft_key, semi), ("detect", "AP", "detection"))
+        if job in downstream
+    ]
+    args = {job: " ".join(a) for job, a in downstream.items()}
+    lines = [
+        "Downstream, each a child run of its pretraining run: "
+        + "; ".join(f"`python jobs/{job}.py run=<id> {args[job]}`" for job, _, _ in cols)
+        + ".",
+        "",
+        "| run | "
+        + " | ".join(f"{name} ({ {'r2': 'R² mean', 'top1': 'top-1'}.get(key, 'shapes AP') })" for _, key, name in cols)
+        + " |",
+        "|" + " --- |" * (len(cols) + 1),
+    ]
+
+    def cell(results: dict | None, which: str, key: str) -> str:  # "—" where a job did not run (ViT detection)
+        if not results or which not in results:
+            return "—"
+        return f"{results[which][key]:.3f}" if key != "AP" else f"{results[which][key]:.1f}"
+
+    for r in runs:
+        lines.append(
+            f"| {r['label']} | "
+            + " | ".join(cell(r["downstream"].get(job), "pretrained", key) for job, key, _ in cols)
+            + " |"
+        )
+    base = runs[0]["downstream"]
+    lines.append("| random init | " + " | ".join(cell(base.get(job), "random", key) for job, key, _ in cols) + " |")
+    paper = PAPER_DOWNSTREAM.get(suite, {})
+    lines += ["", "| | paper (ImageNet, ResNet-50) | here | same direction |", "| --- | --- | --- | --- |"]
+    for job, key, name in cols:
+        if job not in runs[0]["downstream"]:
+            continue
+        here0 = runs[0]["downstream"][job]["pretrained"][key]
+        for r in runs[1:]:
+            if job not in r["downstream"]:
+                continue
+            here1 = r["downstream"][job]["pretrained"][key]
+            if name in paper:
+                text, p0, p1 = paper[name]
+                same = "yes" if (here1 - here0) * (p1 - p0) > 0 else "no"
+            else:
+                text, same = "not reported", "—"
+            lines.append(f"| {name}: {r['label']} | {text} | {here0:.4g} → {here1:.4g} | {same} |")
+    return lines

@@ -1,0 +1,43 @@
+"""jobs/reproductions.py: check the command line (suites, sweeps and their arguments, downstream steps; one line,
+before MLflow or torch's work), run each suite's pretraining and downstream steps, then the sweeps, then write the
+report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import ConfigError, cli, fail
+from pipeline.reproduce.downstream import run_downstream
+from pipeline.reproduce.report import write_report
+from pipeline.reproduce.runs import run_one
+from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
+from pipeline.reproduce.sweeps import run_sweep_for_report
+from pipeline.tune.settings import check_sweep, compose_sweep
+
+
+def main(argv: list[str], description: str = "") -> int:
+    cfg = cli(argv, description or __doc__ or "", config_name="reproductions")
+    unknown = sorted(set(cfg["suites"]) - set(SUITES))
+    if unknown:
+        fail(f"unknown suites {unknown}; known: {sorted(SUITES)}")
+    unknown = sorted(set(cfg["sweeps"]) - set(PAPER_SWEEPS))
+    if unknown:
+        fail(f"unknown sweeps {unknown}; known: {sorted(PAPER_SWEEPS)}")
+    for name in cfg["sweeps"]:  # bad sweep_args fail now, not after the suites have trained
+        try:
+            check_sweep(*compose_sweep([f"+sweep={name}", *cfg["sweep_args"]]))
+        except ConfigError as e:
+            fail(f"sweep {name}: {e}")
+    downstream = {job: list(args) for job, args in (cfg["downstream"] or {}).items()}
+    if set(downstream) - {"finetune", "detect"}:
+        fail(f"downstream: {sorted(downstream)}: expected finetune and/or detect")
+    if any(a.startswith("baseline=") for args in downstream.values() for a in args):
+        fail("downstream: baseline= is set here (random init beside each suite's first run)")
+    scale, results = list(cfg["scale"]), {}
+    for suite in cfg["suites"]:
+        extra = list(cfg["extra"].get(suite) or [])
+        results[suite] = [run_one(label, ov, scale, extra) for label, ov in SUITES[suite]]
+        run_downstream(results[suite], downstream)
+    sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
+    write_report(results, scale, Path(cfg["out"]), sweeps, downstream)
+    return 0

@@ -1,0 +1,69 @@
+"""The pretraining runs of a suite: each run's config composed and checked, trained (or, finished before at the same
+config, its probe results read back from MLflow), with what the report and the downstream steps need of it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pipeline.config import ConfigError, compose_config, fail
+from pipeline.eval.results import probe_results
+from pipeline.train.launch import pretrain
+from pipeline.train.prepare import resolve
+from pipeline.train.run_lock import RunBusy
+
+
+def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
+    try:
+        # plugin.<name>.* settings apply only to the runs that use that plug-in
+        plugins = compose_config([*overrides, *scale]).get("plugin") or {}
+        extra = [e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins]
+        cfg = compose_config([*overrides, *scale, *extra])
+        plan = resolve(cfg)
+    except ConfigError as e:
+        fail(f"{label}: {e}")
+    t0 = time.monotonic()
+    print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
+    out = finished_run(cfg)
+    if out is None:
+        try:
+            out = pretrain(cfg, plan)
+        except (ConfigError, RunBusy) as e:  # the cluster cannot hold it, or the same run is going elsewhere
+            fail(f"{label}: {e}")
+        out["minutes"] = (time.monotonic() - t0) / 60
+    else:
+        print(
+            f"[reproductions] {label}: finished before as MLflow run {out['run_id']}; reusing its results", flush=True
+        )
+    out["run_name"] = cfg["run"]["name"]
+    out["curves"] = Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png"
+    out["label"], out["overrides"], out["extra"] = label, overrides, extra
+    # the downstream jobs use the run's own store and folders
+    out["store"] = [
+        *(f"paths.{k}={v}" for k, v in cfg["paths"].items()),
+        *(
+            f"tracking.{k}={'null' if v is None else v}"
+            for k, v in cfg["tracking"].items()
+            if k in ("uri", "experiment")
+        ),
+    ]
+    return out
+
+
+def finished_run(cfg: dict) -> dict | None:
+    """The results of a FINISHED, probed run of this exact configuration, read back from its MLflow metrics, or
+    None (not run, not finished, or never probed: run it again)."""
+    # pipeline.tracking loads mlflow: here, not with the module, so the job answers a bad command line before it
+    from pipeline import tracking
+
+    found = tracking.find_run(tracking.setup(cfg), cfg["run"]["name"])
+    if found is None or found.info.status != "FINISHED":
+        return None
+    probe = probe_results(found.data.metrics)
+    if not probe:
+        return None
+    return {
+        "run_id": found.info.run_id,
+        "probe": probe,
+        "minutes": found.data.metrics.get("train/minutes", float("nan")),
+    }

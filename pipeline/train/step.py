@@ -1,0 +1,113 @@
+"""One optimisation step, as every worker (and the benchmarks) runs it: the views on the worker's device in its
+memory format, the lr and weight-decay schedule, the step itself (loss, backward, optimiser, momentum updates,
+plug-ins), and the views topped up to a full batch after corrupt samples were dropped (_Pending).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.schedules import cosine, warmup_cosine
+from pipeline.train.optim import set_lr, set_weight_decay
+from pipeline.train.precision import autocast
+
+
+def memory_format(train: dict, device: torch.device) -> torch.memory_format:
+    """channels_last where cuDNN's convolutions are fastest with it (CUDA, tensor cores); `train.channels_last`
+    true/false forces it."""
+    choice = train.get("channels_last", "auto")
+    on = device.type == "cuda" if choice == "auto" else bool(choice)
+    return torch.channels_last if on else torch.contiguous_format
+
+
+def compile_backbones(method) -> None:
+    """torch.compile every backbone in place (`Module.compile`): the state-dict keys stay as they are, so
+    checkpoints load with or without it. The heads and losses are small and stay eager."""
+    for name, module in method.named_modules():
+        if name.split(".")[-1] == "backbone":
+            module.compile()
+
+
+def to_device(
+    images: list[torch.Tensor],
+    params: list[dict] | None,
+    device: torch.device,
+    fmt: torch.memory_format = torch.contiguous_format,
+) -> tuple[list[torch.Tensor], list[dict] | None]:
+    """Views and their parameters on the worker's device. Host tensors bound for a GPU are pinned first so the
+    copies run asynchronously; views made on the device already (the gpu executor, DALI mixed) are not copied."""
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda" and t.device.type == "cpu":
+            t = t.pin_memory()
+        return t.to(device, non_blocking=True)
+
+    images = [move(v).contiguous(memory_format=fmt) for v in images]  # views are [B, 3, H, W]
+    if params is not None:
+        params = [{k: move(t) for k, t in p.items()} for p in params]
+    return images, params
+
+
+def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
+    """Set the optimiser's lr (warm-up, cosine to optim.min_lr) and, where `optim.weight_decay_end` is set (DINO),
+    its weight decay (cosine from weight_decay) for optimisation step `step`; returns the lr."""
+    lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
+    set_lr(optimizer, lr)
+    if optim.get("weight_decay_end") is not None:
+        set_weight_decay(
+            optimizer, cosine(step / total_steps, float(optim["weight_decay"]), float(optim["weight_decay_end"]))
+        )
+    return lr
+
+
+def optimisation_step(
+    method,
+    optimizer,
+    images: list[torch.Tensor],
+    params: list[dict] | None,
+    precision: str,
+    device: torch.device,
+    progress: float,
+) -> dict:
+    """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook (DINO's
+    last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's
+    bi-level step). `progress` in [0, 1] is the fraction of training done after this step. The benchmark times
+    exactly this function."""
+    with autocast(precision, device):
+        out = method.total_loss(images, params)
+    optimizer.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    out.update(method.before_optimizer_step(progress))
+    optimizer.step()
+    method.update_momentum(progress)
+    with autocast(precision, device):
+        out.update(method.after_update(images, params, out, progress))
+    return out
+
+
+class _Pending:
+    """Views left over after corrupt samples were dropped, topped up from the next raw batch so every step
+    still sees exactly `batch` samples (DDP collectives need equal shapes on every rank). Each view's images
+    travel with its parameters."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+        self.parts: list[tuple[list[torch.Tensor], list[dict]]] = []
+
+    def add(self, images: list[torch.Tensor], params: list[dict] | None = None) -> None:
+        if images[0].shape[0]:
+            self.parts.append((images, params if params is not None else [{} for _ in images]))
+
+    def __len__(self) -> int:
+        return sum(p[0][0].shape[0] for p in self.parts)
+
+    def take(self) -> tuple[list[torch.Tensor], list[dict]]:
+        n_views = len(self.parts[0][0])
+        images = [torch.cat([imgs[v] for imgs, _ in self.parts]) for v in range(n_views)]
+        params = [
+            {k: torch.cat([ps[v][k] for _, ps in self.parts]) for k in self.parts[0][1][v]} for v in range(n_views)
+        ]
+        b = self.batch
+        self.parts = []
+        self.add([x[b:] for x in images], [{k: t[b:] for k, t in p.items()} for p in params])
+        return [x[:b] for x in images], [{k: t[:b] for k, t in p.items()} for p in params]
