@@ -41,9 +41,9 @@ XDIST ?= 2
 test: $(STAMP)
 	$(RUN) -m pytest -q -n $(XDIST)
 
-# The fast default while developing: end-to-end runs deselected.
+# The fast default while developing: end-to-end runs deselected (on XDIST workers too).
 test-fast: $(STAMP)
-	$(RUN) -m pytest -q -m "not slow"
+	$(RUN) -m pytest -q -n $(XDIST) -m "not slow"
 
 # The MLflow UI on this project's store (runs/mlflow.db): prints the command it runs and a link per experiment
 # that opens the model-training view (docs/tracking.md). MLFLOW_PORT=5001 for another port.
