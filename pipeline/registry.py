@@ -30,10 +30,17 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         self.group = group
         self._builtin = dict(builtin)
         self._loaded: dict[str, type[T]] = {}
+        self._paths: dict[str, str] | None = None
 
     def paths(self) -> dict[str, str]:
         """Every name with its "module:Class" path: the built-ins first, then the installed packages'. A package
-        may not take a built-in's name (a config naming it would silently change meaning)."""
+        may not take a built-in's name (a config naming it would silently change meaning). The entry points are
+        read once per process (a package installed later is seen by the next job)."""
+        if self._paths is None:
+            self._paths = self._read_paths()
+        return self._paths
+
+    def _read_paths(self) -> dict[str, str]:
         paths = dict(self._builtin)
         for ep in entry_points(group=self.group):
             if ep.name in self._builtin and ep.value != self._builtin[ep.name]:
