@@ -16,22 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import cli, fail  # noqa: E402
+from pipeline.eval import EVALUATIONS  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    cfg = cli(argv, __doc__, config_name="detection")
-    from pipeline.detect.job import DetectError, check, run
-
-    try:
-        check(cfg)
-    except DetectError as e:
-        fail(str(e))
-    try:
-        run(cfg)
-    except DetectError as e:
-        fail(str(e))
-    return 0
+    return EVALUATIONS["detect"]().main(argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -16,19 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import cli, fail  # noqa: E402
+from pipeline.eval import EVALUATIONS  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    cfg = cli(argv, __doc__, config_name="knn")
-    from pipeline.eval.knn_job import KnnError, check, run
-
-    try:
-        check(cfg)
-        run(cfg)
-    except KnnError as e:
-        fail(str(e))
-    return 0
+    return EVALUATIONS["knn"]().main(argv, __doc__)
 
 
 if __name__ == "__main__":

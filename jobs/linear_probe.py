@@ -24,21 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import cli, fail  # noqa: E402
+from pipeline.eval import EVALUATIONS  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    from pipeline.eval.probe_job import split_run
-
-    ref, argv = split_run(argv)
-    cfg = cli(argv, __doc__)
-    from pipeline.eval.probe_job import ProbeError, run
-
-    try:
-        run(cfg, argv, ref)
-    except ProbeError as e:
-        fail(str(e))
-    return 0
+    return EVALUATIONS["linear_probe"]().main(argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ import hashlib
 import json
 import os
 import sys
+from importlib.resources import files
 from pathlib import Path
 from typing import NoReturn, cast
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -61,6 +63,28 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
     return out
 
 
+def config_options(group: str) -> list[str]:
+    """The options of a config group on Hydra's search path: conf/<group>/ and an installed package's (its
+    SearchPathPlugin; docs/extending.md)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def config_file(name: str) -> Path:
+    """conf/<name>.yaml, or the first `<name>.yaml` on Hydra's search path (an installed package's conf/)."""
+    here = CONF_DIR / f"{name}.yaml"
+    if here.exists():
+        return here
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        elements = GlobalHydra.instance().config_loader().get_search_path().get_path()
+    for element in elements:
+        scheme, _, where = str(element.path).partition("://")
+        folder = Path(where) if scheme == "file" else Path(str(files(where))) if scheme == "pkg" else None
+        if folder is not None and (folder / f"{name}.yaml").exists():
+            return folder / f"{name}.yaml"
+    return here  # missing: the caller's open names it
+
+
 def _absolute_paths(cfg) -> None:
     # Resolve the root once so every derived path is absolute (Ray workers run elsewhere).
     if "paths" not in cfg:
@@ -98,7 +122,7 @@ def to_yaml(cfg: dict) -> str:
 
 def _default_groups(config_name: str) -> list[str]:
     """The groups conf/<config_name>.yaml's defaults list picks from."""
-    conf = cast(DictConfig, OmegaConf.load(CONF_DIR / f"{config_name}.yaml"))  # a config file is a mapping
+    conf = cast(DictConfig, OmegaConf.load(config_file(config_name)))  # a config file is a mapping
     defaults = conf.get("defaults") or []
     groups = []
     for entry in defaults:
@@ -129,22 +153,20 @@ def cli(argv: list[str], description: str, config_name: str = "config") -> dict:
         if groups:
             print("Config groups (pick with group=option):")
             for group in groups:
-                options = sorted(f.stem for f in (CONF_DIR / group).glob("*.yaml"))
-                print(f"  {group}: {', '.join(options)}")
+                print(f"  {group}: {', '.join(config_options(group))}")
         if presets:
             print("\nPresets (add with +group=option; each sets several keys, overridable after it):")
             for group in presets:
-                options = sorted(f.stem for f in (CONF_DIR / group).glob("*.yaml"))
-                print(f"  +{group}: {', '.join(options)}")
+                print(f"  +{group}: {', '.join(config_options(group))}")
         if not groups:  # a job's own keys: the file itself, with its comments (??? = required)
             print("Keys (key=value; ??? = required) and their defaults:\n")
-            print((CONF_DIR / f"{config_name}.yaml").read_text())
+            print(config_file(config_name).read_text())
             raise SystemExit(0)
         print("\nDefault config:\n")
         try:
             print(to_yaml(compose_config([], config_name)))
         except ConfigError:  # mandatory values (???) left for the command line
-            print((CONF_DIR / f"{config_name}.yaml").read_text())
+            print(config_file(config_name).read_text())
         raise SystemExit(0)
     try:
         return compose_config(argv, config_name)

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pipeline.config import ConfigError
+from pipeline.data import DATASETS
 from pipeline.fields import bad
 
 
@@ -109,14 +110,12 @@ def sqlite_problem(path: Path) -> str | None:
     return None
 
 
-EMBEDDED = ("spirograph", "photos")  # data generated on first use (pipeline.train.prepare)
-
-
 def managed_data(cfg: dict) -> bool:
-    """Embedded data (Spirograph, Photos) is generated only into the managed data folder (train/ and val/ side by
-    side under paths.data); a missing path given by the user elsewhere is an error, not a place to write."""
+    """A generated dataset (pipeline.data.DATASETS: Spirograph, Photos, a package's) is generated only into the
+    managed data folder (train/ and val/ side by side under paths.data); a missing path given by the user elsewhere
+    is an error, not a place to write."""
     data = cfg["data"]
-    if data["name"] not in EMBEDDED or not data.get("generate"):
+    if data["name"] not in DATASETS or not data.get("generate"):
         return False
     if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(cfg["paths"]["data"])):
         return False

@@ -31,7 +31,9 @@ from typing import Annotated, Optional, Union
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from pipeline.config import ConfigError
+from pipeline.data import DATASETS
 from pipeline.data.formats import ON_BAD_SHARD
+from pipeline.data.generated import Generate
 from pipeline.fields import Allowed, Bool, Choice, Int, Num, Nums, Section, Str, bad, check_model, field, show
 from pipeline.locations import _check_data, _check_paths, _check_tracking
 from pipeline.methods import METHODS
@@ -206,14 +208,6 @@ class Optim(Section):
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 
 
-class Generate(Section):
-    n_train: Int(1)
-    n_val: Int(1)
-    size: Int(8)
-    seed: Int(0)
-    maxcount: Int(1)
-
-
 class Data(Section):
     name: Str()
     train: Str()
@@ -227,7 +221,7 @@ class Data(Section):
     image_size: Int(1)
     mean: Nums(3)
     std: Nums(3, gt=0)
-    generate: Optional[Generate] = None
+    generate: Optional[dict] = None  # a generated dataset's Settings (pipeline.data.generated), checked below
     on_bad_shard: Choice(*ON_BAD_SHARD) = "fail"
 
 
@@ -282,8 +276,13 @@ def _check_types(cfg: dict) -> None:
     check_model(Config, cfg)
     try:
         kinds = METHODS.names()
+        generated = cfg["data"]["name"] in DATASETS
     except RegistryError as e:
         raise ConfigError(str(e)) from None
+    if cfg["data"].get("generate") is not None:  # the generated dataset's settings (its module loads no torch)
+        check_model(
+            DATASETS[cfg["data"]["name"]].Settings if generated else Generate, cfg["data"]["generate"], "data.generate"
+        )
     if cfg["method"]["kind"] not in kinds:
         raise bad("method.kind", cfg["method"]["kind"], "expected one of " + ", ".join(kinds))
 

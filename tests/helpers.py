@@ -6,6 +6,7 @@ import importlib.util
 import io
 import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,22 @@ def job_env() -> dict[str, str]:
     """The environment for a job run as a subprocess: this process's, less a store an in-process test exported
     (mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI), so a job uses its own paths.root's store."""
     return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+
+PROBE = Path(__file__).parent / "imports_probe"
+
+
+def probed(env: dict[str, str], record: Path) -> dict[str, str]:
+    """`env` for a subprocess whose processes each append the heavy packages they imported (torch, ray, mlflow,
+    DALI, detectron2) to `record` at exit; read it with heavy_imports."""
+    path = os.pathsep.join(p for p in (str(PROBE), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "AUGSSL_IMPORTS_TO": str(record)}
+
+
+def heavy_imports(record: Path) -> set[str]:
+    """The heavy packages any probed process imported. Fails when none wrote its line (it died before exit)."""
+    assert record.exists(), f"no process wrote {record}: it did not exit through Python"
+    return {name for line in record.read_text().splitlines() for name in line.split()[1:]}
 
 
 def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:

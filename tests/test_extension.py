@@ -1,9 +1,11 @@
 """The extension API from outside the repository: tests/ext/augssl_barlow, a package of its own, adds a method
-(Barlow Twins) and a plug-in (a uniformity term) through the `augssl.methods` and `augssl.plugins` entry points
-and ships their configs on Hydra's search path. pip installs it into a folder of its own (so this venv's registries
-stay as they are for every other test); a Python with that folder on its path composes `method=barlow` and
-`plugin=[uniformity]`, validates them, and trains one step of each through the loop's own step function. Every
-step of docs/extending.md is one of these."""
+(Barlow Twins), a plug-in (a uniformity term), a generated dataset (blobs) and an evaluation (spread) through the
+`augssl.methods`, `augssl.plugins`, `augssl.datasets` and `augssl.evaluations` entry points, and ships their configs
+on Hydra's search path. pip installs it into a folder of its own (so this venv's registries stay as they are for
+every other test); a Python with that folder on its path composes `method=barlow` and `plugin=[uniformity]`,
+validates them, and trains one step of each through the loop's own step function; generates `data=blobs` on first
+use as a run's data; and runs the package's evaluation as a suite's step through jobs/evaluate.py. Every step of
+docs/extending.md is one of these."""
 
 import json
 import os
@@ -56,6 +58,34 @@ print(json.dumps(out))
 """
 
 
+# a run's data made by the package's dataset, and a checkpoint of the package's method trained on it
+DATA = r"""
+import json, sys
+from pathlib import Path
+import torch
+from pipeline import checkpoint
+from pipeline.build import build_method
+from pipeline.config import compose_config
+from pipeline.data import DATASETS
+from pipeline.data.manifest import read_manifest
+from pipeline.eval import EVALUATIONS
+from pipeline.train.prepare import resolve
+
+root = Path(sys.argv[1])
+small = ["data.generate.n_train=60", "data.generate.n_val=30", "data.generate.maxcount=20", "train.batch_size=32"]
+common = [f"paths.root={root}", "method=barlow", "data=blobs", "model.width=8", "trainer.num_workers=1"]
+cfg = compose_config(common + small)
+plan = resolve(cfg)  # checks data.generate against the dataset's Settings, then generates the shards: first use
+torch.manual_seed(0)
+method = build_method(cfg)
+(root / "ckpt").mkdir()
+checkpoint.save(root / "ckpt", method, torch.optim.SGD(method.parameters(), lr=0.1), 1, 1, cfg, plan.as_dict())
+manifest = read_manifest(cfg["data"]["train"])[0]
+print(json.dumps({"datasets": list(DATASETS), "evaluations": list(EVALUATIONS), "samples": plan.num_train_samples,
+                  "train": cfg["data"]["train"], "generate": manifest["generate"], "classes": manifest["class_names"]}))
+"""
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The package pip-installed (no index, no build isolation: offline) into a folder of its own."""
@@ -97,9 +127,35 @@ def test_an_installed_package_adds_a_method_and_a_plugin_that_train(site, tmp_pa
 
 
 @pytest.mark.slow
+def test_an_installed_package_adds_a_dataset_and_an_evaluation_a_suite_runs(site, tmp_path):
+    r = _python(site, "-c", DATA, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["datasets"] == ["spirograph", "photos", "blobs"]
+    assert out["evaluations"] == ["linear_probe", "knn", "finetune", "detect", "spread"]
+    # the dataset: generated on first use into the managed folder, its own setting recorded in the manifest
+    assert out["samples"] == 60 and Path(out["train"]).parent.name.startswith("blobs-")
+    assert Path(out["train"]).is_relative_to(tmp_path / "data")
+    assert out["generate"] == {"n_train": 60, "size": 32, "seed": 0, "maxcount": 20, "sigma": 0.08}
+    assert out["classes"] == ["one", "two", "three"]
+    # the evaluation: a step of the package's suite, its config from the package, into its own MLflow run
+    ev = _python(site, "jobs/evaluate.py", f"run={tmp_path / 'ckpt'}", "+suite=spread", f"paths.root={tmp_path}")
+    assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-3000:]
+    assert "[evaluate] suite spread" in ev.stdout and "| spread | uniformity |" in ev.stdout, ev.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.job = 'spread'")
+    m = run.data.metrics
+    assert run.info.status == "FINISHED" and m["spread/pretrained_uniformity"] < 0 and m["spread/random_uniformity"] < 0
+    assert len(list((tmp_path / "runs" / "evaluate").glob("*-spread.md"))) == 1
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides,line",
     [
+        (["data=blobs", "data.generate.sigma=0"], "error: data.generate.sigma=0: expected a number > 0"),
         (["method=barlow", "method.lambd=0"], "error: method.lambd=0: expected a number > 0"),
         (["method=simclr", "plugin=[uniformity]", "plugin.uniformity.t=-2"], "error: plugin.uniformity.t=-2: "),
         (["method=mocov2", "plugin=[uniformity]"], "error: plugin: plugin uniformity does not plug into method kind"),

@@ -8,8 +8,6 @@ import os
 import re
 import tarfile
 
-from pipeline.data import photos
-from pipeline.data.formats import SPIROGRAPH_CHUNK, SPIROGRAPH_VAL_SEED_OFFSET
 from pipeline.data.shards import MANIFEST
 
 
@@ -121,33 +119,3 @@ def describe_bad(bad: list[tuple[str, str]], limit: int = 3) -> str:
     """`name (why), ...` on one line, the first `limit` shards and a count of the rest."""
     text = ", ".join(f"{uri.split('?')[0].rsplit('/', 1)[-1]} ({why})" for uri, why in bad[:limit])
     return text + (f" and {len(bad) - limit} more" if len(bad) > limit else "")
-
-
-# ---------------------------------------------------------------- generated data
-
-
-def generated_with(manifest: dict, split: str) -> dict | None:
-    """The `data.generate` settings an embedded split (Spirograph or Photos) was made with, from its manifest; None
-    when it was made by another version of its generator (or is not embedded data)."""
-    src = manifest.get("source")
-    if isinstance(src, dict) and src.get("kind") == "photos":
-        return manifest.get("generate") if src.get("version") == photos.VERSION else None
-    return spirograph_generate(manifest, split)
-
-
-def spirograph_generate(manifest: dict, split: str) -> dict | None:
-    """The `data.generate` settings a Spirograph split was made with ({"n_train" or "n_val", "seed", "size",
-    "maxcount"}), from its manifest; manifests written before the `generate` record have them in `source`.
-    None when the split is not generated Spirograph data, or was made by a generator with other chunks."""
-    src = manifest.get("source")
-    if not isinstance(src, dict) or src.get("kind") != "spirograph" or src.get("chunk") != SPIROGRAPH_CHUNK:
-        return None
-    if isinstance(manifest.get("generate"), dict):
-        return manifest["generate"]
-    offset = SPIROGRAPH_VAL_SEED_OFFSET if split == "val" else 0
-    return {
-        f"n_{split}": src.get("n"),
-        "seed": src.get("seed", 0) - offset,
-        "size": src.get("size"),
-        "maxcount": manifest.get("maxcount"),
-    }

@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
+from pipeline.data.generated import GeneratedDataset
 from pipeline.data.shards import write_split
 
 VERSION = 1  # bump when the sampling changes: manifests of older data are then refused
@@ -131,3 +132,16 @@ def make_photo_splits(
             extra={"generate": made},
         )
     return manifests
+
+
+class Photos(GeneratedDataset):
+    """Crops of scikit-image's photographs, a class per photograph (`data=photos`)."""
+
+    def make_splits(self, root: Path, generate: dict, progress: bool = True) -> dict[str, dict]:
+        return make_photo_splits(root, **generate, progress=progress)
+
+    def generated_with(self, manifest: dict, split: str) -> dict | None:
+        src = manifest.get("source")
+        if not isinstance(src, dict) or src.get("kind") != "photos" or src.get("version") != VERSION:
+            return None
+        return super().generated_with(manifest, split)

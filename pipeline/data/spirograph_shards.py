@@ -1,4 +1,5 @@
-"""Spirograph as shards: the generator's samples (pipeline.data.spirograph renders them) and its two splits."""
+"""Spirograph as shards: the generator's samples (pipeline.data.spirograph renders them), its two splits, and the
+dataset `data=spirograph` generates on first use (InvCLR App. E)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
-from pipeline.data import spirograph
 from pipeline.data.formats import SPIROGRAPH_CHUNK, SPIROGRAPH_VAL_SEED_OFFSET
+from pipeline.data.generated import GeneratedDataset
 from pipeline.data.shards import Sample, png_bytes, write_split
 
 
@@ -21,6 +20,11 @@ def iter_spirograph(
     Chunk c (samples c*chunk ...) uses torch.Generator().manual_seed(seed + c), so any chunk, and
     hence any `start`, can be produced without rendering the ones before it.
     """
+    # torch loads when samples are drawn, not when the dataset is named: the schema reads the Settings first
+    import torch
+
+    from pipeline.data import spirograph
+
     for c in range(start // chunk, (n + chunk - 1) // chunk):
         first = c * chunk
         params = spirograph.sample_params(min(chunk, n - first), torch.Generator().manual_seed(seed + c))
@@ -44,7 +48,7 @@ def make_spirograph_splits(
     """Write out_root/train (n_train, seed) and out_root/val (n_val, seed + 10**6); returns manifests.
 
     Each manifest records, besides its `source`, the `data.generate` settings that made the split
-    (`generate`: n_train or n_val, seed, size, maxcount), which pipeline.data.manifest.spirograph_generate reads
+    (`generate`: n_train or n_val, seed, size, maxcount), which Spirograph.generated_with reads
     back."""
     manifests = {}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + SPIROGRAPH_VAL_SEED_OFFSET)):
@@ -64,3 +68,26 @@ def make_spirograph_splits(
             extra={"generate": made},
         )
     return manifests
+
+
+class Spirograph(GeneratedDataset):
+    """Spirograph images with their ten generating parameters (InvCLR App. E); the targets are four of them."""
+
+    def make_splits(self, root: Path, generate: dict, progress: bool = True) -> dict[str, dict]:
+        return make_spirograph_splits(root, **generate, progress=progress)
+
+    def generated_with(self, manifest: dict, split: str) -> dict | None:
+        """Manifests written before the `generate` record hold the settings in `source`. None for data drawn in
+        other chunks (another generator) or that is no Spirograph data."""
+        src = manifest.get("source")
+        if not isinstance(src, dict) or src.get("kind") != "spirograph" or src.get("chunk") != SPIROGRAPH_CHUNK:
+            return None
+        if isinstance(manifest.get("generate"), dict):
+            return manifest["generate"]
+        offset = SPIROGRAPH_VAL_SEED_OFFSET if split == "val" else 0
+        return {
+            f"n_{split}": src.get("n"),
+            "seed": src.get("seed", 0) - offset,
+            "size": src.get("size"),
+            "maxcount": manifest.get("maxcount"),
+        }

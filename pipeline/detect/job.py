@@ -16,6 +16,7 @@ from pipeline.detect.draw import predictions_png
 from pipeline.detect.notices import quiet_torch_notices
 from pipeline.detect.shapes import make_shapes
 from pipeline.detect.voc import VOC_CLASSES, missing, to_coco, voc07_ap50
+from pipeline.eval.evaluation import Evaluation
 from pipeline.fields import Choice, Int, Num, Section, check_model
 
 # torch and MLflow, and the modules that import them at load (tracking, eval.downstream, eval.source, export,
@@ -340,3 +341,15 @@ def _finished(run, name: str) -> dict:
     print(f"[detect] {name} finished before (MLflow run {run.info.run_id}); nothing to run. Its results:", flush=True)
     print(_table(scores), flush=True)
     return scores
+
+
+class DetectionTransfer(Evaluation):
+    """Detection fine-tuning of the backbone on detectron2 or torchvision: jobs/detect.py, a suite's `job: detect`."""
+
+    config = "detection"
+
+    def check(self, cfg: dict) -> None:
+        check(cfg)
+
+    def run(self, cfg: dict) -> dict:
+        return run(cfg)

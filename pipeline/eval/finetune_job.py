@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
+from pipeline.eval.evaluation import Evaluation
 from pipeline.fields import Bool, Choice, Int, Num, Section, Str, check_model
 
 
@@ -303,3 +304,15 @@ def _finished(ev) -> dict:
     if results:
         print(_table(results), flush=True)
     return results
+
+
+class FineTuning(Evaluation):
+    """End-to-end fine-tuning on a labelled fraction, beside a random-init twin: jobs/finetune.py, `job: finetune`."""
+
+    config = "finetune"
+
+    def check(self, cfg: dict) -> None:
+        check(cfg)
+
+    def run(self, cfg: dict) -> dict:
+        return run(cfg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pipeline import mlflow_ui
 from pipeline.config import ConfigError, JobError
+from pipeline.eval.evaluation import Evaluation
 from pipeline.fields import Bool, Int, Num, Section, check_model
 from pipeline.schema import Resources
 
@@ -164,3 +165,15 @@ def _logged(metrics: dict[str, float], label: str) -> dict[str, float]:
         for k, v in metrics.items()
         if k.startswith(prefix) and not k.endswith("extract_images_per_s")
     }
+
+
+class KNN(Evaluation):
+    """Weighted kNN on frozen features, beside a random-init twin: jobs/knn.py, a suite's `job: knn`."""
+
+    config = "knn"
+
+    def check(self, cfg: dict) -> None:
+        check(cfg)
+
+    def run(self, cfg: dict) -> dict:
+        return run(cfg)

@@ -5,7 +5,10 @@ finished before with the same settings prints its results and probes nothing."""
 from __future__ import annotations
 
 from pipeline import mlflow_ui
-from pipeline.config import ConfigError, JobError
+from pipeline.config import ConfigError, JobError, cli, compose_config
+from pipeline.eval.evaluation import Evaluation
+from pipeline.fields import check_model
+from pipeline.schema import Config
 
 
 class ProbeError(JobError):
@@ -114,3 +117,32 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     where = f" (a child of run {parent_run.info.run_name}, {parent})" if parent_run is not None else ""
     print(f"mlflow run {run_id}{where}")
     return results
+
+
+class LinearProbe(Evaluation):
+    """A linear head on frozen features, beside a random-init twin: jobs/linear_probe.py, a suite's `job:
+    linear_probe`. Its config is the training config (the run's own sections, the command line's eval.* and data.*
+    on top, merged when it runs); `run=<ref>` names the pretraining run (the config's `run` is a section)."""
+
+    config = "config"
+
+    def __init__(self) -> None:
+        self.ref: str | None = None
+        self.argv: list[str] = []
+
+    def compose(self, argv: list[str]) -> dict:
+        self.ref, self.argv = split_run(argv)
+        return compose_config(self.argv)
+
+    def cli(self, argv: list[str], description: str) -> dict:
+        self.ref, self.argv = split_run(argv)
+        return cli(self.argv, description)
+
+    def check(self, cfg: dict) -> None:
+        try:
+            check_model(Config, cfg)  # the typed keys; the run's own sections are merged in when it runs
+        except ConfigError as e:
+            raise ProbeError(str(e)) from None
+
+    def run(self, cfg: dict) -> dict:
+        return run(cfg, self.argv, self.ref)

@@ -8,9 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.config import CONF_DIR, ConfigError, JobError, compose_config
-
-JOBS = ("linear_probe", "knn", "finetune", "detect")
+from pipeline.config import ConfigError, JobError, compose_config, config_options
+from pipeline.eval import EVALUATIONS
 
 
 class SuiteError(Exception):
@@ -18,7 +17,7 @@ class SuiteError(Exception):
 
 
 def suites() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "suite").glob("*.yaml"))
+    return config_options("suite")
 
 
 def check(cfg: dict) -> None:
@@ -28,9 +27,9 @@ def check(cfg: dict) -> None:
     if cfg["size"] not in ("cpu", "paper"):
         raise SuiteError(f"size={cfg['size']}: expected one of cpu, paper")
     extra = cfg["extra"]
-    if not isinstance(extra, dict) or any(k not in JOBS or not isinstance(v, dict) for k, v in extra.items()):
+    if not isinstance(extra, dict) or any(k not in EVALUATIONS or not isinstance(v, dict) for k, v in extra.items()):
         raise SuiteError(
-            f"extra={extra}: expected settings under {', '.join(f'extra.{j}' for j in JOBS)}, "
+            f"extra={extra}: expected settings under {', '.join(f'extra.{j}' for j in EVALUATIONS)}, "
             f"e.g. +extra.detect.device=cuda"
         )
     if not isinstance(cfg["skip"], list):
@@ -67,9 +66,9 @@ def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
     for s in suite["steps"]:
         if s["name"] in cfg["skip"]:
             continue
-        if s["job"] not in JOBS:
+        if s["job"] not in EVALUATIONS:
             raise SuiteError(
-                f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(JOBS)}"
+                f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(EVALUATIONS)}"
             )
         argv = [
             f"run={cfg['run']}",
@@ -107,35 +106,14 @@ def _suite(name: str) -> dict:
     return compose_config([f"+suite={name}"], "evaluate_suite")["suite"]
 
 
-JOB_CONFIGS = {
-    "knn": ("pipeline.eval.knn_job", "knn"),
-    "finetune": ("pipeline.eval.finetune_job", "finetune"),
-    "detect": ("pipeline.detect.job", "detection"),
-}  # the job's module (check, run) and its config
-
-
 def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
-    """One job through its own checks and run, in this process; SuiteError with the job's one line. `dry`: the
-    checks only (the probe's typed keys; the run's own sections are merged in when it runs)."""
-    import importlib
-
+    """One evaluation through its own checks and run, in this process; SuiteError with its one line. `dry`: the
+    checks only."""
+    evaluation = EVALUATIONS[job]()
     try:
-        if job == "linear_probe":
-            from pipeline.eval.probe_job import run, split_run
-
-            ref, rest = split_run(argv)
-            if dry:
-                from pipeline.fields import check_model
-                from pipeline.schema import Config
-
-                check_model(Config, compose_config(rest))
-                return {}
-            return run(compose_config(rest), rest, ref)
-        module, config = JOB_CONFIGS[job]
-        mod = importlib.import_module(module)
-        cfg = compose_config(argv, config)
-        mod.check(cfg)
-        return {} if dry else mod.run(cfg)
+        cfg = evaluation.compose(argv)
+        evaluation.check(cfg)
+        return {} if dry else evaluation.run(cfg)
     except (JobError, ConfigError) as e:
         raise SuiteError(str(e)) from None
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
+from pipeline.data import DATASETS
 from pipeline.locations import managed_data
 from pipeline.methods import METHODS
 from pipeline.plan import RunPlan, make_plan
@@ -121,21 +122,22 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
     folder that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
     other settings) is refused in one line naming the differing key, never silently used or overwritten.
     Data that is not this dataset's generated data (its manifest's source says otherwise) is not checked."""
-    from pipeline.data.manifest import generated_with
-
     data = cfg["data"]
     source = manifest.get("source")
     if not data.get("generate") or not isinstance(source, dict) or source.get("kind") != data["name"]:
         return
+    if data["name"] not in DATASETS:
+        return
     folder, what = data[split], data["name"].capitalize()
-    made = generated_with(manifest, split)
+    made = DATASETS[data["name"]]().generated_with(manifest, split)
     if made is None:
         raise ConfigError(
             f"data.{split}={folder}: {what} data made by another version of the generator "
             f"(source {json.dumps(source, sort_keys=True)}); remove it or point data.{split} elsewhere"
         )
     g = data["generate"]
-    for key in (f"n_{split}", "seed", "size", "maxcount"):
+    keys = [f"n_{split}", "seed", "size", "maxcount"]
+    for key in keys + [k for k in g if k not in keys and k not in ("n_train", "n_val")]:  # a dataset's own too
         if made.get(key) != g[key]:
             raise ConfigError(
                 f"data.generate.{key}={g[key]}: the {what} data in {folder} was made with "
@@ -146,11 +148,7 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
 
 def _make_embedded(cfg: dict) -> None:
     """Generate the embedded dataset `data.name` into the managed folder."""
-    from pipeline.data.photos import make_photo_splits
-    from pipeline.data.spirograph_shards import make_spirograph_splits
-
-    make = {"spirograph": make_spirograph_splits, "photos": make_photo_splits}[cfg["data"]["name"]]
     g = cfg["data"]["generate"]
     root = Path(cfg["data"]["train"]).parent
     _log(f"generating {cfg['data']['name'].capitalize()} shards in {root} ({g['n_train']} train / {g['n_val']} val)")
-    make(root, g["n_train"], g["n_val"], g["seed"], g["size"], g["maxcount"])
+    DATASETS[cfg["data"]["name"]]().make_splits(root, g)
