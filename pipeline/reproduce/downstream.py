@@ -8,9 +8,10 @@ from pipeline.eval.suite import SuiteError, run_step
 from pipeline.reproduce.suites import PAPER_DOWNSTREAM
 
 
-def run_downstream(runs: list[dict], downstream: dict) -> None:
+def run_downstream(runs: list[dict], downstream: dict, random_baseline: bool = True) -> None:
     """Each run's fine-tuning and detection (jobs/finetune.py, jobs/detect.py with `downstream`'s arguments), as child
-    runs of it; the random-init baseline with the suite's first run only. Finished ones are read back."""
+    runs of it; the random-init baseline with the suite's first run only (and not at all without
+    `random_baseline`: a further seed's). Finished ones are read back."""
     for i, r in enumerate(runs):
         r["downstream"] = {}
         for job, args in downstream.items():
@@ -20,7 +21,7 @@ def run_downstream(runs: list[dict], downstream: dict) -> None:
                     flush=True,
                 )
                 continue
-            argv = [f"run={r['run_id']}", *r["store"], *args, f"baseline={str(i == 0).lower()}"]
+            argv = [f"run={r['run_id']}", *r["store"], *args, f"baseline={str(i == 0 and random_baseline).lower()}"]
             print(f"[reproductions] {r['label']}: python jobs/{job}.py {' '.join(argv)}", flush=True)
             try:
                 r["downstream"][job] = run_step(job, argv)

@@ -33,11 +33,28 @@ def main(argv: list[str], description: str = "") -> int:
         fail(f"downstream: {sorted(downstream)}: expected finetune and/or detect")
     if any(a.startswith("baseline=") for args in downstream.values() for a in args):
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
-    scale, results = list(cfg["scale"]), {}
+    seeds = cfg["seeds"]
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        fail(f"seeds={seeds}: expected an integer >= 1")
+    scale, results, seeded = list(cfg["scale"]), {}, {}
     for suite in cfg["suites"]:
         extra = list(cfg["extra"].get(suite) or [])
-        results[suite] = [run_one(label, ov, scale, extra) for label, ov in SUITES[suite]]
-        run_downstream(results[suite], downstream)
+        seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream)
+        results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
     sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
-    write_report(results, scale, Path(cfg["out"]), sweeps, downstream)
+    write_report(results, scale, Path(cfg["out"]), sweeps, downstream, seeded if seeds > 1 else None)
     return 0
+
+
+def run_seeds(suite: str, seeds: int, scale: list[str], extra: list[str], downstream: dict) -> dict[str, dict]:
+    """Every arm of the suite at seeds 0..seeds-1 (seed=s: the same data order and initialisation for every arm),
+    a seed's arms together so that an interrupted run leaves whole pairs; returns label -> {seed: results}. One
+    seed is the suite as it always ran (no seed= added: the same runs, reused)."""
+    arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
+    for s in range(seeds):
+        pinned = [f"seed={s}"] if seeds > 1 else []
+        runs = [run_one(label, [*ov, *pinned], scale, extra) for label, ov in SUITES[suite]]
+        run_downstream(runs, downstream, random_baseline=s == 0)
+        for (label, _), r in zip(SUITES[suite], runs):
+            arms[label][s] = r
+    return arms

@@ -68,15 +68,32 @@ def cocor_curves(runs: list[dict], docs: Path) -> list[str]:
     return out
 
 
+def seeded_claims(suite: str, arms: dict[str, dict], docs: Path) -> list[str]:
+    """The suite's claims table and forest plot; the plot also goes to the baseline's seed-0 run in MLflow."""
+    # scipy.stats and statsmodels take 1.5 s to import: loaded when there are seeds to judge, not with the job
+    from pipeline.reproduce.claims import judge_suite, seeded_section
+
+    seeds = max(len(runs) for runs in arms.values())
+    lines, png = seeded_section(suite, judge_suite(suite, arms), seeds, docs)
+    first = next(iter(arms.values()))[0]
+    if png is not None and first.get("run_id"):
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient().log_artifact(first["run_id"], str(png), "reproductions")
+    return [*lines, ""] if lines else []
+
+
 def write_report(
     results: dict[str, list[dict]],
     scale: list[str],
     path: Path,
     sweeps: Sequence[dict] = (),
     downstream: dict | None = None,
+    seeded: dict[str, dict[str, dict]] | None = None,
 ) -> None:
     """Rewrite the sections of `path` this command made (a suite's, the sweeps'); keep the others as they are.
-    Each section's first line says the command and date that made it."""
+    Each section's first line says the command and date that made it. `seeded` (suite -> label -> {seed: results}):
+    each suite's claims judged on its seeds, with its forest plot."""
     command = " ".join(["python jobs/reproductions.py", *sys.argv[1:]])
     stamp = f"_Made by `{command}` on {time.strftime('%Y-%m-%d')}._"
     made: dict[str, list[str]] = {}
@@ -107,6 +124,8 @@ def write_report(
         if suite == "cocor":
             lines += cocor_curves(runs, path.parent)
             lines.append("")
+        if seeded and suite in seeded and suite not in NO_BASELINE:
+            lines += seeded_claims(suite, seeded[suite], path.parent)
         made[suite] = lines
     if sweeps:
         lines = [

@@ -87,6 +87,7 @@ def test_report_rewrites_its_own_sections_and_keeps_the_others(tmp_path, monkeyp
     [
         (["sweeps=[nope]"], "error: unknown sweeps ['nope']"),
         (["suites=[nope]"], "error: unknown suites ['nope']"),
+        (["suites=[]", "seeds=0"], "error: seeds=0: expected an integer >= 1"),
         (["suites=[]", 'sweep_args=["sweep.metric=nope"]'], "error: sweep invclr_lambda: sweep.metric=nope"),
     ],
 )
@@ -209,3 +210,57 @@ def test_dino_resnet_recipe_is_the_authors_readme_command(tmp_path):
     (cpu_args,) = [args for name, args in SUITES["vit"] if name == "DINO, ResNet-18"]
     cpu = compose_config([f"paths.root={tmp_path}", *cpu_args])
     assert (cpu["model"]["backbone"], cpu["model"]["width"], cpu["model"]["cifar_stem"]) == ("resnet18", 16, True)
+
+
+def _seeded_run(label: str, top1: float, ap: float, seed: int) -> dict:
+    return {
+        "label": label,
+        "overrides": ["method=mocov2", "data=photos", f"seed={seed}"],
+        "extra": [],
+        "run_id": None,
+        "minutes": 1.0,
+        "curves": "/nonexistent.png",
+        "probe": {"pretrained": {"top1": top1}, "random": {"top1": 0.3}},
+        "downstream": {"detect": {"pretrained": {"AP": ap}, "random": {"AP": 20.0}}},
+    }
+
+
+def test_seeded_suites_get_claims_with_intervals_verdicts_and_a_forest_plot(tmp_path, monkeypatch):
+    from scipy import stats as st
+
+    base_top1, gain = [0.70, 0.75, 0.72], [0.031, 0.029, 0.030]  # a gain far above the seed-to-seed noise
+    base_ap, co2_ap = [50.0, 52.0, 49.0], [49.0, 53.0, 48.0]  # -1, +1, -1: within it
+    arms = {
+        "MoCo v2": {s: _seeded_run("MoCo v2", base_top1[s], base_ap[s], s) for s in range(3)},
+        "MoCo v2 + CO2": {s: _seeded_run("MoCo v2 + CO2", base_top1[s] + gain[s], co2_ap[s], s) for s in range(3)},
+    }
+    monkeypatch.setattr(sys, "argv", ["reproductions.py", "suites=[co2]", "seeds=3"])
+    path = tmp_path / "docs" / "reproductions.md"
+    runs = [arm[0] for arm in arms.values()]
+    write_report({"co2": runs}, ["train.epochs=1"], path, [], {"detect": []}, {"co2": arms})
+    text = path.read_text()
+    assert "Seeded comparison, 3 seeds" in text
+    ci = st.ttest_1samp(gain, 0).confidence_interval(0.95)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| MoCo v2 + CO2 vs MoCo v2 | probe top-1 |"))
+    assert "| 67.5 → 68.0 (CO2 Table 1) |" in row and row.endswith("| reproduced (3 seeds) |")
+    assert f"| 0.03 [{ci.low:.4g}, {ci.high:.4g}] |" in row
+    row = next(ln for ln in text.splitlines() if ln.startswith("| MoCo v2 + CO2 vs MoCo v2 | detection AP |"))
+    assert "| 50.33 ± " in row and "inconclusive at 3 seeds" in row
+    assert "![co2: paired differences](img/forest-co2.png)" in text
+    assert (tmp_path / "docs" / "img" / "forest-co2.png").stat().st_size > 10_000
+    # one seed: the report as before, no claims
+    write_report({"co2": runs}, ["train.epochs=1"], path, [], {"detect": []})
+    assert "Seeded comparison" not in path.read_text()
+
+
+def test_cocor_judges_learned_against_fixed_targets_too():
+    from pipeline.reproduce.claims import judge_suite
+
+    labels = [label for label, _ in SUITES["cocor"]]
+    arms = {
+        label: {s: _seeded_run(label, 0.7 + 0.01 * i + 0.001 * s, 50.0, s) for s in range(2)}
+        for i, label in enumerate(labels)
+    }
+    pairs = [(r.variant, r.baseline, r.metric.name) for r in judge_suite("cocor", arms)]
+    assert (labels[1], labels[2], "probe top-1") in pairs  # learned vs fixed, beside each against MoCo v2
+    assert (labels[1], labels[0], "probe top-1") in pairs and (labels[2], labels[0], "detection AP") in pairs
