@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.reproduce.forest import ForestRow, forest_png
 from pipeline.reproduce.stats import Judged, judge
@@ -41,7 +42,7 @@ class Metric:
 
 def value(run: Mapping, path: Sequence[str]) -> float | None:
     """A run's result at `path`, or None where the run lacks it (a job that did not run)."""
-    node = run
+    node: Any = run
     for key in path:
         if not isinstance(node, Mapping) or key not in node:
             return None

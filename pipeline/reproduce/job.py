@@ -33,10 +33,22 @@ def main(argv: list[str], description: str = "") -> int:
         fail(f"downstream: {sorted(downstream)}: expected finetune and/or detect")
     if any(a.startswith("baseline=") for args in downstream.values() for a in args):
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
-    seeds = cfg["seeds"]
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        fail(f"seeds={seeds}: expected an integer >= 1")
+    seeds, concurrent = cfg["seeds"], cfg["concurrent"]
+    for key, n in (("seeds", seeds), ("concurrent", concurrent)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            fail(f"{key}={n}: expected an integer >= 1")
     scale, results, seeded = list(cfg["scale"]), {}, {}
+    if concurrent > 1:
+        # Ray loads when runs are trained, not when the command line is checked
+        from pipeline.reproduce.parallel import train_all
+
+        jobs = [
+            (label, [*ov, *pinned(s, seeds)], scale, list(cfg["extra"].get(suite) or []))
+            for s in range(seeds)
+            for suite in cfg["suites"]
+            for label, ov in SUITES[suite]
+        ]
+        train_all(jobs, concurrent)  # below, every run is found finished and read back
     for suite in cfg["suites"]:
         extra = list(cfg["extra"].get(suite) or [])
         seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream)
@@ -52,9 +64,13 @@ def run_seeds(suite: str, seeds: int, scale: list[str], extra: list[str], downst
     seed is the suite as it always ran (no seed= added: the same runs, reused)."""
     arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
     for s in range(seeds):
-        pinned = [f"seed={s}"] if seeds > 1 else []
-        runs = [run_one(label, [*ov, *pinned], scale, extra) for label, ov in SUITES[suite]]
+        runs = [run_one(label, [*ov, *pinned(s, seeds)], scale, extra) for label, ov in SUITES[suite]]
         run_downstream(runs, downstream, random_baseline=s == 0)
         for (label, _), r in zip(SUITES[suite], runs):
             arms[label][s] = r
     return arms
+
+
+def pinned(seed: int, seeds: int) -> list[str]:
+    """The seed's override: none for a single seed (the suite's runs as they always were, reused)."""
+    return [f"seed={seed}"] if seeds > 1 else []

@@ -13,12 +13,18 @@ from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
 
 
+def run_argv(overrides: list[str], scale: list[str], extra: list[str]) -> list[str]:
+    """A run's command line: its arm's overrides, the scale, and the suite's extra keys that apply to it
+    (plugin.<name>.* settings only to the runs that use that plug-in)."""
+    plugins = compose_config([*overrides, *scale]).get("plugin") or {}
+    return [*overrides, *scale, *(e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins)]
+
+
 def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
     try:
-        # plugin.<name>.* settings apply only to the runs that use that plug-in
-        plugins = compose_config([*overrides, *scale]).get("plugin") or {}
-        extra = [e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins]
-        cfg = compose_config([*overrides, *scale, *extra])
+        argv = run_argv(overrides, scale, extra)
+        extra = argv[len(overrides) + len(scale) :]
+        cfg = compose_config(argv)
         plan = resolve(cfg)
     except ConfigError as e:
         fail(f"{label}: {e}")

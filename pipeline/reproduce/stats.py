@@ -122,10 +122,7 @@ def judge(variant: Mapping[int, float], baseline: Mapping[int, float], direction
     diffs = differences(variant, baseline)
     diff = mean_interval(diffs)
     v = verdict(diff, direction)
-    return Judged(
-        mean_interval(list(baseline.values())),
-        mean_interval(list(variant.values())),
-        diff,
-        v,
-        seeds_needed(diffs) if v == INCONCLUSIVE else None,
-    )
+    needed = seeds_needed(diffs) if v == INCONCLUSIVE else None
+    if needed is not None:  # these seeds did not decide it: more than them, whatever the noisy estimate says
+        needed = max(needed, len(diffs) + 1)
+    return Judged(mean_interval(list(baseline.values())), mean_interval(list(variant.values())), diff, v, needed)

@@ -83,6 +83,9 @@ SUITES = {
             ["+experiment=dino_resnet", "data=photos", "optim.warmup_epochs=2", *DINO_CPU, *RESNET_CPU],
         ),
     ],
+    # the machinery's smoke test (tests/jobs/test_reproductions.py: seeds=2, concurrent=2, a tiny scale): one
+    # change of SimCLR's temperature on Spirograph
+    "smoke": [("SimCLR", ["method=simclr"]), ("SimCLR, τ=0.2", ["method=simclr", "method.temperature=0.2"])],
     # JointCrop's main table (MoCo v3): independent crops vs the joint sampler at beta = 0
     "jointcrop": [
         ("MoCo v3, ViT-tiny", [*MOCOV3_VIT]),

@@ -1,0 +1,82 @@
+"""The reproductions' pretraining runs side by side: every (arm, seed) not finished yet is one Ray Tune trial on the
+cluster there is (a private local one, or trainer.address / $RAY_ADDRESS), `concurrent` at a time (2 on this
+machine's two cores, 64 on a cluster of 64 GPUs). A trial trains the run of its own config under the name
+jobs/pretrain.py gives that config (its hash), so a finished run is never trained again, and one interrupted with
+the driver (killed, Ctrl-C) resumes from its last checkpoint when the same command runs again. The job then reads
+every run's results back from MLflow (pipeline.reproduce.runs.run_one finds them finished)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+import ray.tune
+
+from pipeline.cluster import init_ray
+from pipeline.config import ConfigError, compose_config, fail
+from pipeline.reproduce.runs import finished_run, run_argv
+from pipeline.train.launch import pretrain
+from pipeline.train.prepare import resolve
+
+
+def _log(msg: str) -> None:
+    print(f"[reproductions] {msg}", flush=True)
+
+
+def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurrent: int) -> None:
+    """Train the runs of `jobs` (label, overrides, scale, extra) that have not finished, `concurrent` at a time.
+    Fails with one line naming the first run whose trial failed (its log beside it)."""
+    todo: list[tuple[str, list[str]]] = []
+    for label, overrides, scale, extra in jobs:
+        argv = run_argv(overrides, scale, extra)
+        if argv in [a for _, a in todo]:  # suites share runs (one MoCo v2 baseline)
+            continue
+        cfg = compose_config(argv)
+        try:
+            resolve(cfg)  # checked before anything trains; names the run (its config's hash, once completed)
+        except ConfigError as e:
+            fail(f"{label}: {e}")
+        if finished_run(cfg) is None:
+            todo.append((label, argv))
+    if not todo:
+        return
+    cfg = compose_config(todo[0][1])
+    init_ray(cfg, trials=concurrent)
+    workers = cfg["trainer"]["num_workers"]
+    threads = max(1, (os.cpu_count() or 1) // (min(concurrent, len(todo)) * workers))
+    logs = Path(cfg["paths"]["runs"]) / "reproductions"
+    name = "reproductions-" + hashlib.sha1(repr(todo).encode()).hexdigest()[:10]
+    _log(f"{len(todo)} run(s) to train, {concurrent} at a time as Ray Tune trials ({name}); their logs in {logs}")
+    setup = {"jobs": todo, "threads": threads, "logs": str(logs)}
+    # a trial only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(train_job, setup=setup), {"cpu": 0.01})
+    tuner = ray.tune.Tuner(
+        trainable,
+        param_space={"job": ray.tune.grid_search(list(range(len(todo))))},
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=concurrent),
+        run_config=ray.tune.RunConfig(name=name, storage_path=cfg["trainer"]["storage"], verbose=0),
+    )
+    results = tuner.fit()
+    for i in range(len(results)):
+        r = results[i]
+        if r.error is not None:
+            label = todo[int((r.config or {})["job"])][0]
+            fail(f"{label}: its run failed ({str(r.error).strip().splitlines()[-1][:300]}); see {logs}")
+
+
+def train_job(params: dict, setup: dict) -> None:
+    """One trial: compose the run's config, check it, train and probe it (resuming its checkpoint), its output in
+    <paths.runs>/reproductions/<run name>.log."""
+    label, argv = setup["jobs"][params["job"]]
+    cfg = compose_config(argv)
+    if cfg["trainer"]["torch_threads"] is None:  # concurrent runs share the cores instead of oversubscribing them
+        cfg["trainer"]["torch_threads"] = setup["threads"]
+    plan = resolve(cfg)
+    log = Path(setup["logs"]) / f"{cfg['run']['name']}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        print(f"[reproductions] {label}: python jobs/pretrain.py {' '.join(argv)}", flush=True)
+        pretrain(cfg, plan)
+    ray.tune.report({"done": 1})
