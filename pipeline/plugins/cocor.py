@@ -81,6 +81,11 @@ class CoCor(Plugin):
         self.sign = {"derived": -1.0, "paper": 1.0}[pcfg.get("hypergradient", "derived")]
         self.min_denominator = float(pcfg.get("min_denominator", 1e-4))
         self.target_lr, self.classifier_lr = float(pcfg.get("target_lr", 0.05)), float(pcfg.get("classifier_lr", 0.4))
+        # None: the code's step size. N: the step scaled so that the run's updates add up to the learning rate N
+        # updates of the code's schedule would (its IN-100 run: 200 epochs of ~500 steps, ~98,500 after the freeze);
+        # at a CPU budget of a few hundred updates the code's step leaves the targets where they start
+        match = pcfg.get("target_lr_match")
+        self.lr_match = None if match is None else int(match)
         self.epochs = int(cfg.get("train", {}).get("epochs", 1))
         self.freeze_epochs = int(pcfg.get("target_freeze_epochs", 3))
         self.warmup_epochs = int(pcfg.get("target_warmup_epochs", 2))
@@ -103,6 +108,8 @@ class CoCor(Plugin):
         self.total_steps = max(1, steps_per_epoch * self.epochs)
         self.freeze_steps = steps_per_epoch * self.freeze_epochs
         self.warmup_steps = steps_per_epoch * self.warmup_epochs
+        updates = max(1, self.total_steps - self.freeze_steps)
+        self.lr_scale = 1.0 if self.lr_match is None else self.lr_match / updates
 
     def attach(self, method) -> None:
         if self.mode != "learned":
@@ -225,7 +232,10 @@ class CoCor(Plugin):
         if self.updates < self.freeze_steps:
             return 0.0
         return warmup_cosine(
-            self.updates - self.freeze_steps, self.total_steps - self.freeze_steps, self.warmup_steps, self.target_lr
+            self.updates - self.freeze_steps,
+            self.total_steps - self.freeze_steps,
+            self.warmup_steps,
+            self.target_lr * self.lr_scale,
         )
 
     def after_update(self, method, images, params, out, progress):
@@ -273,12 +283,18 @@ class CoCor(Plugin):
         if lr > 0:  # frozen: not even momentum moves it
             self.target_opt.step()
         self.classifier_opt.step()
+        with torch.no_grad():  # how far this step moved the batch's mean targets (the hypergradient's reach)
+            g_new = torch.stack([self.target(params[i]["counts"].to(s_after.device)).mean() for i in self.composites])
         ce_after = float(ce_after.detach())
         return {
             "cocor_outer_loss": ce_after,
             "cocor_outer_gain": float(pending["ce"]) - ce_after,
             "cocor_target_lr": lr,
             "cocor_skipped_updates": float(self.skipped),
+            # the finite differences Eq. 20 multiplies: the unsupervised loss's and the similarities' per-step changes
+            "cocor_lu_change": float(lu_after) - lu_before,
+            "cocor_sim_change": float((s_after - pending["s"].float()).abs().mean()),
+            "cocor_target_step": float((g_new - g_bar.detach().float()).abs().mean()),
         }
 
 

@@ -338,3 +338,21 @@ def test_a_non_finite_outer_loss_never_reaches_the_target_network():
     logged = m.after_update(images, params, out, progress=0.5)
     assert logged["cocor_skipped_updates"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(target0, plugin.target.parameters()))
+
+
+def test_a_matched_target_step_adds_up_to_the_codes_number_of_updates():
+    """target_lr_match=N scales the target network's schedule so that the run's updates add up to the learning rate
+    of N updates at the code's step: 10x for N = 10 x the run's updates, the schedule's shape unchanged."""
+
+    def lrs(*overrides):
+        _, plugin = _learned("train.epochs=10", *overrides)
+        plugin.schedule(50)  # 500 updates, none frozen (the helper sets no freeze, no warm-up)
+        out = []
+        for u in range(500):
+            plugin.updates = u
+            out.append(plugin._target_lr())
+        return np.array(out)
+
+    base, matched = lrs(), lrs("+plugin.cocor.target_lr_match=5000")
+    assert base[0] == pytest.approx(0.05) and matched == pytest.approx(10 * base)
+    assert matched.sum() == pytest.approx(5000 / 500 * base.sum())
