@@ -117,6 +117,28 @@ def judge_suite(suite: str, arms: Mapping[str, Mapping[int, Mapping]]) -> list[R
                 continue
             paper, gain = _paper(suite, variant, m, baseline == labels[0], words)
             rows.append(Row(variant, baseline, m, paper, gain, judge(per[variant], per[baseline], m.direction)))
+    return rows + feature_averaging(arms)
+
+
+def feature_averaging(arms: Mapping[str, Mapping[int, Mapping]]) -> list[Row]:
+    """InvCLR's feature averaging (Fig. 5): within each arm that probed both, the averaged representation against
+    the plain one, seed by seed, on every target's MSE (lower is better)."""
+    rows = []
+    for label, runs in arms.items():
+        first = next(iter(runs.values()))
+        if "pretrained_fa" not in first["probe"]:
+            continue
+        for t in TARGETS:
+            plain, averaged = (("probe", k, f"mse_{t}") for k in ("pretrained", "pretrained_fa"))
+            per = [
+                {s: x for s, run in runs.items() if (x := value(run, path)) is not None} for path in (plain, averaged)
+            ]
+            if not per[0] or not per[1]:
+                continue
+            m = Metric(f"probe MSE {t}", averaged, -1)
+            rows.append(
+                Row(f"{label}, averaged", label, m, "lower MSE (InvCLR Fig. 5)", None, judge(per[1], per[0], -1))
+            )
     return rows
 
 

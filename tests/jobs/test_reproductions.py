@@ -318,3 +318,17 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_rerun_reuses
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0 and "to train" not in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
     assert again.stdout.count("finished before as MLflow run") == 4
+
+
+def test_feature_averaging_is_judged_within_each_arm_seed_by_seed():
+    from pipeline.reproduce.claims import judge_suite
+
+    def run(mse, mse_fa):
+        plain = {f"mse_{t}": mse for t in ("m", "b", "sigma", "f_r")}
+        fa = {f"mse_{t}": mse_fa for t in ("m", "b", "sigma", "f_r")}
+        return {"probe": {"pretrained": plain, "pretrained_fa": fa, "random": plain}}
+
+    arms = {"SimCLR": {0: run(0.10, 0.080), 1: run(0.12, 0.101), 2: run(0.11, 0.090)}}
+    rows = [r for r in judge_suite("invclr", arms) if r.variant == "SimCLR, averaged"]
+    assert [r.metric.name for r in rows] == ["probe MSE m", "probe MSE b", "probe MSE sigma", "probe MSE f_r"]
+    assert all(r.judged.verdict == "reproduced" and r.judged.diff.mean < 0 for r in rows)
