@@ -17,7 +17,12 @@ def run_argv(overrides: list[str], scale: list[str], extra: list[str]) -> list[s
     """A run's command line: its arm's overrides, the scale, and the suite's extra keys that apply to it
     (plugin.<name>.* settings only to the runs that use that plug-in)."""
     plugins = compose_config([*overrides, *scale]).get("plugin") or {}
-    return [*overrides, *scale, *(e for e in extra if not e.startswith("plugin.") or e.split(".")[1] in plugins)]
+    keys = [e.lstrip("+~") for e in extra]  # +plugin.cocor.x=... adds a key: still the plug-in's
+    return [
+        *overrides,
+        *scale,
+        *(e for e, k in zip(extra, keys) if not k.startswith("plugin.") or k.split(".")[1] in plugins),
+    ]
 
 
 def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:

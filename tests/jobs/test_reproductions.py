@@ -332,3 +332,11 @@ def test_feature_averaging_is_judged_within_each_arm_seed_by_seed():
     rows = [r for r in judge_suite("invclr", arms) if r.variant == "SimCLR, averaged"]
     assert [r.metric.name for r in rows] == ["probe MSE m", "probe MSE b", "probe MSE sigma", "probe MSE f_r"]
     assert all(r.judged.verdict == "reproduced" and r.judged.diff.mean < 0 for r in rows)
+
+
+def test_a_plugins_extra_keys_reach_only_the_runs_that_use_it():
+    from pipeline.reproduce.runs import run_argv
+
+    extra = ["+plugin.cocor.target_lr_match=98500", "plugin.cocor.weight=2", "eval.probe.steps=5"]
+    assert run_argv(["method=mocov2"], [], extra) == ["method=mocov2", "eval.probe.steps=5"]
+    assert run_argv(["+experiment=cocor_mocov2"], [], extra) == ["+experiment=cocor_mocov2", *extra]
