@@ -12,6 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
+import ray.data
 import ray.tune
 
 from pipeline.cluster import init_ray
@@ -71,6 +72,8 @@ def train_job(params: dict, setup: dict) -> None:
     <paths.runs>/reproductions/<run name>.log."""
     label, argv = setup["jobs"][params["job"]]
     cfg = compose_config(argv)
+    # Ray Data's bars would come from this trial's workers to the driver's console: its log says enough
+    ray.data.DataContext.get_current().enable_progress_bars = bool(cfg.get("verbose"))
     if cfg["trainer"]["torch_threads"] is None:  # concurrent runs share the cores instead of oversubscribing them
         cfg["trainer"]["torch_threads"] = setup["threads"]
     plan = resolve(cfg)
