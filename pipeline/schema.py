@@ -276,13 +276,12 @@ def _check_types(cfg: dict) -> None:
     check_model(Config, cfg)
     try:
         kinds = METHODS.names()
-        generated = cfg["data"]["name"] in DATASETS
+        generate = cfg["data"].get("generate")
+        if generate is not None:  # the generated dataset's settings (its module loads no torch)
+            name = cfg["data"]["name"]
+            check_model(DATASETS[name].Settings if name in DATASETS else Generate, generate, "data.generate")
     except RegistryError as e:
         raise ConfigError(str(e)) from None
-    if cfg["data"].get("generate") is not None:  # the generated dataset's settings (its module loads no torch)
-        check_model(
-            DATASETS[cfg["data"]["name"]].Settings if generated else Generate, cfg["data"]["generate"], "data.generate"
-        )
     if cfg["method"]["kind"] not in kinds:
         raise bad("method.kind", cfg["method"]["kind"], "expected one of " + ", ".join(kinds))
 

@@ -80,6 +80,7 @@ def _truncated_shard(tmp):
         (["model.width=0"], ["model.width=0", "integer >= 1"], None),
         (["optim.name=adam"], ["optim.name=adam", "sgd, lars"], None),
         (["data.image_size=7"], ["data.image_size=7", ">= 8"], None),
+        (["+data.generate.sedd=1"], ["data.generate.sedd: unknown key", "n_train, n_val, size, seed, maxcount"], None),
         ([], ["paths.root=", "afile", "is an existing file"], _root_is_a_file),
         ([], ["tracking.uri", "mlflow.db", "not a healthy SQLite database"], _corrupt_default_store),
         ([], ["tracking.uri=sqlite:///", "store.db", "not a healthy SQLite database"], _corrupt_store_uri),

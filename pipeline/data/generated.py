@@ -9,11 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import ConfigDict
+
 from pipeline.fields import Int, Section
 
 
 class Generate(Section):
-    """data.generate: how many samples each split has, their size and seed, and samples per shard."""
+    """data.generate: how many samples each split has, their size and seed, and samples per shard. No other keys:
+    each one goes to the generator (a misspelt one would be dropped or break it)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     n_train: Int(1)
     n_val: Int(1)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, JobError, compose_config, config_options
 from pipeline.eval import EVALUATIONS
+from pipeline.registry import RegistryError
 
 
 class SuiteError(Exception):
@@ -21,6 +22,10 @@ def suites() -> list[str]:
 
 
 def check(cfg: dict) -> None:
+    try:
+        EVALUATIONS.paths()  # an installed package's evaluation that takes a built-in's name: one line
+    except RegistryError as e:
+        raise SuiteError(str(e)) from None
     s = cfg.get("suite")
     if not isinstance(s, dict):
         raise SuiteError(f"pick the evaluations with +suite=<name>: one of {', '.join(suites())}")
@@ -109,12 +114,12 @@ def _suite(name: str) -> dict:
 def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
     """One evaluation through its own checks and run, in this process; SuiteError with its one line. `dry`: the
     checks only."""
-    evaluation = EVALUATIONS[job]()
     try:
+        evaluation = EVALUATIONS[job]()
         cfg = evaluation.compose(argv)
         evaluation.check(cfg)
         return {} if dry else evaluation.run(cfg)
-    except (JobError, ConfigError) as e:
+    except (JobError, ConfigError, RegistryError) as e:
         raise SuiteError(str(e)) from None
 
 

@@ -85,7 +85,9 @@ class CoCor(Plugin):
         # updates of the code's schedule would (its IN-100 run: 200 epochs of ~500 steps, ~98,500 after the freeze);
         # at a CPU budget of a few hundred updates the code's step leaves the targets where they start
         match = pcfg.get("target_lr_match")
-        self.lr_match = None if match is None else int(match)
+        if match is not None and (isinstance(match, bool) or not isinstance(match, int) or match < 1):
+            raise ValueError(f"plugin.cocor.target_lr_match={match}: expected an integer >= 1 (or null)")
+        self.lr_match: int | None = match
         self.epochs = int(cfg.get("train", {}).get("epochs", 1))
         self.freeze_epochs = int(pcfg.get("target_freeze_epochs", 3))
         self.warmup_epochs = int(pcfg.get("target_warmup_epochs", 2))

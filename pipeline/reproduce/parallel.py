@@ -14,10 +14,12 @@ from pathlib import Path
 
 import ray.data
 import ray.tune
+import torch
 
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.reproduce.runs import finished_run, run_argv
+from pipeline.tracking import tracking_uri
 from pipeline.train.launch import pretrain
 from pipeline.train.prepare import resolve
 
@@ -28,19 +30,24 @@ def _log(msg: str) -> None:
 
 def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurrent: int) -> None:
     """Train the runs of `jobs` (label, overrides, scale, extra) that have not finished, `concurrent` at a time.
-    Fails with one line naming the first run whose trial failed (its log beside it)."""
+    Fails with one line naming every run whose trial failed (their logs beside them)."""
     todo: list[tuple[str, list[str]]] = []
+    names: set[str] = set()
     for label, overrides, scale, extra in jobs:
         argv = run_argv(overrides, scale, extra)
-        if argv in [a for _, a in todo]:  # suites share runs (one MoCo v2 baseline)
-            continue
         cfg = compose_config(argv)
         try:
             resolve(cfg)  # checked before anything trains; names the run (its config's hash, once completed)
         except ConfigError as e:
             fail(f"{label}: {e}")
+        name = cfg["run"]["name"]
+        if name in names:  # suites share runs (one MoCo v2 baseline), and keys outside the hash (eval.*) do not count
+            continue
+        names.add(name)
         if finished_run(cfg) is None:
-            todo.append((label, argv))
+            # a trial runs in a folder of Tune's: the driver's absolute root and store, not a relative one
+            where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(cfg)}"]
+            todo.append((f"{label}{seed_of(argv)}", [*argv, *where]))
     if not todo:
         return
     cfg = compose_config(todo[0][1])
@@ -51,8 +58,11 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
     name = "reproductions-" + hashlib.sha1(repr(todo).encode()).hexdigest()[:10]
     _log(f"{len(todo)} run(s) to train, {concurrent} at a time as Ray Tune trials ({name}); their logs in {logs}")
     setup = {"jobs": todo, "threads": threads, "logs": str(logs)}
-    # a trial only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it
-    trainable = ray.tune.with_resources(ray.tune.with_parameters(train_job, setup=setup), {"cpu": 0.01})
+    # A trial only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it, on the
+    # head beside this driver (its store and data are there; a lost worker node takes only Train workers)
+    trainable = ray.tune.with_resources(
+        ray.tune.with_parameters(train_job, setup=setup), {"cpu": 0.01, "node:__internal_head__": 0.01}
+    )
     tuner = ray.tune.Tuner(
         trainable,
         param_space={"job": ray.tune.grid_search(list(range(len(todo))))},
@@ -60,17 +70,27 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
         run_config=ray.tune.RunConfig(name=name, storage_path=cfg["trainer"]["storage"], verbose=0),
     )
     results = tuner.fit()
+    failed = []
     for i in range(len(results)):
         r = results[i]
         if r.error is not None:
-            label = todo[int((r.config or {})["job"])][0]
-            fail(f"{label}: its run failed ({str(r.error).strip().splitlines()[-1][:300]}); see {logs}")
+            lines = str(r.error).strip().splitlines() or [type(r.error).__name__]
+            failed.append(f"{todo[int((r.config or {})['job'])][0]} ({lines[-1][:200]})")
+    if failed:
+        fail(f"{len(failed)} run(s) failed: {'; '.join(failed)}; their logs are in {logs}")
+
+
+def seed_of(argv: list[str]) -> str:
+    """`, seed s` for a run pinned to a seed, for the lines that name it."""
+    seeds = [a.split("=", 1)[1] for a in argv if a.startswith("seed=")]
+    return f", seed {seeds[-1]}" if seeds else ""
 
 
 def train_job(params: dict, setup: dict) -> None:
     """One trial: compose the run's config, check it, train and probe it (resuming its checkpoint), its output in
     <paths.runs>/reproductions/<run name>.log."""
     label, argv = setup["jobs"][params["job"]]
+    torch.set_num_threads(setup["threads"])  # the probe runs here, beside the other trials' workers
     cfg = compose_config(argv)
     # Ray Data's bars would come from this trial's workers to the driver's console: its log says enough
     ray.data.DataContext.get_current().enable_progress_bars = bool(cfg.get("verbose"))

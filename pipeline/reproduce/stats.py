@@ -125,4 +125,7 @@ def judge(variant: Mapping[int, float], baseline: Mapping[int, float], direction
     needed = seeds_needed(diffs) if v == INCONCLUSIVE else None
     if needed is not None:  # these seeds did not decide it: more than them, whatever the noisy estimate says
         needed = max(needed, len(diffs) + 1)
-    return Judged(mean_interval(list(baseline.values())), mean_interval(list(variant.values())), diff, v, needed)
+    shared = sorted(set(variant) & set(baseline))  # the arms over the seeds their difference is taken on
+    return Judged(
+        mean_interval([baseline[s] for s in shared]), mean_interval([variant[s] for s in shared]), diff, v, needed
+    )

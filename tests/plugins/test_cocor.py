@@ -326,6 +326,11 @@ def test_cocor_misconfigurations_fail_with_one_line():
         build_method(_cfg("plugin.cocor.form=abs"))
     with pytest.raises(ValueError, match="no target for composite lengths"):
         build_method(_cfg("plugin.cocor.target=fixed", "plugin.cocor.fixed_targets=[0.8]"))
+    for bad in ("0", "-3", "1.5", "true"):
+        with pytest.raises(
+            ValueError, match=f"plugin.cocor.target_lr_match={bad.capitalize() if bad == 'true' else bad}"
+        ):
+            build_method(_cfg(f"+plugin.cocor.target_lr_match={bad}"))
 
 
 def test_a_non_finite_outer_loss_never_reaches_the_target_network():
