@@ -70,17 +70,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _then_wait(target, done, *args) -> None:
+    """Run target, then stay alive until the parent has read the queue: a tensor put on it is passed as a file
+    descriptor this process serves, and one that exited first leaves the parent a FileNotFoundError."""
+    target(*args)
+    done.wait(300)
+
+
 def run_process_group(target, world: int = 2, args: tuple = ()) -> list:
     """Run target(rank, world, port, queue, *args) in `world` spawned processes; returns what they put on the
     queue, sorted (put tuples starting with the rank)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    q, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=target, args=(r, world, port, q, *args)) for r in range(world)]
+    q, port, done = ctx.Queue(), free_port(), ctx.Event()
+    procs = [ctx.Process(target=_then_wait, args=(target, done, r, world, port, q, *args)) for r in range(world)]
     for p in procs:
         p.start()
-    results = sorted(q.get(timeout=120) for _ in range(world))
+    try:
+        results = sorted(q.get(timeout=120) for _ in range(world))
+    finally:
+        done.set()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
