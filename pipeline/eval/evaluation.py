@@ -16,9 +16,14 @@ class Evaluation:
 
     config: ClassVar[str]  # its Hydra config: conf/<config>.yaml, or a package's conf/ on Hydra's search path
 
+    def overrides(self, argv: list[str]) -> list[str]:
+        """The config overrides among the command line's arguments (all of them, unless the evaluation takes one
+        of its own, as the probe's `run=`)."""
+        return argv
+
     def compose(self, argv: list[str]) -> dict:
         """The config of this command line (ConfigError with one line for a bad override)."""
-        return compose_config(argv, self.config)
+        return compose_config(self.overrides(argv), self.config)
 
     def check(self, cfg: dict) -> None:
         """Bad settings: JobError with one line. Runs before anything is logged or started."""
@@ -38,4 +43,4 @@ class Evaluation:
         return 0
 
     def cli(self, argv: list[str], description: str) -> dict:
-        return cli(argv, description, config_name=self.config)
+        return cli(self.overrides(argv), description, config_name=self.config)

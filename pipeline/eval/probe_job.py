@@ -5,7 +5,7 @@ finished before with the same settings prints its results and probes nothing."""
 from __future__ import annotations
 
 from pipeline import mlflow_ui
-from pipeline.config import ConfigError, JobError, cli, compose_config
+from pipeline.config import ConfigError, JobError
 from pipeline.eval.evaluation import Evaluation
 from pipeline.fields import check_model
 from pipeline.schema import Config
@@ -130,13 +130,9 @@ class LinearProbe(Evaluation):
         self.ref: str | None = None
         self.argv: list[str] = []
 
-    def compose(self, argv: list[str]) -> dict:
+    def overrides(self, argv: list[str]) -> list[str]:
         self.ref, self.argv = split_run(argv)
-        return compose_config(self.argv)
-
-    def cli(self, argv: list[str], description: str) -> dict:
-        self.ref, self.argv = split_run(argv)
-        return cli(self.argv, description)
+        return self.argv
 
     def check(self, cfg: dict) -> None:
         try:

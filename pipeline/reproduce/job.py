@@ -43,7 +43,12 @@ def main(argv: list[str], description: str = "") -> int:
         from pipeline.reproduce.parallel import train_all
 
         jobs = [
-            (label, [*ov, *pinned(s, seeds)], scale, list(cfg["extra"].get(suite) or []))
+            (
+                f"{label}, seed {s}" if seeds > 1 else label,
+                [*ov, *pinned(s, seeds)],
+                scale,
+                list(cfg["extra"].get(suite) or []),
+            )
             for s in range(seeds)
             for suite in cfg["suites"]
             for label, ov in SUITES[suite]

@@ -18,7 +18,7 @@ import torch
 
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
-from pipeline.reproduce.runs import finished_run, run_argv
+from pipeline.reproduce.runs import applicable, finished_run
 from pipeline.tracking import tracking_uri
 from pipeline.train.launch import pretrain
 from pipeline.train.prepare import resolve
@@ -33,8 +33,9 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
     Fails with one line naming every run whose trial failed (their logs beside them)."""
     todo: list[tuple[str, list[str]]] = []
     names: set[str] = set()
+    first: dict = {}  # the first run to train's config: where the logs go, the workers per run
     for label, overrides, scale, extra in jobs:
-        argv = run_argv(overrides, scale, extra)
+        argv = [*overrides, *scale, *applicable(overrides, scale, extra)]
         cfg = compose_config(argv)
         try:
             resolve(cfg)  # checked before anything trains; names the run (its config's hash, once completed)
@@ -47,10 +48,11 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
         if finished_run(cfg) is None:
             # a trial runs in a folder of Tune's: the driver's absolute root and store, not a relative one
             where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(cfg)}"]
-            todo.append((f"{label}{seed_of(argv)}", [*argv, *where]))
+            todo.append((label, [*argv, *where]))
+            first = first or cfg
     if not todo:
         return
-    cfg = compose_config(todo[0][1])
+    cfg = first
     init_ray(cfg, trials=concurrent)
     workers = cfg["trainer"]["num_workers"]
     threads = max(1, (os.cpu_count() or 1) // (min(concurrent, len(todo)) * workers))
@@ -78,12 +80,6 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
             failed.append(f"{todo[int((r.config or {})['job'])][0]} ({lines[-1][:200]})")
     if failed:
         fail(f"{len(failed)} run(s) failed: {'; '.join(failed)}; their logs are in {logs}")
-
-
-def seed_of(argv: list[str]) -> str:
-    """`, seed s` for a run pinned to a seed, for the lines that name it."""
-    seeds = [a.split("=", 1)[1] for a in argv if a.startswith("seed=")]
-    return f", seed {seeds[-1]}" if seeds else ""
 
 
 def train_job(params: dict, setup: dict) -> None:

@@ -13,23 +13,18 @@ from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
 
 
-def run_argv(overrides: list[str], scale: list[str], extra: list[str]) -> list[str]:
-    """A run's command line: its arm's overrides, the scale, and the suite's extra keys that apply to it
-    (plugin.<name>.* settings only to the runs that use that plug-in)."""
+def applicable(overrides: list[str], scale: list[str], extra: list[str]) -> list[str]:
+    """The suite's extra keys that apply to a run of these overrides: plugin.<name>.* settings only to the runs
+    that use that plug-in (+plugin.<name>.x=..., which adds a key, too)."""
     plugins = compose_config([*overrides, *scale]).get("plugin") or {}
-    keys = [e.lstrip("+~") for e in extra]  # +plugin.cocor.x=... adds a key: still the plug-in's
-    return [
-        *overrides,
-        *scale,
-        *(e for e, k in zip(extra, keys) if not k.startswith("plugin.") or k.split(".")[1] in plugins),
-    ]
+    keys = [e.lstrip("+~") for e in extra]
+    return [e for e, k in zip(extra, keys) if not k.startswith("plugin.") or k.split(".")[1] in plugins]
 
 
 def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
     try:
-        argv = run_argv(overrides, scale, extra)
-        extra = argv[len(overrides) + len(scale) :]
-        cfg = compose_config(argv)
+        extra = applicable(overrides, scale, extra)
+        cfg = compose_config([*overrides, *scale, *extra])
         plan = resolve(cfg)
     except ConfigError as e:
         fail(f"{label}: {e}")

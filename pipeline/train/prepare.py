@@ -124,9 +124,8 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
     Data that is not this dataset's generated data (its manifest's source says otherwise) is not checked."""
     data = cfg["data"]
     source = manifest.get("source")
-    if not data.get("generate") or not isinstance(source, dict) or source.get("kind") != data["name"]:
-        return
-    if data["name"] not in DATASETS:
+    generated = data.get("generate") and data["name"] in DATASETS
+    if not generated or not isinstance(source, dict) or source.get("kind") != data["name"]:
         return
     folder, what = data[split], data["name"].capitalize()
     made = DATASETS[data["name"]]().generated_with(manifest, split)
