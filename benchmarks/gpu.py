@@ -15,9 +15,9 @@ to docs/performance.md with the command, the device, the torch version and the d
     of torchvision's ResNet + projection MLP + the framework's loss + backward + fused SGD, EMA with
     `_foreach_lerp_`, no host syncs) against the project's step (`build_method(cfg)`, `build_optimizer`, and
     `_Trainer.train_step`'s sequence: lr schedule, views to the device, `optimisation_step` = autocast,
-    total_loss(), zero_grad, backward, before_optimizer_step, optimizer.step, update_momentum, after_update, then
-    the per-step float() of the logged values). Rows: MoCo v2, SimCLR, BYOL, SimSiam, MoCo v3 and DINO on ViT-S/16
-    (AdamW), and the seed plug-ins on their experiment's framework (co2,
+    total_loss(), zero_grad, backward, before_optimizer_step, optimizer.step, update_momentum, the plug-ins' own
+    optimisers, then the per-step float() of the logged values). Rows: MoCo v2, SimCLR, BYOL, SimSiam, MoCo v3
+    and DINO on ViT-S/16 (AdamW), and the seed plug-ins on their experiment's framework (co2,
     clsa, cocor on MoCo v2; invclr on SimCLR). bf16 autocast where the device has it, channels_last and
     cudnn.benchmark on CUDA, pre-made views already on the device. After warm-up steps, the two loops of a row
     are timed in turn (rounds of back-to-back steps, synchronised at both ends; best round kept). Targets:
@@ -312,6 +312,7 @@ def project_runner(
     from pipeline.build import build_method
     from pipeline.schedules import scaled_lr
     from pipeline.train.optim import build_optimizer
+    from pipeline.train.plugin_optim import PluginOptimizers
     from pipeline.train.step import optimisation_step, schedule_step, to_device
 
     torch.manual_seed(0)
@@ -320,6 +321,7 @@ def project_runner(
     method.train()
     peak = scaled_lr(cfg["optim"]["base_lr"], cfg["train"]["batch_size"])
     optimizer = build_optimizer(method.online, cfg["optim"], peak)
+    plugin_optimizers = PluginOptimizers(method.plugins)
     state = {"step": 0}
 
     def step(images, params):
@@ -327,9 +329,8 @@ def project_runner(
         schedule_step(optimizer, cfg["optim"], state["step"], total_steps, 0, peak)
         images, params = to_device(images, params, device, fmt)
         state["step"] += 1
-        out = optimisation_step(
-            method, optimizer, images, params, precision, device, min(1.0, state["step"] / total_steps)
-        )
+        progress = min(1.0, state["step"] / total_steps)
+        out = optimisation_step(method, optimizer, images, params, precision, device, progress, plugin_optimizers)
         return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}
 
     step.opt = optimizer

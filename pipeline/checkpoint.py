@@ -30,13 +30,23 @@ def load_method_state(method: nn.Module, state: dict) -> None:
 
 
 def save(
-    directory: str | Path, method: nn.Module, optimizer, epoch: int, step: int, cfg: dict, plan: dict | None = None
+    directory: str | Path,
+    method: nn.Module,
+    optimizer,
+    epoch: int,
+    step: int,
+    cfg: dict,
+    plan: dict | None = None,
+    plugin_optimizers: dict | None = None,
 ) -> Path:
     """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt. `plan`: the
-    run's plan (pipeline.plan.RunPlan.as_dict), its MLflow run among it."""
+    run's plan (pipeline.plan.RunPlan.as_dict), its MLflow run among it; `plugin_optimizers`: the state of the
+    plug-ins' own optimisers (pipeline.train.plugin_optim)."""
     path = Path(directory) / STATE_FILE
     tmp = path.with_suffix(".tmp")
     state = {"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step}
+    if plugin_optimizers:
+        state["plugin_optimizers"] = plugin_optimizers
     torch.save({**state, "cfg": cfg, "plan": plan}, tmp)
     tmp.replace(path)
     return path

@@ -10,8 +10,10 @@ of the chosen samples only, so memory holds just the subset.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 import numpy as np
+import torch
 
 from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import Split, image_key, iter_samples, make_split, targets_of
@@ -92,3 +94,26 @@ def select(
             chosen.append(ys[i])
             chosen_keys.append(keys[i])
     return make_split(encoded, chosen, task, targets, manifest), chosen_keys
+
+
+class LabelledBatches:
+    """Seeded random batches of a labelled subset (CoCor's upper-level data), each through `transform` (encoded
+    images -> (images, indices of those kept)). Regression targets are standardised by the subset's own mean and
+    deviation, so one step size suits every factor."""
+
+    def __init__(self, split: Split, transform: Callable, batch: int, generator: torch.Generator, task: str):
+        self.split, self.transform, self.batch, self.generator, self.task = split, transform, batch, generator, task
+        if task == "regression":
+            y = torch.as_tensor(split.y)
+            self.y_mean, self.y_std = y.mean(0), y.std(0).clamp_min(1e-6)
+
+    def __len__(self) -> int:
+        return len(self.split.encoded)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.randperm(len(self.split.encoded), generator=self.generator)[: self.batch].numpy()
+        x, kept = self.transform([self.split.encoded[i] for i in idx])
+        y = torch.as_tensor(self.split.y[idx[kept]])
+        if self.task == "regression":
+            y = (y - self.y_mean) / self.y_std
+        return x, y

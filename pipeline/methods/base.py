@@ -121,15 +121,6 @@ class Method(nn.Module):
         """Called when a run resumes, with the fraction of training done: methods that keep it (DINO's teacher
         temperature) take it up here rather than from 0."""
 
-    def after_update(self, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
-        """Called after the optimiser step with the step's views and outputs: plug-ins that update their own
-        networks from the encoder step's effect (CoCor's bi-level target update) do it here. Returns logged
-        scalars."""
-        logged = {}
-        for plugin in self.plugins:
-            logged.update(plugin.after_update(self, images, params, out, progress))
-        return logged
-
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """The L2-normalised float32 embedding of a further view, WITH gradient (StepContext.embed, for methods
         that provide "embed"). Default: the online encoder's projection (MoCo's query encoder, SimCLR/SupCon's

@@ -3,8 +3,12 @@
 `Method.total_loss` calls `prepare` before the framework's forward (a plug-in may rewrite the views, e.g. InvCLR's
 differentiable colour stage) and `loss` after it, with the StepContext the framework filled (queries, keys, the
 queue before this step's keys joined it, in-batch keys or projections, backbone features). `loss` returns
-{name: (term, weight)} (weight None: logged, not added). `after_update` runs after the encoder's optimiser step
-(CoCor's bi-level update of its own networks).
+{name: (term, weight)} (weight None: logged, not added).
+
+A plug-in with networks of its own to optimise (CoCor's target network and labelled head) declares their optimisers
+in `optimizers`; after the encoder's step the loop asks it for their loss (`outer_loss`), then zeroes, averages
+across workers, schedules, steps and checkpoints them as it does the encoder's (pipeline.train.plugin_optim), and
+calls `after_outer_step`.
 
 `frameworks` names the method kinds the plug-in's paper defines it on; `needs` the StepContext fields it reads
 (any one of the sets), checked against the method's `provides` when the config is validated.
@@ -12,11 +16,24 @@ queue before this step's keys joined it, in-batch keys or projections, backbone 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 from torch import nn
 
 from pipeline.fields import Section
 from pipeline.methods.context import StepContext
+
+
+@dataclass
+class OwnOptimizer:
+    """An optimiser over a plug-in's own parameters. `lr(updates, progress)` gives its learning rate for its
+    `updates`-th step (counted from 1) at the run's `progress` in [0, 1]; at 0 the loop does not step it at all, so
+    not even momentum moves a frozen network."""
+
+    optimizer: torch.optim.Optimizer
+    lr: Callable[[int, float], float]
 
 
 class Plugin(nn.Module):
@@ -46,6 +63,17 @@ class Plugin(nn.Module):
         """Told the run's steps per epoch (pipeline.plan.RunPlan) before training: a plug-in with schedules of its
         own (CoCor's target network) counts them in steps."""
 
-    def after_update(self, method, images: list[torch.Tensor], params: list[dict], out: dict, progress: float) -> dict:
-        """After the encoder's optimiser step; returns scalars to log."""
+    def optimizers(self) -> dict[str, OwnOptimizer]:
+        """Optimisers over parameters of its own, by name, which the loop steps after the encoder's step."""
+        return {}
+
+    def outer_loss(
+        self, method, images: list[torch.Tensor], params: list[dict], out: dict
+    ) -> tuple[torch.Tensor | None, dict]:
+        """After the encoder's optimiser step: the loss its own optimisers minimise (None: no step this time) and
+        scalars to log. `out` is the encoder step's output."""
+        return None, {}
+
+    def after_outer_step(self, method, params: list[dict]) -> dict:
+        """After its optimisers stepped (not when the loop held them still): scalars to log."""
         return {}

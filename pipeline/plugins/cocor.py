@@ -7,10 +7,11 @@ One step (Algorithm 1, Eq. 8, Eq. 20):
    standard views' no-grad embeddings, the code's "center"), the consistency loss against the detached targets,
    and CE(θe), the labelled loss of a linear head on frozen backbone features before the step.
 2. the loop's optimiser step gives θe'.
-3. `after_update`: a side-effect-free second forward at θe' (buffers such as MoCo's queue and BN statistics are
-   restored after it) gives L_u(θe') and s'_l; the labelled loss at θe' gives CE(θe'); the target network takes a
-   step along the finite-difference hypergradient (losses.cocor.cocor_target_surrogate), the linear head along CE(θe').
-   Both are small networks outside DDP: their gradients are averaged across workers by hand.
+3. `outer_loss`: a side-effect-free second forward at θe' (buffers such as MoCo's queue and BN statistics are
+   restored after it) gives L_u(θe') and s'_l; the labelled loss at θe' gives CE(θe'). The loss it returns moves
+   the target network along the finite-difference hypergradient (losses.cocor.cocor_target_surrogate) and the
+   linear head along CE(θe'); the loop steps both `optimizers` (pipeline.train.plugin_optim: averaged across
+   workers, scheduled, checkpointed), the target network frozen for its first epochs.
 
 The outer loss is cross-entropy for class labels and MSE (on standardised targets) for regression targets such as
 Spirograph's (m, b, σ, f_r).
@@ -18,25 +19,22 @@ Spirograph's (m, b, σ, f_r).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence, cast
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pipeline import dist
+from pipeline.augment.strong import POOLS
+from pipeline.augment.torch_exec import eval_transform
+from pipeline.augment.view_maker import eval_settings, image_recipe
+from pipeline.data.labelled import LabelledBatches, labelled_subset
+from pipeline.data.manifest import read_manifest
 from pipeline.losses.cocor import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
-from pipeline.plugins.base import Plugin
+from pipeline.plugins.base import OwnOptimizer, Plugin
 from pipeline.schedules import cosine, warmup_cosine
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from pipeline.data.reader import Split
-
-    # CoCor's labelled subset, its eval transform (encoded -> (images, kept)) and the batch generator
-    Labelled = tuple[Split, Callable[[Sequence[bytes]], tuple[torch.Tensor, np.ndarray]], torch.Generator]
 
 # Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
 TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 0.60}}
@@ -49,9 +47,6 @@ class CoCor(Plugin):
 
     def __init__(self, pcfg: dict, cfg: dict):
         super().__init__()
-        from pipeline.augment.strong import POOLS
-        from pipeline.augment.view_maker import image_recipe
-
         aug = cfg["augment"]
         if aug.get("kind", "views") != "views":
             raise ValueError("plugin cocor needs composite image views: augment=cocor")
@@ -100,10 +95,8 @@ class CoCor(Plugin):
         if self.mode == "learned":
             self.target = MonotoneTarget(self.n_ops, int(pcfg.get("hidden", 64)), seed=self.seed)
             self.target.fit_constants(self.constants, self.n_ops, seed=self.seed)  # the same on every rank
-        self._labelled: Labelled | None = None  # loaded on first use
+        self._labelled: LabelledBatches | None = None  # loaded on first use
         self._pending: dict | None = None
-        self.updates = 0
-        self.skipped = 0  # bi-level steps skipped for a non-finite outer loss
 
     # -- networks sized by the backbone ------------------------------------------------------------------------
     def schedule(self, steps_per_epoch: int) -> None:
@@ -128,29 +121,11 @@ class CoCor(Plugin):
         )
 
     def _n_classes(self) -> int:
-        from pipeline.data.manifest import read_manifest
-
         manifest, _ = read_manifest(self.data_root)
         names = manifest.get("class_names") or []
         if not names:
             raise ValueError("plugin cocor (learned targets) on classification data needs class_names in the manifest")
         return len(names)
-
-    # -- checkpointed optimiser state and progress -------------------------------------------------------------
-    def get_extra_state(self):
-        if self.mode != "learned":
-            return {"updates": self.updates}
-        return {
-            "updates": self.updates,
-            "target_opt": self.target_opt.state_dict(),
-            "classifier_opt": self.classifier_opt.state_dict(),
-        }
-
-    def set_extra_state(self, state) -> None:
-        self.updates = int(state.get("updates", 0))
-        if self.mode == "learned" and "target_opt" in state:
-            self.target_opt.load_state_dict(state["target_opt"])
-            self.classifier_opt.load_state_dict(state["classifier_opt"])
 
     # -- the encoder step ---------------------------------------------------------------------------------------
     def _similarities(self, embed, embed_target, images) -> list[torch.Tensor]:
@@ -186,34 +161,19 @@ class CoCor(Plugin):
     # -- the upper-level step -----------------------------------------------------------------------------------
     def _labelled_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._labelled is None:
-            self._load_labelled()
-        assert self._labelled is not None  # set by _load_labelled
-        split, pre, gen = self._labelled
-        idx = torch.randperm(len(split.encoded), generator=gen)[: self.labelled_batch].numpy()
-        x, kept = pre([split.encoded[i] for i in idx])
-        y = torch.as_tensor(split.y[idx[kept]])
-        if self.task == "regression":
-            y = (y - self._y_mean) / self._y_std
-        return x, y
+            self._labelled = self._load_labelled()
+        return self._labelled.next()
 
-    def _load_labelled(self) -> None:
-        from functools import partial
-
-        from pipeline.augment.torch_exec import eval_transform
-        from pipeline.augment.view_maker import eval_settings
-        from pipeline.data.labelled import labelled_subset
-
+    def _load_labelled(self) -> LabelledBatches:
         split = labelled_subset(self.data_root, self.task, self.targets, self.fraction, self.seed)
-        if self.task == "regression":
-            y = torch.as_tensor(split.y)
-            self._y_mean, self._y_std = y.mean(0), y.std(0).clamp_min(1e-6)
         gen = torch.Generator().manual_seed(self.seed * 7919 + dist.rank() + 11)  # ranks draw different batches
         size, mean, std = eval_settings(self.aug)  # the kNN monitor's and the probe's un-augmented view
-        self._labelled = (split, partial(eval_transform, size=size, mean=mean, std=std), gen)
+        transform = partial(eval_transform, size=size, mean=mean, std=std)
         print(
             f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
             flush=True,
         )
+        return LabelledBatches(split, transform, self.labelled_batch, gen, self.task)
 
     def _outer_loss(self, method, x, y) -> torch.Tensor:
         """The labelled loss of the linear head on frozen backbone features (eval-mode BN: no statistics drift)."""
@@ -229,20 +189,30 @@ class CoCor(Plugin):
         y = y.to(pred.device)
         return F.cross_entropy(pred, y) if self.task == "classification" else F.mse_loss(pred, y)
 
-    def _target_lr(self) -> float:
+    def _target_lr(self, updates: int) -> float:
         """Zero for the first epochs, then the encoder's own schedule (warm-up, cosine): the code's MMNN schedule."""
-        if self.updates < self.freeze_steps:
+        if updates < self.freeze_steps:
             return 0.0
         return warmup_cosine(
-            self.updates - self.freeze_steps,
+            updates - self.freeze_steps,
             self.total_steps - self.freeze_steps,
             self.warmup_steps,
             self.target_lr * self.lr_scale,
         )
 
-    def after_update(self, method, images, params, out, progress):
-        if self.mode != "learned" or self._pending is None:
+    def optimizers(self) -> dict[str, OwnOptimizer]:
+        if self.mode != "learned":
             return {}
+        return {
+            "target": OwnOptimizer(self.target_opt, lambda updates, progress: self._target_lr(updates)),
+            "classifier": OwnOptimizer(
+                self.classifier_opt, lambda updates, progress: cosine(progress, self.classifier_lr, 0.0)
+            ),
+        }
+
+    def outer_loss(self, method, images, params, out):
+        if self.mode != "learned" or self._pending is None:
+            return None, {}
         pending, self._pending = self._pending, None
         # L_u and s at θe': the same views, no gradient, and every buffer put back (queue, BN statistics)
         buffers = {name: b.clone() for name, b in method.named_buffers()}
@@ -255,7 +225,8 @@ class CoCor(Plugin):
         s_after = torch.stack([s.mean() for s in sims]).float()
         lu_before = float(out["loss"].detach())
         ce_after = self._outer_loss(method, pending["x"], pending["y"])
-        g_bar = torch.stack([self.target(params[i]["counts"].to(s_after.device)).mean() for i in self.composites])
+        g_bar = self._mean_targets(params, s_after.device)
+        self._moved_from = g_bar.detach().float()
         surrogate = cocor_target_surrogate(
             g_bar.float(),
             pending["s"].float(),
@@ -267,43 +238,20 @@ class CoCor(Plugin):
             min_denominator=self.min_denominator,
             sign=self.sign,
         )
-        self.target_opt.zero_grad(set_to_none=True)
-        self.classifier_opt.zero_grad(set_to_none=True)
-        (surrogate + ce_after).backward()
-        _average_grads([*self.target.parameters(), *self.classifier.parameters()])
-        self.updates += 1
-        # a non-finite outer loss on any rank (averaged in) must not reach the target network: skip the step
-        grads = [p.grad for p in [*self.target.parameters(), *self.classifier.parameters()] if p.grad is not None]
-        if not all(torch.isfinite(g).all() for g in grads):
-            self.skipped += 1
-            return {"cocor_skipped_updates": float(self.skipped)}
-        lr = self._target_lr()
-        for g in self.target_opt.param_groups:
-            g["lr"] = lr
-        for g in self.classifier_opt.param_groups:
-            g["lr"] = cosine(progress, self.classifier_lr, 0.0)
-        if lr > 0:  # frozen: not even momentum moves it
-            self.target_opt.step()
-        self.classifier_opt.step()
-        with torch.no_grad():  # how far this step moved the batch's mean targets (the hypergradient's reach)
-            g_new = torch.stack([self.target(params[i]["counts"].to(s_after.device)).mean() for i in self.composites])
-        ce_after = float(ce_after.detach())
-        return {
-            "cocor_outer_loss": ce_after,
-            "cocor_outer_gain": float(pending["ce"]) - ce_after,
-            "cocor_target_lr": lr,
-            "cocor_skipped_updates": float(self.skipped),
+        ce = float(ce_after.detach())
+        logged = {
+            "cocor_outer_loss": ce,
+            "cocor_outer_gain": float(pending["ce"]) - ce,
             # the finite differences Eq. 20 multiplies: the unsupervised loss's and the similarities' per-step changes
             "cocor_lu_change": float(lu_after) - lu_before,
             "cocor_sim_change": float((s_after - pending["s"].float()).abs().mean()),
-            "cocor_target_step": float((g_new - g_bar.detach().float()).abs().mean()),
         }
+        return surrogate + ce_after, logged
 
+    def after_outer_step(self, method, params):
+        with torch.no_grad():  # how far this step moved the batch's mean targets (the hypergradient's reach)
+            moved = self._mean_targets(params, self._moved_from.device).float() - self._moved_from
+        return {"cocor_target_step": float(moved.abs().mean())}
 
-def _average_grads(params: list[torch.Tensor]) -> None:
-    if not dist.is_dist():
-        return
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    dist.average_(cast(list[torch.Tensor], [p.grad for p in params]))  # none is None: set above
+    def _mean_targets(self, params, device) -> torch.Tensor:
+        return torch.stack([self.target(params[i]["counts"].to(device)).mean() for i in self.composites])

@@ -26,6 +26,7 @@ from pipeline.mlflow_ui import metric_name
 from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
 from pipeline.train.optim import build_optimizer
+from pipeline.train.plugin_optim import PluginOptimizers, from_method_state
 from pipeline.train.precision import resolve_precision
 from pipeline.train.prefetch import Timing, made_ahead, views_threads
 from pipeline.train.step import _Pending, compile_backbones, memory_format, optimisation_step, schedule_step, to_device
@@ -124,6 +125,7 @@ class _Trainer:
         dist.register_grad_hook(self.method.online, cfg["trainer"].get("grad_compression"))
         self.local_bs = plan.local_batch
         self.optimizer = build_optimizer(self.method.online, cfg["optim"], plan.lr, fixed_lr)
+        self.plugin_optimizers = PluginOptimizers(self.method.plugins)
         self.peak_lr = plan.lr
         self.total_steps = plan.total_steps
         self.warmup = plan.warmup_steps
@@ -143,8 +145,11 @@ class _Trainer:
 
     def restore(self, state: dict) -> int:
         """Load a checkpoint state; returns the epoch to start from."""
-        checkpoint.load_method_state(self.method, state["method"])
+        method_state = dict(state["method"])
+        older = from_method_state(method_state, self.method.plugins)  # a checkpoint from before plugin_optimizers
+        checkpoint.load_method_state(self.method, method_state)
         self.optimizer.load_state_dict(state["optimizer"])
+        self.plugin_optimizers.load_state_dict(state.get("plugin_optimizers") or older)
         self.step = state["step"]
         self.method.set_progress(self.step / self.total_steps)
         return state["epoch"] + 1
@@ -163,6 +168,7 @@ class _Trainer:
             self.precision,
             self.device,
             min(1.0, self.step / self.total_steps),
+            self.plugin_optimizers,
         )
         self.step_s += time.monotonic() - t0
         return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
@@ -202,7 +208,16 @@ class _Trainer:
         with tempfile.TemporaryDirectory() as d:
             ck = None
             if self.rank == 0:
-                checkpoint.save(d, self.method, self.optimizer, epoch, self.step, self.cfg, self.plan.as_dict())
+                checkpoint.save(
+                    d,
+                    self.method,
+                    self.optimizer,
+                    epoch,
+                    self.step,
+                    self.cfg,
+                    self.plan.as_dict(),
+                    plugin_optimizers=self.plugin_optimizers.state_dict(),
+                )
                 ck = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ck)
 

@@ -9,6 +9,7 @@ import torch
 
 from pipeline.schedules import cosine, warmup_cosine
 from pipeline.train.optim import set_lr, set_weight_decay
+from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import autocast
 
 
@@ -68,11 +69,12 @@ def optimisation_step(
     precision: str,
     device: torch.device,
     progress: float,
+    plugin_optimizers: PluginOptimizers | None = None,
 ) -> dict:
     """One step of any method with its plug-ins: loss under autocast, backward, the method's gradient hook (DINO's
-    last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' post-update work (CoCor's
-    bi-level step). `progress` in [0, 1] is the fraction of training done after this step. The benchmark times
-    exactly this function."""
+    last-layer freeze and clipping), optimiser step, momentum updates, then the plug-ins' own optimisers (CoCor's
+    bi-level step), which a method whose plug-ins have some must be given. `progress` in [0, 1] is the fraction of
+    training done after this step. The benchmark times exactly this function."""
     with autocast(precision, device):
         out = method.total_loss(images, params)
     optimizer.zero_grad(set_to_none=True)
@@ -80,8 +82,11 @@ def optimisation_step(
     out.update(method.before_optimizer_step(progress))
     optimizer.step()
     method.update_momentum(progress)
-    with autocast(precision, device):
-        out.update(method.after_update(images, params, out, progress))
+    if plugin_optimizers is None and any(p.optimizers() for p in method.plugins):
+        raise ValueError("this method's plug-ins have optimisers of their own: pass PluginOptimizers(method.plugins)")
+    if plugin_optimizers:
+        with autocast(precision, device):
+            out.update(plugin_optimizers.step(method, images, params or [{} for _ in images], out, progress))
     return out
 
 

@@ -168,9 +168,11 @@ from torch import nn  # noqa: E402
 
 from pipeline.build import build_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
+from pipeline.data.labelled import LabelledBatches  # noqa: E402
 from pipeline.data.reader import Split  # noqa: E402
 from pipeline.losses.contrastive import info_nce  # noqa: E402
 from pipeline.methods.base import Encoder  # noqa: E402
+from pipeline.train.plugin_optim import PluginOptimizers, from_method_state  # noqa: E402
 
 
 class _Backbone(nn.Sequential):
@@ -236,9 +238,15 @@ def _learned(*overrides):
     y_all = x_all.flatten(1)[:, :4].numpy()
     split = Split([bytes([i]) for i in range(32)], y_all, ["m", "b", "sigma", "f_r"])
     pre = lambda enc: (x_all[[e[0] for e in enc]], np.arange(len(enc)))  # noqa: E731
-    plugin._y_mean, plugin._y_std = torch.zeros(4), torch.ones(4)
-    plugin._labelled = (split, pre, torch.Generator().manual_seed(0))
+    plugin._labelled = LabelledBatches(
+        split, pre, plugin.labelled_batch, torch.Generator().manual_seed(0), "regression"
+    )
     return m, plugin
+
+
+def _outer_step(m, images, params, out, progress, owned=None):
+    """The loop's step of the plug-in's own optimisers after the encoder's (pipeline.train.plugin_optim)."""
+    return (owned or PluginOptimizers(m.plugins)).step(m, images, params, out, progress)
 
 
 import numpy as np  # noqa: E402
@@ -256,7 +264,7 @@ def test_learned_target_update_leaves_the_encoder_and_its_buffers_alone():
     opt.step()
     online = [p.detach().clone() for p in m.online.parameters()]
     buffers = {n: b.clone() for n, b in m.named_buffers()}
-    logged = m.after_update(images, params, out, progress=0.5)
+    logged = _outer_step(m, images, params, out, progress=0.5)
     assert set(logged) >= {"cocor_outer_loss", "cocor_outer_gain", "cocor_target_lr"}
     assert all(np.isfinite(v) for v in logged.values()) and logged["cocor_target_lr"] > 0
     # the second forward at θe' changed nothing of the encoder's: weights, queue, BN statistics
@@ -269,14 +277,61 @@ def test_learned_target_update_leaves_the_encoder_and_its_buffers_alone():
     assert per == sorted(per, reverse=True)
 
 
+def _one_outer_step(m, owned):
+    images, params = _views()
+    out = m.total_loss(images, params)
+    owned.step(m, images, params, out, progress=0.5)
+
+
+def test_the_loop_checkpoints_the_plugins_optimisers_and_reads_the_older_layout():
+    """The optimisers' state (momentum) and the step count round-trip through the loop's checkpoint entry; a
+    checkpoint written when CoCor kept them in its module's extra state loads into the same state."""
+    m, _ = _learned()
+    owned = PluginOptimizers(m.plugins)
+    for _ in range(2):
+        _one_outer_step(m, owned)
+    saved = owned.state_dict()
+    assert saved["cocor"]["updates"] == 2 and set(saved["cocor"]["optimizers"]) == {"target", "classifier"}
+    older = {
+        "plugins.0._extra_state": {
+            "updates": 2,
+            **{f"{n}_opt": saved["cocor"]["optimizers"][n] for n in ("target", "classifier")},
+        }
+    }
+    older["online.weight"] = torch.zeros(1)
+    for state in (saved, from_method_state(older, m.plugins)):
+        fresh, _ = _learned()
+        restored = PluginOptimizers(fresh.plugins)
+        restored.load_state_dict(state)
+        assert restored.updates == {"cocor": 2}
+        for name in ("target_opt", "classifier_opt"):
+            a, b = getattr(m.plugins[0], name).state_dict(), getattr(fresh.plugins[0], name).state_dict()
+            assert a["state"].keys() == b["state"].keys() and a["state"]
+            for k in a["state"]:
+                assert torch.equal(a["state"][k]["momentum_buffer"], b["state"][k]["momentum_buffer"])
+    assert list(older) == ["online.weight"]  # the old entry is taken out of the method's state
+
+
+def test_a_step_without_the_plugins_optimisers_is_refused():
+    from pipeline.train.step import optimisation_step
+
+    m, _ = _learned()
+    images, params = _views()
+    with pytest.raises(ValueError, match="optimisers of their own"):
+        optimisation_step(
+            m, torch.optim.SGD(m.online.parameters(), lr=0.1), images, params, "fp32", torch.device("cpu"), 0.5
+        )
+
+
 def test_target_network_waits_for_its_warm_up():
     m, plugin = _learned("plugin.cocor.target_freeze_epochs=3")
     plugin.freeze_steps = 3
     images, params = _views()
     before = [p.detach().clone() for p in plugin.target.parameters()]
+    owned = PluginOptimizers(m.plugins)
     for _ in range(2):
         out = m.total_loss(images, params)
-        m.after_update(images, params, out, progress=0.1)
+        _outer_step(m, images, params, out, 0.1, owned)
     assert all(torch.equal(a, b) for a, b in zip(before, plugin.target.parameters()))
 
 
@@ -285,14 +340,14 @@ def _two_rank_worker(rank, world, port, q):
 
     init_gloo(rank, world, port)
     m, plugin = _learned()
-    plugin._labelled[2].manual_seed(rank)  # each rank draws its own labelled batch
+    plugin._labelled.generator.manual_seed(rank)  # each rank draws its own labelled batch
     images, params = _views(seed=rank + 3)
     m.online = nn.parallel.DistributedDataParallel(m.online)
     opt = torch.optim.SGD(m.online.parameters(), lr=0.5)
     out = m.total_loss(images, params)
     out["loss"].backward()
     opt.step()  # θe -> θe': without an encoder step the hypergradient is zero (s' = s)
-    m.after_update(images, params, out, progress=0.5)
+    _outer_step(m, images, params, out, progress=0.5)
     # numpy arrays travel by value (tensors would be shared with a process that is about to exit)
     q.put(
         (
@@ -340,7 +395,7 @@ def test_a_non_finite_outer_loss_never_reaches_the_target_network():
     images, params = _views()
     target0 = [p.detach().clone() for p in plugin.target.parameters()]
     out = m.total_loss(images, params)
-    logged = m.after_update(images, params, out, progress=0.5)
+    logged = _outer_step(m, images, params, out, progress=0.5)
     assert logged["cocor_skipped_updates"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(target0, plugin.target.parameters()))
 
@@ -354,8 +409,7 @@ def test_a_matched_target_step_adds_up_to_the_codes_number_of_updates():
         plugin.schedule(50)  # 500 updates, none frozen (the helper sets no freeze, no warm-up)
         out = []
         for u in range(500):
-            plugin.updates = u
-            out.append(plugin._target_lr())
+            out.append(plugin._target_lr(u))
         return np.array(out)
 
     base, matched = lrs(), lrs("+plugin.cocor.target_lr_match=5000")

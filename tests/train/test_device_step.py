@@ -1,6 +1,6 @@
 """One bf16 training step of every framework x plug-in, through the project's own step function, on the CPU and
 (marked `gpu`) on CUDA: real views from the view maker with their parameters, the optimiser the trainer builds, the
-post-update work (CoCor's bi-level step). Also the device helpers of the loop and of the collectives."""
+plug-ins' own optimisers (CoCor's bi-level step). Also the device helpers of the loop and of the collectives."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pipeline import dist
 from pipeline.augment.view_maker import build_view_maker
 from pipeline.build import build_method
 from pipeline.config import compose_config
+from pipeline.data.labelled import LabelledBatches
 from pipeline.data.reader import Split
 from pipeline.data.spirograph import sample_params
 from pipeline.losses.co2 import co2_consistency
@@ -22,6 +23,7 @@ from pipeline.losses.contrastive import info_nce, nt_xent, supcon_loss
 from pipeline.losses.predictive import byol_loss
 from pipeline.plugins import PLUGINS
 from pipeline.train.optim import build_optimizer
+from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import bf16_supported
 from pipeline.train.step import memory_format, optimisation_step, to_device
 
@@ -108,11 +110,8 @@ def _labelled_in_memory(plugin, size: int) -> None:
     g = torch.Generator().manual_seed(5)
     x_all = torch.randn(16, 3, size, size, generator=g)
     split = Split([bytes([i]) for i in range(16)], np.arange(16) % 3, None)
-    plugin._labelled = (
-        split,
-        lambda enc: (x_all[[e[0] for e in enc]], np.arange(len(enc))),
-        torch.Generator().manual_seed(0),
-    )
+    transform = lambda enc: (x_all[[e[0] for e in enc]], np.arange(len(enc)))  # noqa: E731
+    plugin._labelled = LabelledBatches(split, transform, 8, torch.Generator().manual_seed(0), "classification")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -135,7 +134,9 @@ def test_one_bf16_step_of_every_framework_and_plugin(method, plugin, recipe, dev
     views = build_view_maker(cfg["augment"], N, seed=0)(_raw_batch(recipe), np.random.default_rng(0))
     images, params = to_device(views.images, views.params, dev, fmt)
     before = [p.detach().clone() for p in m.online.parameters()]
-    out = optimisation_step(m, opt, images, params, "bf16", dev, progress=0.5)
+    out = optimisation_step(
+        m, opt, images, params, "bf16", dev, progress=0.5, plugin_optimizers=PluginOptimizers(m.plugins)
+    )
 
     assert torch.isfinite(out["loss"]) and out["loss"].dtype == torch.float32
     if plugin and plugin != "jointcrop":  # the plug-in's own term was added, and is finite
