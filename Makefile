@@ -77,8 +77,9 @@ bundle: $(STAMP)
 # its own time cap, with the logs, the junit XML, performance.md's text and a one-screen summary in OUT (docs/gpu.md).
 # Without CUDA it runs what it can (a few minutes) and says what it skipped.
 OUT ?= gpu-check
+CAPS ?= 230,120,40,150
 gpu-check: $(STAMP)
-	$(RUN) benchmarks/gpu_check.py --out $(OUT)
+	$(RUN) benchmarks/gpu_check.py --out $(OUT) --caps $(CAPS)
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

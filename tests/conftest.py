@@ -1,9 +1,15 @@
 """Shared fixtures, and how `make test` spreads the suite over pytest-xdist's workers."""
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 
 import pytest
+
+# Train's preemption watcher (one actor per run, polling for nodes being drained: spot instances) on the simulated
+# clusters too, where no node is ever drained: a process and a share of two cores per run. A private cluster turns
+# it off itself (pipeline.cluster.init_ray); the jobs the tests start inherit this.
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
 # A folder whose tests share a package-scoped fixture (tests/infra: one multi-node cluster) is one unit of work, so
 # that one worker starts it; every other file is a unit of its own (what --dist loadfile does).
@@ -26,6 +32,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
+
+    # xdist would otherwise hand out the units with the most tests first (many fast parametrised cases), which put
+    # the end-to-end files last: one worker ran tests/test_e2e.py alone for the suite's last minutes
+    config.option.loadscopereorder = False
 
     class ByWorkUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
