@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Callable, cast
 
+import yaml
+
+from pipeline.augment.colour import ModelColourStage
+from pipeline.augment.view_maker import image_recipe
+from pipeline.config import CONF_DIR
 from pipeline.fields import check_model
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
-from pipeline.methods.context import check_contract
+from pipeline.methods.context import check_contract, satisfied
 from pipeline.plugins import PLUGINS, build_plugin
 
 
@@ -50,9 +55,6 @@ def build_method(cfg: dict) -> Method:
     method = cast(Callable[[dict], Method], METHODS[kind])(cfg)  # each method's constructor takes the config
     aug = cfg.get("augment") or {}
     if aug.get("kind", "views") == "views" and aug:
-        from pipeline.augment.colour import ModelColourStage
-        from pipeline.augment.view_maker import image_recipe
-
         stage = ModelColourStage(image_recipe(aug))
         method.colour_stage = stage if stage else None
     for name in cfg.get("plugin") or {}:
@@ -66,11 +68,6 @@ def plugin_matrix() -> str:
     """The framework x plug-in table (markdown) of what composes: each method config of conf/method/ against each
     plug-in (its paper defines it there and the method provides what it reads), and JointCrop/JointBlur, a sampler
     of any image recipe's first two views. README.md prints it; tests/train/test_device_step.py trains each cell."""
-    import yaml
-
-    from pipeline.config import CONF_DIR
-    from pipeline.methods.context import satisfied
-
     kinds = {p.stem: yaml.safe_load(p.read_text())["kind"] for p in (CONF_DIR / "method").glob("*.yaml")}
     kinds = dict(sorted(kinds.items(), key=lambda nk: (list(METHODS).index(nk[1]), nk[0])))
     names = sorted(PLUGINS)

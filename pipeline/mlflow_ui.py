@@ -3,17 +3,27 @@ model-training view, the run's data as dataset inputs, its description, and syst
 that train. `python -m pipeline.mlflow_ui` (behind `make mlflow-ui`) starts the UI on the project's store.
 
 MLflow 3.17's UI opens an experiment on its GenAI overview unless the URL after the hash route carries
-`?workflowType=machine_learning` (or the browser remembers the toggle): every link printed here carries it."""
+`?workflowType=machine_learning` (or the browser remembers the toggle): every link printed here carries it.
+
+The jobs import this module before their command line is checked: MLflow is imported inside the functions that
+use it."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import logging
+import os
 import shlex
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+from pipeline.data.manifest import read_manifest
+from pipeline.tools import console_script
 
 KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
@@ -27,7 +37,7 @@ LOCAL_UI = "http://127.0.0.1:5000"
 
 def mark_model_training(exp_id: str) -> None:
     """Tag the experiment as model training, unless it carries a kind already (one a user picked stays)."""
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # mlflow: see the module docstring
 
     client = MlflowClient()
     if KIND_TAG not in client.get_experiment(exp_id).tags:
@@ -48,8 +58,6 @@ def link(base: str, exp_id: str, run_id: str | None = None) -> str:
 
 
 def ui_command(store_uri: str, port: int) -> list[str]:
-    from pipeline.tools import console_script
-
     return [console_script("mlflow"), "ui", "--backend-store-uri", store_uri, "--port", str(port)]
 
 
@@ -122,7 +130,7 @@ def annotation_dataset(annotations: str):
 
 
 def _metadata_dataset(location: str, name: str, digest: str, profile: dict):
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.dataset_source_registry import resolve_dataset_source  # mlflow: see the module docstring
     from mlflow.data.meta_dataset import MetaDataset
 
     class DataSplit(MetaDataset):
@@ -150,9 +158,6 @@ def log_datasets(cfg: dict, num_train_samples: int | None = None) -> list:
     """Log the config's train and validation splits as the active run's dataset inputs; returns the datasets.
     `num_train_samples`: the train split's count where it differs from its manifest's (bad shards left out).
     Data without a readable manifest is left out (the job itself says so if it needs it)."""
-
-    from pipeline.data.manifest import read_manifest
-
     datasets: list = []
     contexts: list[str | None] = []
     for split, context in (("train", "training"), ("val", "validation")):
@@ -175,9 +180,7 @@ def _log_inputs(datasets: list, contexts: list[str | None], attempts: int = 5) -
     """mlflow.log_inputs, again where a concurrent run logged the same dataset first: MLflow looks a dataset up,
     then inserts it, so two sweep trials starting together race to the insert and one gets a unique-constraint
     error. Its retry finds the dataset there and links it."""
-    import time
-
-    import mlflow
+    import mlflow  # mlflow: see the module docstring
     from mlflow.exceptions import MlflowException
 
     for attempt in range(attempts):
@@ -233,13 +236,13 @@ def describe_results(metrics: dict[str, float], probe: dict | None, minutes: flo
 
 
 def set_description(run_id: str, text: str) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # mlflow: see the module docstring
 
     MlflowClient().set_tag(run_id, NOTE_TAG, text)
 
 
 def append_description(run_id: str, text: str) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # mlflow: see the module docstring
 
     client = MlflowClient()
     before = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
@@ -256,9 +259,7 @@ def start_system_metrics(cfg: dict, run_id: str, tracking_uri: str, node_id: str
     names (system/<node_id>/...) when the run spans several; `resume` continues the steps of an earlier attempt."""
     if not cfg["tracking"].get("system_metrics", True):
         return None
-    import logging
-
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # mlflow: see the module docstring
 
     if not cfg.get("verbose"):  # its start and stop lines ("Started monitoring system metrics") reach the console
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
@@ -274,9 +275,6 @@ def start_system_metrics(cfg: dict, run_id: str, tracking_uri: str, node_id: str
 def main(argv: list[str]) -> int:
     """`make mlflow-ui`: print the `mlflow ui` command for the project's store and a link per experiment in the
     model-training view, then run it (`--print-only`: print and stop)."""
-    import argparse
-    import os
-
     p = argparse.ArgumentParser(prog="python -m pipeline.mlflow_ui", description=main.__doc__)
     p.add_argument("--runs", default="runs", help="the runs folder whose mlflow.db is the store")
     p.add_argument("--port", type=int, default=5000)
@@ -288,7 +286,7 @@ def main(argv: list[str]) -> int:
     print(shlex.join(cmd), flush=True)
     base = ui_base(store, args.port)
     if db.exists():
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # mlflow: see the module docstring
 
         for exp in MlflowClient(store).search_experiments():
             if exp.name != "Default":

@@ -11,9 +11,10 @@ import traceback
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import Run
+from mlflow.entities import Metric, Run
 from mlflow.tracking import MlflowClient
 
+from pipeline.mlflow_ui import NOTE_TAG, command_line, mark_model_training
 from pipeline.preflight import check_server
 
 
@@ -85,8 +86,6 @@ def start_child(parent_run_id: str, run_key: str, run_name: str, job: str, tags:
 
 
 def _open(exp_id: str, found: Run | None, tags: dict[str, str], run_name: str) -> str:
-    from pipeline.mlflow_ui import NOTE_TAG, command_line, mark_model_training
-
     mark_model_training(exp_id)  # the UI's model-training view, not its GenAI overview
     if found:
         run_id = found.info.run_id
@@ -153,8 +152,6 @@ class StepLogger:
         self.last = time.monotonic()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
         if time.monotonic() - self.last >= self.flush_every_s:

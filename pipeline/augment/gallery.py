@@ -8,13 +8,19 @@ ops with magnitudes, Spirograph nuisance values). Views whose colour stage belon
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from pipeline.augment import colour
+from pipeline.augment.strong import AFFINE_OPS, NO_MAG_OPS, OPS
+from pipeline.augment.torch_exec import decode_rgb
+from pipeline.augment.view_maker import build_view_maker, eval_settings, image_recipe
 from pipeline.augment.views import Views
+from pipeline.data.manifest import read_manifest
+from pipeline.data.reader import image_key, iter_samples
 
 _JITTER_NAMES = ("b", "c", "s", "h")
 FONT_PT = 9  # the smallest text in the grid
@@ -23,8 +29,6 @@ FONT_PT = 9  # the smallest text in the grid
 def _magnitude(op: str, m: float) -> str:
     """An op's magnitude as a person reads it: 2 decimals at most, signed for the signed (affine) ops, integers
     for Solarize's threshold and Posterize's bits, nothing for the on/off ops."""
-    from pipeline.augment.strong import AFFINE_OPS, NO_MAG_OPS
-
     if op in NO_MAG_OPS:
         return ""
     if op in ("Solarize", "Posterize"):
@@ -35,8 +39,6 @@ def _magnitude(op: str, m: float) -> str:
 
 def display_images(views: Views, aug: Mapping[str, Any]) -> list[torch.Tensor]:
     """Each view's images as float [B, 3, H, W] in [0, 1] (undoing the normalisation)."""
-    from pipeline.augment.view_maker import eval_settings, image_recipe
-
     _, mean, std = eval_settings(aug)
     specs = image_recipe(aug).views if aug.get("kind", "views") == "views" else [None] * len(views.images)
     out = []
@@ -73,8 +75,6 @@ def describe(p: Mapping[str, np.ndarray], i: int, pool: Sequence[str] | None = N
     if extra:
         lines.append(" ".join(extra))
     if "strong_op" in v:
-        from pipeline.augment.strong import OPS
-
         ops = [
             f"{OPS[int(o)]}{_magnitude(OPS[int(o)], float(m))}"
             for o, on, m in zip(v["strong_op"], v["strong_on"], v["strong_mag"])
@@ -93,7 +93,7 @@ def gallery_figure(
     originals: Sequence[torch.Tensor], views: Views, aug: Mapping[str, Any], view_names: Sequence[str], title: str = ""
 ):
     """A matplotlib figure: row = source image (originals[i] float [3, h, w] in [0, 1]), columns = views."""
-    import matplotlib
+    import matplotlib  # matplotlib: its Agg backend chosen when a figure is drawn, not when this module loads
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -128,11 +128,6 @@ def sample_batch(root: str, n: int, scan: int = 32) -> dict[str, np.ndarray]:
     """n samples of a shard set as a raw batch (the columns Ray Data would hand the loop): taken in turn from up to
     n shards spread over the set, each time a sample of a class (`cls`) not shown yet where its shard has one
     among its first `scan` samples. The first shard alone is often a single class."""
-    from itertools import islice
-
-    from pipeline.data.manifest import read_manifest
-    from pipeline.data.reader import iter_samples
-
     _, uris = read_manifest(root)
     picked = sorted(set(np.linspace(0, len(uris) - 1, min(n, len(uris))).round().astype(int).tolist()))
     pools = [list(islice(iter_samples([uris[i]]), scan)) for i in picked]
@@ -151,10 +146,6 @@ def sample_batch(root: str, n: int, scan: int = 32) -> dict[str, np.ndarray]:
 def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: int = 0) -> dict:
     """Views of the first n_images of data.train under cfg's recipe (executor as configured), as a PNG.
     Returns {"path", "n_images", "n_views", "skipped"}."""
-    from pipeline.augment.torch_exec import decode_rgb
-    from pipeline.augment.view_maker import build_view_maker, image_recipe
-    from pipeline.data.reader import image_key
-
     aug = cfg["augment"]
     batch = sample_batch(cfg["data"]["train"], n_images)
     maker = build_view_maker(aug, batch_size=n_images, num_threads=1, seed=seed)
@@ -176,7 +167,7 @@ def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: in
     title = f"augment={aug.get('name', '?')} data={cfg['data']['name']}  executor={ran_on}"
     fig = gallery_figure(originals, views, aug, names, title=title)
     fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: see gallery_figure
 
     plt.close(fig)
     return {"path": path, "n_images": len(views.kept), "n_views": len(views.images), "skipped": maker.skipped}

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import detectron2
+from detectron2.config import get_cfg
+
+from pipeline.detect.d2_backbone import add_augssl_config, fpn_levels
+
 ARCHS = {  # arch -> (model-zoo config, backbone builder)
     "c4": ("COCO-Detection/faster_rcnn_R_50_C4_1x.yaml", "build_augssl_resnet_backbone"),
     "fpn": ("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml", "build_augssl_resnet_fpn_backbone"),
@@ -14,8 +19,6 @@ ARCHS = {  # arch -> (model-zoo config, backbone builder)
 
 def zoo_config(name: str) -> str:
     """A config file of detectron2's model zoo, by path (model_zoo.get_config_file needs pkg_resources)."""
-    import detectron2
-
     path = Path(detectron2.__file__).parent / "model_zoo" / "configs" / name
     if not path.exists():
         raise FileNotFoundError(f"{name}: not among detectron2's model-zoo configs ({path.parent})")
@@ -25,10 +28,6 @@ def zoo_config(name: str) -> str:
 def model_config(meta: dict, arch: str, num_classes: int, base: str | None = None):
     """A detectron2 CfgNode for `arch` (c4 | fpn) on the exported backbone described by `meta` (the export's
     "augssl" entry: resnets, pixel). `base` replaces the arch's model-zoo config (a zoo name or a file)."""
-    from detectron2.config import get_cfg
-
-    from pipeline.detect.d2_backbone import add_augssl_config, fpn_levels
-
     if arch not in ARCHS:
         raise ValueError(f"arch={arch}: expected one of {sorted(ARCHS)}")
     zoo, builder = ARCHS[arch]

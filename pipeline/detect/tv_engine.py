@@ -11,9 +11,15 @@ import time
 
 import torch
 from torch import nn
+from torchvision.models.detection import FasterRCNN
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.backbone_utils import BackboneWithFPN
+from torchvision.ops import FrozenBatchNorm2d, MultiScaleRoIAlign
+from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
 
 from pipeline.detect.coco_data import CocoSplit, coco_ap, coco_results
 from pipeline.detect.diverged import Diverged
+from pipeline.progress import bar as progress
 
 STAGE_LAYER = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}  # detectron2's stage names
 
@@ -30,8 +36,6 @@ def stage_channels(backbone: nn.Module) -> dict[str, int]:
 
 def freeze_bn(module: nn.Module) -> nn.Module:
     """BatchNorm layers replaced by torchvision's FrozenBatchNorm2d with the same statistics and affine."""
-    from torchvision.ops import FrozenBatchNorm2d
-
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d):
             frozen = FrozenBatchNorm2d(child.num_features, eps=child.eps)
@@ -49,12 +53,6 @@ def build_detector(backbone: nn.Module, num_classes: int, d: dict, mean, std):
     """Faster R-CNN (FPN) over `backbone`'s stages d["in_features"], one anchor size per FPN level
     (d["anchor_sizes"]), images kept at d["min_size"]..d["max_size"], normalised with the backbone's mean/std
     (0-1 scale). `num_classes` excludes the background."""
-    from torchvision.models.detection import FasterRCNN
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
-    from torchvision.models.detection.backbone_utils import BackboneWithFPN
-    from torchvision.ops import MultiScaleRoIAlign
-    from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
-
     if d["norm"] == "frozen":
         freeze_bn(backbone)
     channels = stage_channels(backbone)
@@ -111,8 +109,6 @@ def train(model, ds, d: dict, device: torch.device, log=None, label: str = "") -
     """d["iterations"] SGD steps (momentum 0.9, d["weight_decay"], gradients clipped per parameter at
     d["clip_grad_norm"]) on batches of d["batch_size"]; `log(it, losses)` every d["log_every"]. Returns the last
     logged losses; Diverged at a non-finite loss."""
-    from pipeline.progress import bar as progress
-
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=d["lr"], momentum=0.9, weight_decay=d["weight_decay"])

@@ -4,11 +4,16 @@ run the backbone, and the driver streams the features to disk as they arrive, so
 
 On disk, per split: `feat.npy` [N, D] float32, `y.npy` (int64 classes or float32 targets), `keys.txt`, and
 `meta.json` written last: a folder with it is complete and is reused by the next probe or kNN of the same
-backbone and split (its settings are part of the folder's name)."""
+backbone and split (its settings are part of the folder's name).
+
+Ray is imported where it runs, not at load: run_probe imports this module, and jobs that start no cluster import
+run_probe (for backbone_from)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import time
 import warnings
@@ -17,21 +22,24 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as F
 
+from pipeline.augment.params import eval_geometry
+from pipeline.augment.torch_exec import decode_rgb
 from pipeline.augment.view_maker import class_labels
+from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
 from pipeline.config import ConfigError
+from pipeline.data.formats import IMAGE_EXTS
+from pipeline.data.manifest import read_manifest
+from pipeline.data.reader import train_dataset
+from pipeline.models.backbones import build_backbone
 
 
 def eval_views(batch: dict[str, np.ndarray], size: int, task: str, targets: list[str] | None) -> dict[str, np.ndarray]:
     """Ray Data's CPU stage: decode each image into the un-augmented eval view (eval_geometry's resize and
     centre crop) as uint8 [B, 3, size, size], which is a quarter of float32's bytes through the object store;
     undecodable images are dropped."""
-    from torchvision.transforms import InterpolationMode
-    from torchvision.transforms.v2 import functional as F
-
-    from pipeline.augment.params import eval_geometry
-    from pipeline.augment.torch_exec import decode_rgb
-
     rows, kept = [], []
     for i, e in enumerate(row_images(batch)):
         if e is None:
@@ -56,8 +64,6 @@ def eval_views(batch: dict[str, np.ndarray], size: int, task: str, targets: list
 def row_images(batch: dict[str, np.ndarray]) -> list:
     """Each sample's image bytes (None without one): shards may mix members (png beside jpg), and a column holds
     None or NaN where a sample lacks its member."""
-    from pipeline.data.formats import IMAGE_EXTS
-
     cols = [batch[ext] for ext in IMAGE_EXTS if ext in batch]
     return [
         next((c[i] for c in cols if isinstance(c[i], (bytes, bytearray, np.bytes_))), None)
@@ -72,9 +78,7 @@ class Extractor:
     def __init__(
         self, backbone_state: dict, model_cfg: dict, mean, std, threads: int | None = None, views: dict | None = None
     ):
-        import ray
-
-        from pipeline.models.backbones import build_backbone
+        import ray  # ray: see the module docstring
 
         if isinstance(backbone_state, ray.ObjectRef):  # put once by the driver, fetched once per actor
             backbone_state = ray.get(backbone_state)
@@ -113,8 +117,6 @@ def targets_of_batch(batch: dict[str, np.ndarray], task: str, targets: list[str]
 def feature_dir(root: str | Path, tag: str, split_root: str, size: int, **settings) -> Path:
     """Where a backbone's (tag: a digest of its weights) features of a split go: one folder per everything that
     changes them or their targets (size, and `settings`: model, mean/std, task, targets, on_bad_shard)."""
-    import hashlib
-
     key = json.dumps([tag, split_root, size, settings], sort_keys=True, default=str)
     return Path(root) / "features" / hashlib.sha1(key.encode()).hexdigest()[:12]
 
@@ -184,9 +186,7 @@ def extract_split(
     """Features of every decodable sample of the split at `split_root` into `out` (reused when complete);
     returns its meta {"n", "dim", "seconds", "images_per_s", "actors", "device"}. Ray is initialised.
     `resources`: custom resources each actor also asks for (a node type's label), which places them."""
-    import logging
-
-    import ray
+    import ray  # ray: see the module docstring
     import ray.data
 
     meta_path = out / "meta.json"
@@ -197,9 +197,6 @@ def extract_split(
         return meta
     if not ray.is_initialized():
         raise RuntimeError("extract_split needs Ray: the caller starts it (pipeline.cluster.init_ray)")
-    from pipeline.data.manifest import read_manifest
-    from pipeline.data.reader import train_dataset
-
     manifest, _ = read_manifest(split_root)
     total = int(manifest["num_samples"])
     actors, bundle = actor_plan(actors, resources)
@@ -253,7 +250,7 @@ def extract_split(
 def actor_plan(actors: int | None, resources: dict[str, float] | None) -> tuple[int, dict[str, float]]:
     """How many extraction actors, and what each asks of Ray: a GPU each where the cluster has GPUs, else CPUs
     (a quarter of the cores, at most 4 actors, by default), plus `resources` (a node type's label)."""
-    import ray
+    import ray  # ray: see the module docstring
 
     gpus = int(ray.cluster_resources().get("GPU", 0))
     cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -271,8 +268,6 @@ def check_actors(
     wait for in silence. For the jobs, before their runs are made; `prefix`: where their settings are (eval.probe.).
     Only actors or resources set by hand can miss (the default plan fits the cluster by its making); nor is an
     autoscaling cluster checked: the pending actors are what it scales for."""
-    from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
-
     if autoscale or not (actors or resources):
         return
     n, bundle = actor_plan(actors, resources)
@@ -336,8 +331,6 @@ def load_features(out: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def weights_tag(state: dict) -> str:
     """A digest of a backbone's weights: the same backbone's features are found again, another's never are."""
-    import hashlib
-
     h = hashlib.sha1()
     for k in sorted(state):
         h.update(k.encode())

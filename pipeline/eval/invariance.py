@@ -31,7 +31,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.augment.colour import ModelColourStage
+from pipeline.augment.params import sample_views, select
+from pipeline.augment.recipe import Recipe
+from pipeline.augment.view_maker import build_view_maker, image_recipe
+from pipeline.augment.views import params_to_tensors
 from pipeline.data.spirograph import NUISANCE, RANGES, TARGETS, render_flat, sample_nuisance
+from pipeline.eval.linear_probe import probe
 from pipeline.losses.invclr import rademacher, scalar_projection
 from pipeline.losses.precision import float32
 
@@ -189,12 +195,6 @@ def _spirograph_batches(backbone, split, aug, n_copies, device, seed, batch_size
 
 
 def _image_batches(backbone, split, aug, n_copies, device, seed, batch_size, fix_beta):
-    from pipeline.augment.colour import ModelColourStage
-    from pipeline.augment.params import sample_views, select
-    from pipeline.augment.recipe import Recipe
-    from pipeline.augment.view_maker import build_view_maker
-    from pipeline.augment.views import params_to_tensors
-
     maker = build_view_maker(aug, batch_size, num_threads=1, seed=int(seed))
     recipe = maker.recipe
     first = recipe.views[0]
@@ -289,8 +289,6 @@ def alpha_reference(aug: Mapping[str, Any]) -> tuple[float | None, str]:
     first view's factor to the second's, so its law is not the per-view one: (None, "empirical")."""
     if is_spirograph(aug):
         return float(np.mean([(RANGES[k][1] - RANGES[k][0]) ** 2 / 12 for k in NUISANCE])), "law"
-    from pipeline.augment.view_maker import image_recipe
-
     recipe = image_recipe(aug)
     if recipe.joint.color_beta is not None:
         return None, "empirical"
@@ -321,7 +319,6 @@ def alpha_regression(
     mse (averaged over the alpha dimensions), r2, mse_<name> and r2_<name> per dimension, reference (the given
     law value, else the empirical one) and reference_empirical (Mean_i of the test alpha's variance about its
     own mean: the best constant predictor on the test rows)."""
-    from pipeline.eval.linear_probe import probe
 
     def rows(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1, t.shape[-1]).double()

@@ -10,14 +10,22 @@ Optional, both off by default (docs/methods/invclr.md §1.3, §4.2, §4.4):
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import cast
 
+import mlflow
 import torch
+from omegaconf import OmegaConf
 
 from pipeline import checkpoint as ck
 from pipeline.augment.view_maker import eval_settings
+from pipeline.cluster import init_ray
+from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import load_split
+from pipeline.eval.downstream import pick_device
+from pipeline.eval.extract import check_actors, load_features, split_features
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.invariance import (
     alpha_names,
@@ -30,6 +38,7 @@ from pipeline.eval.invariance import (
 )
 from pipeline.eval.linear_probe import probe
 from pipeline.eval.results import format_table
+from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
 from pipeline.models.backbones import build_backbone
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
@@ -41,8 +50,6 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
     `augment.<key>=` overrides still apply on top of the run's; `data=<option>` probes the run's backbone,
     at the run's image size, on another dataset. Model and method always follow the checkpoint; the run's
     augment can be tuned key by key but not swapped (ValueError with one line)."""
-    from omegaconf import OmegaConf
-
     overrides = [(o.split("=", 1)[0].lstrip("+~"), o.lstrip("+")) for o in argv if "=" in o]
     swapped_data = any(k == "data" for k, _ in overrides)
     for k, _ in overrides:
@@ -74,8 +81,6 @@ def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
 def probe_solver(cfg: dict) -> str:
     """lbfgs or sgd: eval.probe.solver, or for auto, sgd when the train split (or train_size of it) has more than
     eval.probe.lbfgs_max samples."""
-    from pipeline.data.manifest import read_manifest
-
     p = cfg["eval"]["probe"]
     if p["solver"] != "auto":
         return p["solver"]
@@ -86,8 +91,6 @@ def probe_solver(cfg: dict) -> str:
 def check_probe_actors(cfg: dict) -> None:
     """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors
     (extract.check_actors); Ray is up."""
-    from pipeline.eval.extract import check_actors
-
     p = cfg["eval"]["probe"]
     actors, resources = p.get("actors"), p.get("actor_resources")
     if (actors or resources) and probe_solver(cfg) == "sgd":  # hand-set alone: no manifest read otherwise
@@ -101,13 +104,7 @@ def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
     """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
     for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
     if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
-    from pipeline.cluster import init_ray  # the job's Ray: a joined cluster, or a private local one
-    from pipeline.data.manifest import read_manifest
-    from pipeline.eval.downstream import pick_device
-    from pipeline.eval.extract import load_features, split_features
-    from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
-
-    init_ray(cfg)
+    init_ray(cfg)  # the job's Ray: a joined cluster, or a private local one
     data, p = cfg["data"], cfg["eval"]["probe"]
     size, mean, std = eval_settings(cfg["augment"])
     state, targets = backbone.state_dict(), data.get("targets")
@@ -222,7 +219,7 @@ def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]
 
 
 def plot_comparison(results: dict[str, dict[str, float]], path: Path, title: str) -> Path:
-    import matplotlib
+    import matplotlib  # matplotlib: its Agg backend chosen when a chart is drawn, not when this module loads
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -263,8 +260,6 @@ def compare_with_random(
     "random_fa" (metrics probe/<key>_<metric>); with eval.invariance.enabled also "invariance", a flat dict
     keyed by the logged metric names less probe/ (invariance_<backbone>_conditional_variance, ..._alpha_mse,
     invariance_alpha_reference)."""
-    import mlflow
-
     if isinstance(ckpt, dict):
         state = ckpt
     else:
@@ -309,9 +304,6 @@ def compare_with_random(
         if inv_on:
             mlflow.log_metrics({f"probe/{k}": v for k, v in results["invariance"].items()})
             mlflow.log_text(inv_table, "probe/invariance.txt")
-        import shutil
-        import tempfile
-
         run = mlflow.active_run()
         assert run is not None  # checked above
         active = run.info

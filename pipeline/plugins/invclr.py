@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from pipeline import dist
+from pipeline.augment.view_maker import image_recipe
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance
 from pipeline.losses.invclr import gradient_penalty
 from pipeline.plugins.base import Plugin
@@ -40,8 +42,6 @@ class InvCLR(Plugin):
         self.spirograph = cfg["augment"].get("kind") == "spirograph"
         self.size = int(cfg["augment"]["size"]) if self.spirograph else None
         if not self.spirograph:
-            from pipeline.augment.view_maker import image_recipe
-
             spec = image_recipe(cfg["augment"]).views[0]
             if spec.color_stage != "model":
                 raise ValueError(
@@ -55,8 +55,6 @@ class InvCLR(Plugin):
 
     def _generator(self) -> torch.Generator:
         if self._gen is None:  # per rank, so ranks draw different e and alpha'
-            from pipeline import dist
-
             self._gen = torch.Generator().manual_seed(self.seed * 7919 + dist.rank() + 1)
         return self._gen
 

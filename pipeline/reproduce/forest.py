@@ -23,7 +23,7 @@ class ForestRow:
 
 def forest_png(rows: Sequence[ForestRow], path: Path, title: str) -> Path:
     """Draw `rows` into `path` (PNG); returns the path."""
-    import matplotlib
+    import matplotlib  # matplotlib: its Agg backend chosen when a plot is drawn, not when this module loads
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

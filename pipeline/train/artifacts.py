@@ -1,11 +1,20 @@
 """What a pretraining run leaves in MLflow and on disk besides its metrics: the views gallery, the training
-curves, the checkpoint and the backbone model, the closing summary; and the report of a run that finished before."""
+curves, the checkpoint and the backbone model, the closing summary; and the report of a run that finished before.
+
+On the jobs' light path (train/launch.py, jobs/gallery.py import it before the config is checked): MLflow, torch and
+the modules that load them are imported inside the functions that use them."""
 
 from __future__ import annotations
 
 import shlex
+import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
+
+from pipeline.eval.results import format_table, probe_results
+from pipeline.mlflow_ui import link, ui_base, ui_command
+from pipeline.train.curves import write_curves
 
 
 def _log(msg: str) -> None:
@@ -28,17 +37,13 @@ def print_summary(cfg: dict, run_id: str, uri: str, ckpt_dir: Path, minutes: flo
         if "://" in where or Path(where).exists() or what == "MLflow run":
             print(f"  {what:<{width}}  {where}", flush=True)
     if uri.startswith("sqlite:"):
-        from pipeline.mlflow_ui import ui_command
-
         print(f"  browse it: make mlflow-ui ({shlex.join(ui_command(uri, 5000))})", flush=True)
     print(f"  run page   {run_link(uri, run_id)}", flush=True)
 
 
 def run_link(tracking_uri: str, run_id: str) -> str:
     """The run's page in the UI's model-training view."""
-    import mlflow
-
-    from pipeline.mlflow_ui import link, ui_base
+    import mlflow  # not at load: see the module docstring
 
     exp_id = mlflow.MlflowClient(tracking_uri).get_run(run_id).info.experiment_id
     return link(ui_base(tracking_uri), exp_id, run_id)
@@ -47,8 +52,7 @@ def run_link(tracking_uri: str, run_id: str) -> str:
 def report_finished(cfg: dict, run) -> dict:
     """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
     never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
-    from pipeline import tracking
-    from pipeline.eval.results import format_table, probe_results
+    from pipeline import tracking  # mlflow
 
     name, run_id = cfg["run"]["name"], run.info.run_id
     probe = probe_results(run.data.metrics)
@@ -83,14 +87,12 @@ def report_finished(cfg: dict, run) -> dict:
 def probe_finished(cfg: dict, run, local: Path) -> dict:
     """The probe of a finished run that was trained without one, logged into that run. The run stays FINISHED
     even if the probe fails (its error recorded): the training is done, and the next rerun probes again."""
-    import tempfile
-
-    import mlflow
+    import mlflow  # not at load: see the module docstring
     import torch
 
-    from pipeline import tracking
-    from pipeline.eval.run_probe import compare_with_random
-    from pipeline.eval.source import download_state
+    from pipeline import tracking  # mlflow
+    from pipeline.eval.run_probe import compare_with_random  # torch
+    from pipeline.eval.source import download_state  # torch
 
     run_id = run.info.run_id
     _log(f"run {cfg['run']['name']} finished without a probe: probing its checkpoint")
@@ -119,9 +121,9 @@ def gallery_path(cfg: dict) -> Path:
 
 def log_gallery(cfg: dict) -> None:
     """The recipe's views of a few training images, annotated with their parameters, as a PNG in MLflow."""
-    import mlflow
+    import mlflow  # not at load: see the module docstring
 
-    from pipeline.augment.gallery import write_gallery
+    from pipeline.augment.gallery import write_gallery  # torch
 
     path = gallery_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,9 +134,7 @@ def log_gallery(cfg: dict) -> None:
 
 def log_curves(cfg: dict, run_id: str, uri: str) -> None:
     """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
-    import mlflow
-
-    from pipeline.train.curves import write_curves
+    import mlflow  # not at load: see the module docstring
 
     client = mlflow.MlflowClient(uri)
     path = write_curves(client, run_id, Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png")
@@ -145,12 +145,13 @@ def log_curves(cfg: dict, run_id: str, uri: str) -> None:
 
 def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
     """Log state.pt as an artifact and (`model`) the backbone as an mlflow.pytorch model; return a local copy."""
-    import mlflow
+    import mlflow  # not at load: see the module docstring
     import mlflow.pytorch
     import torch
 
-    from pipeline import checkpoint as ck
-    from pipeline.build import build_method
+    from pipeline import checkpoint as ck  # torch
+    from pipeline.augment.view_maker import eval_settings  # torch
+    from pipeline.build import build_method  # torch
 
     local = Path(cfg["paths"]["runs"]) / "checkpoints" / cfg["run"]["name"]
     local.mkdir(parents=True, exist_ok=True)
@@ -162,8 +163,6 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
         return local
     method = build_method(cfg)
     method.backbone.load_state_dict(ck.backbone_state(state))
-    from pipeline.augment.view_maker import eval_settings
-
     size = eval_settings(cfg["augment"])[0]
     example = torch.zeros(1, 3, size, size).numpy()
     mlflow.pytorch.log_model(
@@ -175,6 +174,4 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
 def model_requirements() -> list[str]:
     """What loading the logged backbone needs, pinned to what trained it. Named here: MLflow would otherwise infer
     them by loading the model in a subprocess, about 5 s of every run for the same answer."""
-    from importlib.metadata import version
-
     return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "numpy", "cloudpickle")]

@@ -14,7 +14,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import ray
+import ray.train
+import ray.train.torch
 import torch
+from ray.experimental.tqdm_ray import tqdm
 
 from pipeline import checkpoint, dist
 from pipeline.augment.view_maker import build_view_maker, eval_settings
@@ -22,7 +26,7 @@ from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
-from pipeline.mlflow_ui import metric_name
+from pipeline.mlflow_ui import metric_name, start_system_metrics
 from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
 from pipeline.train.optim import build_optimizer
@@ -66,8 +70,6 @@ def _progress_bar(epoch: int, epochs: int, images: int, label: str = "", tty: bo
     line now and then. A sweep's trials carry their label, so concurrent bars tell apart."""
     if not tty:
         return ProgressLines(_bar_text(epoch, epochs, label), images)
-    from ray.experimental.tqdm_ray import tqdm
-
     return tqdm(total=images, desc=_bar_text(epoch, epochs, label), unit="img")
 
 
@@ -85,7 +87,7 @@ def _file_named_loggers() -> list[str]:
     """Ray Train modules whose logger is named by their file path (so outside "ray.train"): the one that prints
     "Reporting training result N" for every rank and epoch."""
     try:
-        import ray.train.v2._internal.execution.context as train_context
+        import ray.train.v2._internal.execution.context as train_context  # Ray's private layout: may be missing
     except ImportError:  # a Ray without Train V2's layout: nothing to quiet
         return []
     return [train_context.__file__]
@@ -104,8 +106,6 @@ class _Trainer:
     """One worker's state: the method, its optimiser and schedule, the views, the step counter."""
 
     def __init__(self, cfg: dict, plan: RunPlan, rank: int, world: int, device):
-        import ray.train.torch
-
         self.cfg, self.plan, self.rank, self.world, self.device = cfg, plan, rank, world, device
         self.memory_format = memory_format(cfg["train"], device)
         self.method = build_method(cfg)
@@ -200,8 +200,6 @@ class _Trainer:
                 yield pending.take()
 
     def save_and_report(self, metrics: dict, epoch: int, with_checkpoint: bool) -> None:
-        import ray.train
-
         if not with_checkpoint:
             ray.train.report(metrics)
             return
@@ -224,10 +222,6 @@ class _Trainer:
 
 def train_loop_per_worker(config: dict) -> None:
     """One Train worker: `config` is {"cfg": the run's config, "plan": its RunPlan} (launch.build_trainer)."""
-    import ray
-    import ray.train
-    import ray.train.torch
-
     cfg, plan = config["cfg"], config["plan"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -278,7 +272,7 @@ def train_loop_per_worker(config: dict) -> None:
     monitor = _system_metrics(cfg, plan, ctx, placed)
     logger = knn = None
     if rank == 0:
-        from pipeline.tracking import StepLogger
+        from pipeline.tracking import StepLogger  # mlflow: only rank 0 logs steps, the other ranks skip loading it
 
         logger = StepLogger(
             plan.tracking_uri, plan.mlflow_run_id, flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0))
@@ -315,8 +309,6 @@ def _system_metrics(cfg: dict, plan: RunPlan, ctx, placed: list[str]):
     continues its steps."""
     if ctx.get_local_rank() != 0:
         return None
-    from pipeline.mlflow_ui import start_system_metrics
-
     node_id = f"node{ctx.get_node_rank()}" if len(set(placed)) > 1 else None
     run_id, uri = plan.mlflow_run_id, plan.tracking_uri
     assert run_id and uri, "the driver opens the MLflow run before training starts (RunPlan.opened)"

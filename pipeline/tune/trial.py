@@ -12,9 +12,16 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import ray.data
+import ray.tune
+import torch
+from mlflow.tracking import MlflowClient
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from pipeline.config import compose_config
+from pipeline.mlflow_ui import report_name
+from pipeline.train.launch import Trial, pretrain
+from pipeline.train.prepare import resolve
 from pipeline.tune.settings import trials_argv
 from pipeline.tune.space import short
 
@@ -55,10 +62,6 @@ def run_trial(params: dict, setup: dict) -> None:
     threads per worker, so concurrent trials share the cores instead of oversubscribing them). Unless verbose,
     what the run prints goes to <paths.runs>/sweep/<sweep>/<trial id>.log: the sweep's console has a line per
     trial event instead."""
-    import ray.data
-    import ray.tune
-    import torch
-
     torch.set_num_threads(setup["threads"])  # the probe runs here, beside the other trials' workers
     trial_id = ray.tune.get_context().get_trial_id()
     cfg = compose_config(trials_argv(setup, trial_id, params))
@@ -76,13 +79,6 @@ def run_trial(params: dict, setup: dict) -> None:
 
 
 def _pretrain_and_report(cfg: dict, params: dict, setup: dict, trial_id: str) -> None:
-    import ray.tune
-    from mlflow.tracking import MlflowClient
-
-    from pipeline.mlflow_ui import report_name
-    from pipeline.train.launch import Trial, pretrain
-    from pipeline.train.prepare import resolve
-
     plan = resolve(cfg)
     label = f"{trial_number(trial_id)} {short(params)}"
     out = pretrain(cfg, plan, Trial(setup["parent_run_id"], trial_id, label, (ForwardToTune(cfg["train"]["epochs"]),)))
