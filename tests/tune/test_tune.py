@@ -173,11 +173,12 @@ def test_the_sweep_name_follows_what_decides_its_trials():
 
 
 def _tune(
-    *args, root: Path, timeout: int = 60, relative: bool = False, record: Path | None = None
+    *args, root: Path, timeout: int = 240, relative: bool = False, record: Path | None = None
 ) -> subprocess.CompletedProcess:
     """`python jobs/tune.py ...` with its store under `root`: given as paths.root, or (relative) by running a
     copy of the job from `root` with the default paths.root=. (a trial runs in Tune's own folder: the paths
-    must still be the driver's)."""
+    must still be the driver's). The timeout is a hang guard: a bad sweep answered in 11 s alone once took over a
+    minute beside the rest of the suite."""
     env = probed(_env(), record) if record else _env()
     if not relative:
         return subprocess.run(
