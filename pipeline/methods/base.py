@@ -41,6 +41,7 @@ def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
         head_cfg.get("num_layers", 2),
         head_cfg.get("bn", False),
         last_bn=head_cfg.get("last_bn", False),
+        last_bias=head_cfg.get("last_bias", True),
     )
     return Encoder(backbone, projector)
 

@@ -43,7 +43,14 @@ class BYOL(PredictorMethod):
         pred = m.get("predictor") or {}
         out_dim = int(head["out_dim"])
         hidden = int(pred.get("hidden_dim") or head_hidden_dim(encoder, head))  # paper: 4096, as the projector
-        predictor = mlp_head(out_dim, hidden, out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
+        predictor = mlp_head(
+            out_dim,
+            hidden,
+            out_dim,
+            int(pred.get("num_layers", 2)),
+            bool(pred.get("bn", True)),
+            last_bias=bool(pred.get("last_bias", True)),
+        )
         self.online = PredictorEncoder(encoder.backbone, encoder.projector, predictor)
         # the target network: backbone + projector only (no predictor), frozen, updated by EMA in update_momentum
         self.target = momentum_copy(Encoder(encoder.backbone, encoder.projector))

@@ -15,6 +15,7 @@ class Head(Section):
     hidden_dim: Int(1, null=True) = None
     out_dim: Int(1) = 128
     bn: Bool()
+    last_bias: Bool() = True  # false: the last Linear has no bias (BYOL's official MLP)
     bottleneck_dim: Int(1) = 256  # DINO's head
 
 
@@ -22,6 +23,7 @@ class Predictor(Section):
     num_layers: Int(1)
     hidden_dim: Int(1, null=True) = None
     bn: Bool()
+    last_bias: Bool() = True
 
 
 class MethodSettings(Section):

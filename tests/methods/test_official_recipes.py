@@ -104,3 +104,34 @@ def test_the_simsiam_recipe_is_main_simsiam_with_fix_pred_lr():
     held = [p for g in opt.param_groups if g.get("fixed_lr") for p in g["params"]]
     assert {id(p) for p in held} == {id(p) for p in method.online.predictor.parameters()}
     assert cfg["optim"]["warmup_epochs"] == 0
+
+
+# deepmind-research/byol configs/byol.py at 1000 epochs: _LR_PRESETS[1000] 0.2, _WD_PRESETS[1000] 1.5e-6,
+# _EMA_PRESETS[1000] 0.996, batch_size 4096, warmup_epochs 10, projector 4096 -> 256, predictor 4096 -> 256, LARS
+# eta 1e-3 momentum 0.9 with biases and norms excluded (utils/optimizers.py, exclude_bias_and_norm)
+BYOL = {"lr": 0.2, "wd": 1.5e-6, "tau": 0.996, "epochs": 1000, "batch": 4096, "warmup": 10, "hidden": 4096, "out": 256}
+BYOL.update(eta=1e-3, momentum=0.9)
+
+
+def test_the_byol_recipe_is_the_authors_thousand_epoch_config():
+    cfg = _recipe("byol")
+    o = BYOL
+    assert (cfg["train"]["epochs"], cfg["train"]["batch_size"]) == (o["epochs"], o["batch"])
+    assert (cfg["method"]["momentum"], cfg["method"]["momentum_cosine"]) == (o["tau"], True)
+    assert (cfg["optim"]["name"], cfg["optim"]["eta"], cfg["optim"]["momentum"]) == ("lars", o["eta"], o["momentum"])
+    assert (cfg["optim"]["warmup_epochs"], cfg["optim"]["weight_decay"]) == (o["warmup"], o["wd"])
+    assert scaled_lr(cfg["optim"]["base_lr"], cfg["train"]["batch_size"]) == pytest.approx(o["lr"] * o["batch"] / 256)
+    method = build_method(cfg)
+    # utils/networks.py, MLP: Linear(hidden) -> BN -> ReLU -> Linear(output, with_bias=False), for both heads
+    for head, dims in (
+        (method.online.projector, [(2048, o["hidden"]), (o["hidden"], o["out"])]),
+        (method.online.predictor, [(o["out"], o["hidden"]), (o["hidden"], o["out"])]),
+    ):
+        linears = [m for m in head.modules() if isinstance(m, nn.Linear)]
+        assert [(lin.in_features, lin.out_features) for lin in linears] == dims
+        assert linears[-1].bias is None
+        assert sum(isinstance(m, nn.BatchNorm1d) for m in head.modules()) == 1
+    opt = build_optimizer(method.online, cfg["optim"], 1.0)
+    for g in opt.param_groups:  # weights: decay and LARS; biases and norms: neither
+        matrices = all(p.ndim > 1 for p in g["params"])
+        assert (g["weight_decay"], g["lars"]) == ((o["wd"], True) if matrices else (0.0, False)), g.keys()
