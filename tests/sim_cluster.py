@@ -146,33 +146,38 @@ class SimCluster:
     ):
         """`autoscaling`: a cluster config (fake_autoscaling_config) for Ray's fake multi-node provider, which then
         adds and removes worker nodes on this machine as a cloud's autoscaler would."""
-        self.dir = Path(tempfile.mkdtemp(prefix="sc", dir="/tmp"))  # Ray's socket paths stay under 107 characters
-        self.token_path = self.dir / "token"
-        self.token_path.touch(mode=0o600)
-        self.token_path.write_text(secrets.token_hex(32))
         self.base_env = {k: v for k, v in (base_env or os.environ).items() if k not in (*AUTH_VARS, "RAY_ADDRESS")}
-        self.port, self.dashboard_port = free_port(), free_port()
-        self.manager_ports: dict[str, int] = {}
-        head_args, head_env = [], {}
-        if autoscaling is not None:
-            head_args, head_env = self._autoscaling_head(autoscaling)
-        try:
-            self._start(
-                "head",
-                head_cpus,
-                head_resources,
-                "--head",
-                f"--port={self.port}",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
-                f"--temp-dir={self.dir / 'ray'}",
-                *head_args,
-                env=head_env,
-            )
-        except BaseException:
-            self.shutdown()
-            raise
+        # `ray start` gives a node 30 s to register with the GCS (a constant in ray/_private/node.py); two heads
+        # starting at once beside the rest of the suite on two cores once took longer. Another try, on new ports.
+        for attempt in range(3):
+            self.dir = Path(tempfile.mkdtemp(prefix="sc", dir="/tmp"))  # Ray's socket paths stay under 107 characters
+            self.token_path = self.dir / "token"
+            self.token_path.touch(mode=0o600)
+            self.token_path.write_text(secrets.token_hex(32))
+            self.port, self.dashboard_port = free_port(), free_port()
+            self.manager_ports: dict[str, int] = {}
+            head_args, head_env = [], {}
+            if autoscaling is not None:
+                head_args, head_env = self._autoscaling_head(autoscaling)
+            try:
+                self._start(
+                    "head",
+                    head_cpus,
+                    head_resources,
+                    "--head",
+                    f"--port={self.port}",
+                    "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={self.dashboard_port}",
+                    f"--ray-client-server-port={free_port()}",
+                    f"--temp-dir={self.dir / 'ray'}",
+                    *head_args,
+                    env=head_env,
+                )
+                return
+            except BaseException as e:
+                self.shutdown()
+                if attempt == 2 or "timed out during startup" not in str(e):
+                    raise
 
     @property
     def address(self) -> str:
@@ -260,9 +265,9 @@ class SimCluster:
             *args,
         ]
         r = subprocess.run(cmd, env=self.job_env(**(env or {})), capture_output=True, text=True, timeout=180)
+        self.manager_ports[name] = nm  # so that shutdown finds this node's raylet even where it failed to register
         if r.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-        self.manager_ports[name] = nm
 
     def add_node(self, name: str, cpus: float, resources: dict | None = None) -> None:
         self._start(name, cpus, resources, f"--address={self.address}")

@@ -226,7 +226,8 @@ def test_help_lists_groups(tmp_path):
     r = _run(["--help"], tmp_path)
     assert r.returncode == 0
     assert "method: byol, dino, mocov1, mocov2, mocov3, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
-    assert "+experiment: clsa_byol" in r.stdout  # presets, with how to add them
+    recipes = sorted(f.stem for f in (ROOT / "conf" / "experiment").glob("*.yaml"))
+    assert f"+experiment: {', '.join(recipes)}" in r.stdout  # presets, with how to add them
     assert "+detect" not in r.stdout  # jobs/detect.py's group, not a preset of the training config
     d = _run(["--help"], tmp_path, job="detect.py")
     assert d.returncode == 0 and "detect: coco, shapes" in d.stdout and "+experiment" not in d.stdout
