@@ -1,6 +1,7 @@
 """Every schedule of training in one place, as pure functions of where training is.
 
 - `warmup_cosine`: the learning rate (linear warm-up, then half-cosine to `final`), per step;
+- `warmup_step_decay`: the learning rate (the same warm-up, then ×gamma at each milestone epoch: MoCo v1's);
 - `cosine`: a value that moves from `start` to `end` along a half-cosine over training: momentum encoders to 1
   (BYOL Eq. 4 convention: tau = 1 - (1 - tau_base)(cos(pi k / K) + 1) / 2, used by MoCo v3 and DINO too), DINO's
   weight decay 0.04 -> 0.4, CoCor's classifier lr;
@@ -28,6 +29,17 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int, peak: float, f
     if warmup_steps and step < warmup_steps:
         return peak * (step + 1) / warmup_steps
     return cosine((step - warmup_steps) / max(1, total_steps - warmup_steps), peak, final)
+
+
+def warmup_step_decay(
+    step: int, steps_per_epoch: int, warmup_steps: int, peak: float, milestones: list[int], gamma: float
+) -> float:
+    """Linear warm-up as in `warmup_cosine`, then `peak` times `gamma` once for every milestone epoch reached: the
+    lr drops at the first step of each milestone epoch (main_moco.py's `--schedule 120 160`, ×0.1)."""
+    if warmup_steps and step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    epoch = step // max(1, steps_per_epoch)
+    return peak * gamma ** sum(epoch >= m for m in milestones)
 
 
 class Momentum:

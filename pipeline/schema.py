@@ -205,6 +205,13 @@ class Optim(Section):
     weight_decay_end: Num(ge=0, null=True) = None
     warmup_epochs: Num(ge=0)
     min_lr: Num(ge=0) = 0.0  # where the cosine ends (DINO: 1e-6)
+    # a step schedule instead of the cosine: the lr times lr_decay from each of these epochs on (MoCo v1: 120, 160)
+    milestones: field(
+        Annotated[list[Annotated[StrictInt, Field(ge=1)]], Field(min_length=1)],
+        "a list of epochs (integers >= 1)",
+        True,
+    ) = None
+    lr_decay: Num(gt=0, le=1) = 0.1
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 
 

@@ -87,6 +87,9 @@ def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec, rng: np
         "blur_on": blur_on_draw.astype(np.uint8),
         "sigma": np.where(blur_on_draw, sigma_draw, 0.0).astype(np.float32),
     }
+    if spec.gray_first:  # greyed before the jitter: saturation and hue are identities on a grey image
+        p["saturation"] = np.where(p["gray"] > 0, 1.0, p["saturation"]).astype(np.float32)
+        p["hue"] = np.where(p["gray"] > 0, 0.0, p["hue"]).astype(np.float32)
     if spec.jitter_order == "random":
         p["jitter_order"] = np.stack([rng.permutation(4) for _ in range(n)]).astype(np.int8).reshape(n, 4)
     if spec.p_solarize > 0:

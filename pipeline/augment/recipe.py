@@ -54,6 +54,9 @@ class ViewSpec:
     jitter_order: str = "fixed"  # fixed | random (torchvision's ColorJitter permutes)
     hue_mode: str = "hsv"  # hsv | yiq (InvCLR's linear approximation)
     p_gray: float = 0.2
+    # true: grayscale as if before the jitter (MoCo v1's RandomGrayscale then ColorJitter): a grey view's saturation
+    # and hue are off, which on a grey image they are; brightness and contrast commute with greying
+    gray_first: bool = False
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     p_blur: float = 0.5
     p_solarize: float = 0.0
@@ -71,6 +74,7 @@ class ViewSpec:
             object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
         for name in ("size", "strong_ops"):
             object.__setattr__(self, name, int(getattr(self, name)))
+        _check(isinstance(self.gray_first, bool), f"view {self.name}: gray_first must be true or false")
         for name in ("p_flip", "p_jitter", "p_gray", "p_blur", "p_solarize", "strong_p", "solarize_threshold"):
             object.__setattr__(self, name, float(getattr(self, name)))
         _check(self.size > 0, f"view {self.name}: size must be positive")

@@ -42,6 +42,7 @@ def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
         head_cfg.get("bn", False),
         last_bn=head_cfg.get("last_bn", False),
         last_bias=head_cfg.get("last_bias", True),
+        last_bn_scale=head_cfg.get("last_bn_scale", False),
     )
     return Encoder(backbone, projector)
 

@@ -16,6 +16,7 @@ class Head(Section):
     out_dim: Int(1) = 128
     bn: Bool()
     last_bias: Bool() = True  # false: the last Linear has no bias (BYOL's official MLP)
+    last_bn_scale: Bool() = False  # true: the last Linear is bias-free and followed by BN with γ, no β (SimCLR's)
     bottleneck_dim: Int(1) = 256  # DINO's head
 
 

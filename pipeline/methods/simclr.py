@@ -1,11 +1,16 @@
-"""SimCLR (Chen et al. 2020): NT-Xent over both views, negatives gathered from every worker."""
+"""SimCLR (Chen et al. 2020): NT-Xent over both views, negatives gathered from every worker.
+
+The loss is the mean over all 2B anchors; `method.sum_directions: true` makes it the authors' `loss_a + loss_b`
+(objective.py, add_contrastive_loss: one cross-entropy mean per direction, summed), twice that mean. Under SGD it
+doubles the gradient; under LARS the trust ratio cancels the factor, but weight decay weighs half as much against
+it."""
 
 from __future__ import annotations
 
 import torch
 
 from pipeline import dist
-from pipeline.fields import Num
+from pipeline.fields import Bool, Num
 from pipeline.losses.contrastive import nt_xent_anchors
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
@@ -17,11 +22,13 @@ class SimCLR(Method):
 
     class Settings(MethodSettings):
         temperature: Num(gt=0)
+        sum_directions: Bool() = False  # true: loss_a + loss_b as the authors' code, 2x the mean over 2B anchors
 
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
         self.temperature = float(m["temperature"])
+        self.directions = 2.0 if m.get("sum_directions") else 1.0
         self.online = build_encoder(cfg["model"], m["head"])
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
@@ -31,7 +38,7 @@ class SimCLR(Method):
         z = z.float()  # loss in float32 under autocast
         z1, z2 = z[:b], z[b:]
         c1, c2 = dist.gather_grad(z1), dist.gather_grad(z2)
-        loss = nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)
+        loss = self.directions * nt_xent_anchors(z1, z2, c1, c2, self.temperature, offset=dist.rank() * b)
         # the gathered projections let in-batch plug-ins (CO2 on SimCLR) see every worker's negatives
         ctx = StepContext(
             features=[h[:b], h[b:]],

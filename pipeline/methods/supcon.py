@@ -23,11 +23,16 @@ class SupCon(Method):
 
     class Settings(MethodSettings):
         temperature: Num(gt=0)
+        # the authors' loss is scaled by τ/base_temperature (losses.py, SupConLoss: base_temperature 0.07); null:
+        # no factor, the paper's Eq. 2
+        base_temperature: Num(gt=0, null=True) = None
 
     def __init__(self, cfg: dict):
         super().__init__()
         m = cfg["method"]
         self.temperature = float(m["temperature"])
+        base = m.get("base_temperature")
+        self.scale = 1.0 if base is None else self.temperature / float(base)
         self.online = build_encoder(cfg["model"], m["head"])
 
     def query(self, x: torch.Tensor, with_features: bool = False):
@@ -54,7 +59,7 @@ class SupCon(Method):
         n, offset = c1.shape[0], dist.rank() * b
         local = torch.arange(b, device=z.device) + offset
         # anchors: this rank's 2b views; candidates: every rank's 2N views, laid out [all view 1, all view 2]
-        loss = supcon_loss(
+        loss = self.scale * supcon_loss(
             torch.cat([z1, z2]),
             torch.cat([y, y]),
             self.temperature,

@@ -18,12 +18,15 @@ def mlp_head(
     bn: bool = False,
     last_bn: bool = False,
     last_bias: bool = True,
+    last_bn_scale: bool = False,
 ) -> nn.Sequential:
     """Linear(-BN)-ReLU blocks then a final Linear; `num_layers=1` is a plain linear projection (MoCo v1).
 
     `last_bn` puts BN without affine parameters after the final Linear, whose bias it would cancel and which is
     dropped: SimSiam's projector and MoCo v3's. `last_bias=False` drops the final Linear's bias without it (MoCo v3's
-    official `_build_mlp` makes every Linear bias-free, the ResNet predictor's last one included)."""
+    official `_build_mlp` makes every Linear bias-free, the ResNet predictor's last one included). `last_bn_scale`
+    puts BN with a learned scale and no shift there instead (SimCLR's output layer: `center=False`), the Linear
+    before it bias-free too."""
     if num_layers < 1:
         raise ValueError("num_layers must be >= 1")
     layers: list[nn.Module] = []
@@ -34,10 +37,26 @@ def mlp_head(
             layers.append(nn.BatchNorm1d(hidden_dim))
         layers.append(nn.ReLU(inplace=True))
         dim = hidden_dim
-    layers.append(nn.Linear(dim, out_dim, bias=last_bias and not last_bn))
-    if last_bn:
+    layers.append(nn.Linear(dim, out_dim, bias=last_bias and not (last_bn or last_bn_scale)))
+    if last_bn_scale:
+        layers.append(ScaleBatchNorm1d(out_dim))
+    elif last_bn:
         layers.append(nn.BatchNorm1d(out_dim, affine=False))
     return nn.Sequential(*layers)
+
+
+class ScaleBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d whose affine part is the scale γ alone, no shift β (SimCLR's `batch_norm_relu(..., center=False)`
+    after the projection head's last Dense). torch's batch_norm takes a weight without a bias, and SyncBatchNorm's
+    conversion copies both as they are."""
+
+    def __init__(self, num_features: int):
+        super().__init__(num_features)
+        self.bias = None
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        nn.init.ones_(self.weight)
 
 
 class NormedLinear(nn.Module):

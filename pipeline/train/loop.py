@@ -129,6 +129,7 @@ class _Trainer:
         self.peak_lr = plan.lr
         self.total_steps = plan.total_steps
         self.warmup = plan.warmup_steps
+        self.steps_per_epoch = plan.steps_per_epoch
         self.step = 0
         self.step_s = 0.0  # where an epoch's time goes (seconds): the step's, and the data path's in self.timing
         self.timing = Timing()
@@ -156,7 +157,15 @@ class _Trainer:
 
     def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
-        lr = schedule_step(self.optimizer, self.cfg["optim"], self.step, self.total_steps, self.warmup, self.peak_lr)
+        lr = schedule_step(
+            self.optimizer,
+            self.cfg["optim"],
+            self.step,
+            self.total_steps,
+            self.warmup,
+            self.peak_lr,
+            self.steps_per_epoch,
+        )
         images, params = to_device(images, params, self.device, self.memory_format)
         dist.sync_buffers_(self.method.online)
         self.step += 1

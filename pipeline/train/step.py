@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.schedules import cosine, warmup_cosine
+from pipeline.schedules import cosine, warmup_cosine, warmup_step_decay
 from pipeline.train.optim import set_lr, set_weight_decay
 from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import autocast
@@ -49,10 +49,26 @@ def to_device(
     return images, params
 
 
-def schedule_step(optimizer, optim: dict, step: int, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
-    """Set the optimiser's lr (warm-up, cosine to optim.min_lr) and, where `optim.weight_decay_end` is set (DINO),
-    its weight decay (cosine from weight_decay) for optimisation step `step`; returns the lr."""
-    lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
+def schedule_step(
+    optimizer,
+    optim: dict,
+    step: int,
+    total_steps: int,
+    warmup_steps: int,
+    peak_lr: float,
+    steps_per_epoch: int | None = None,
+) -> float:
+    """Set the optimiser's lr (warm-up, then a cosine to optim.min_lr, or ×optim.lr_decay at each epoch of
+    optim.milestones, which needs `steps_per_epoch`) and, where `optim.weight_decay_end` is set (DINO), its weight
+    decay (cosine from weight_decay) for optimisation step `step`; returns the lr."""
+    if optim.get("milestones"):
+        if not steps_per_epoch:
+            raise ValueError("optim.milestones are epochs: schedule_step needs steps_per_epoch")
+        lr = warmup_step_decay(
+            step, steps_per_epoch, warmup_steps, peak_lr, list(optim["milestones"]), float(optim["lr_decay"])
+        )
+    else:
+        lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
     set_lr(optimizer, lr)
     if optim.get("weight_decay_end") is not None:
         set_weight_decay(
