@@ -67,6 +67,12 @@ def Choice(*values: Any, null: bool = False) -> Any:
     return field(Literal[values], "one of " + ", ".join(show(v) for v in values), null)
 
 
+def Ints(ge: int | None = None, *, null: bool = False) -> Any:
+    """A non-empty list of integers of any length (epochs, milestones)."""
+    item = Annotated[StrictInt, Field(ge=ge)]
+    return field(Annotated[list[item], Field(min_length=1)], "a non-empty list of integers" + _bounds(ge=ge), null)
+
+
 def Nums(n: int, *, gt=None) -> Any:
     item = Annotated[StrictFloat, Field(gt=gt)]
     return field(

@@ -34,7 +34,7 @@ from pipeline.config import ConfigError
 from pipeline.data import DATASETS
 from pipeline.data.formats import ON_BAD_SHARD
 from pipeline.data.generated import Generate
-from pipeline.fields import Allowed, Bool, Choice, Int, Num, Nums, Section, Str, bad, check_model, field, show
+from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, bad, check_model, field, show
 from pipeline.locations import _check_data, _check_paths, _check_tracking
 from pipeline.methods import METHODS
 from pipeline.methods.settings import MethodSettings
@@ -206,11 +206,7 @@ class Optim(Section):
     warmup_epochs: Num(ge=0)
     min_lr: Num(ge=0) = 0.0  # where the cosine ends (DINO: 1e-6)
     # a step schedule instead of the cosine: the lr times lr_decay from each of these epochs on (MoCo v1: 120, 160)
-    milestones: field(
-        Annotated[list[Annotated[StrictInt, Field(ge=1)]], Field(min_length=1)],
-        "a list of epochs (integers >= 1)",
-        True,
-    ) = None
+    milestones: Ints(1, null=True) = None
     lr_decay: Num(gt=0, le=1) = 0.1
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 

@@ -121,7 +121,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("trainer.num_workers=1 method.key_bn=sync", "method.key_bn=sync: needs 2 or more workers"),
         ("trainer.grad_compression=fp8", "trainer.grad_compression=fp8: expected one of bf16 or null"),
         ("optim.momentum=1", "optim.momentum=1: expected a number in [0, 1)"),
-        ("+optim.milestones=[0,120]", "optim.milestones=[0, 120]: expected a list of epochs (integers >= 1)"),
+        ("+optim.milestones=[0,120]", "optim.milestones=[0, 120]: expected a non-empty list of integers >= 1"),
         ("+optim.lr_decay=0", "optim.lr_decay=0: expected a number > 0 and <= 1"),
         ("method=supcon +method.base_temperature=0", "method.base_temperature=0: expected a number > 0"),
         ("method=simclr +method.sum_directions=2", "method.sum_directions=2: expected true or false"),
