@@ -115,7 +115,7 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
         ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
         ("method.key_bn=bogus", "method.key_bn=bogus: expected one of auto, shuffle, shuffle_node, sync, split"),
-        ("method.kind=bogus", "method.kind=bogus: expected one of moco, mocov3, simclr, byol, simsiam, supcon, dino"),
+        ("method.kind=bogus", "method.kind=bogus: expected one of byol, dino, moco, mocov3, simclr, simsiam, supcon"),
         ("method.key_bn=split method.bn_splits=1", "method.bn_splits=1: must be 2 or more with method.key_bn=split"),
         ("method.key_bn=sync method.bn_splits=2", "method.bn_splits=2: must be 1 with method.key_bn=sync"),
         ("trainer.num_workers=1 method.key_bn=sync", "method.key_bn=sync: needs 2 or more workers"),

@@ -137,6 +137,8 @@ def make_photo_splits(
 class Photos(GeneratedDataset):
     """Crops of scikit-image's photographs, a class per photograph (`data=photos`)."""
 
+    name = "photos"
+
     def make_splits(self, root: Path, generate: dict, progress: bool = True) -> dict[str, dict]:
         return make_photo_splits(root, **generate, progress=progress)
 

@@ -73,6 +73,8 @@ def make_spirograph_splits(
 class Spirograph(GeneratedDataset):
     """Spirograph images with their ten generating parameters (InvCLR App. E); the targets are four of them."""
 
+    name = "spirograph"
+
     def make_splits(self, root: Path, generate: dict, progress: bool = True) -> dict[str, dict]:
         return make_spirograph_splits(root, **generate, progress=progress)
 

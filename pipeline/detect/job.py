@@ -346,6 +346,8 @@ def _finished(run, name: str) -> dict:
 class DetectionTransfer(Evaluation):
     """Detection fine-tuning of the backbone on detectron2 or torchvision: jobs/detect.py, a suite's `job: detect`."""
 
+    name = "detect"
+
     config = "detection"
 
     def check(self, cfg: dict) -> None:

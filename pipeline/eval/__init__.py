@@ -1,22 +1,17 @@
-"""Evaluation registry: the downstream evaluations a suite's steps name (conf/suite/, `job: <name>`), each also a job
-of its own. The project's own are listed here; an installed package adds its own under the `augssl.evaluations`
-entry-point group (pipeline.registry, docs/extending.md). Importing this package imports no evaluation."""
+"""Evaluation registry: the downstream evaluations a suite's steps name (conf/suite/, `job: <name>`), each also a job of
+its own. The project's own are the classes in pipeline/eval and pipeline/detect that set `name`; an installed package
+adds its own under the `augssl.evaluations` entry-point group (pipeline.registry, docs/extending.md). Importing this
+package imports no evaluation."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.registry import Registry
+from pipeline.registry import Registry, declared
 
 if TYPE_CHECKING:
     from pipeline.eval.evaluation import Evaluation
 
 EVALUATIONS: Registry[Evaluation] = Registry(
-    "augssl.evaluations",
-    {
-        "linear_probe": "pipeline.eval.probe_job:LinearProbe",
-        "knn": "pipeline.eval.knn_job:KNN",
-        "finetune": "pipeline.eval.finetune_job:FineTuning",
-        "detect": "pipeline.detect.job:DetectionTransfer",
-    },
+    "augssl.evaluations", declared(("pipeline.eval", "pipeline.detect"), "name", "Evaluation")
 )

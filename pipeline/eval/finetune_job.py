@@ -309,6 +309,8 @@ def _finished(ev) -> dict:
 class FineTuning(Evaluation):
     """End-to-end fine-tuning on a labelled fraction, beside a random-init twin: jobs/finetune.py, `job: finetune`."""
 
+    name = "finetune"
+
     config = "finetune"
 
     def check(self, cfg: dict) -> None:

@@ -170,6 +170,8 @@ def _logged(metrics: dict[str, float], label: str) -> dict[str, float]:
 class KNN(Evaluation):
     """Weighted kNN on frozen features, beside a random-init twin: jobs/knn.py, a suite's `job: knn`."""
 
+    name = "knn"
+
     config = "knn"
 
     def check(self, cfg: dict) -> None:

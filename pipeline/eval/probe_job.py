@@ -124,6 +124,8 @@ class LinearProbe(Evaluation):
     linear_probe`. Its config is the training config (the run's own sections, the command line's eval.* and data.*
     on top, merged when it runs); `run=<ref>` names the pretraining run (the config's `run` is a section)."""
 
+    name = "linear_probe"
+
     config = "config"
 
     def __init__(self) -> None:

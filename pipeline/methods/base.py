@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
@@ -59,12 +59,13 @@ class Method(nn.Module):
     synchronisation covers exactly what the optimiser updates. Momentum encoders and queues live beside
     it and stay identical across ranks by construction.
 
-    A method declares its settings (`Settings`, the `method.*` keys its conf/method/<name>.yaml gives, checked by
-    the schema before the run starts), writes `framework_loss` (its loss and the StepContext it declares in
-    `provides`) and, where it has them, the hooks around the optimiser step: `before_optimizer_step` (on the
+    A method declares its `kind` and its settings (`Settings`, the `method.*` keys its conf/method/<name>.yaml
+    gives, checked by the schema before the run starts), writes `framework_loss` (its loss and the StepContext it
+    declares in `provides`) and, where it has them, the hooks around the optimiser step: `before_optimizer_step` (on the
     gradients) and `update_momentum` (momentum encoders, after the step).
     """
 
+    kind: ClassVar[str]  # the name `method.kind` picks it by; a class that sets it is registered (pipeline.registry)
     Settings: type[MethodSettings] = MethodSettings
     online: nn.Module
     n_views: int = 2

@@ -29,6 +29,8 @@ class BYOL(PredictorMethod):
     symmetric 2 − 2cos(q_θ(z_θ), sg(z'_ξ)) over both view orders (Eq. 2, L + L̃). The target momentum follows
     τ = 1 − (1 − τ_base)(cos(πk/K) + 1)/2, reaching 1 at the end of training (τ_base = 0.996 in the paper)."""
 
+    kind = "byol"
+
     provides = frozenset({"features", "pairs", "embed", "embed_target"})
 
     class Settings(MomentumSettings):

@@ -31,6 +31,8 @@ class DINO(Method):
     layer's gradients are dropped during the first epoch and each parameter's gradient norm is clipped to 3.0 (the
     paper's code). The teacher never drops paths (model.drop_path is the student's)."""
 
+    kind = "dino"
+
     provides = frozenset({"features"})
     center: torch.Tensor  # a buffer, registered in __init__
 

@@ -25,6 +25,7 @@ KEY_BN_MODES = key_bn.MODES  # by another name: the Settings field `key_bn` hide
 
 
 class MoCo(Method):
+    kind = "moco"
     provides = frozenset({"features", "pairs", "queue", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):

@@ -30,6 +30,8 @@ class MoCoV3(PredictorMethod):
     (§5, "random patch projection", method.random_patch_projection). The paper's optimisers: AdamW for ViT,
     LARS for ResNet (+experiment=mocov3_vit, mocov3_resnet)."""
 
+    kind = "mocov3"
+
     provides = frozenset({"features", "pairs", "key_bank", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):

@@ -18,6 +18,7 @@ from pipeline.methods.settings import MethodSettings
 
 
 class SimCLR(Method):
+    kind = "simclr"
     provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):

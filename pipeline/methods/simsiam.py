@@ -20,6 +20,8 @@ class SimSiam(PredictorMethod):
     the hidden fc, none on the output). Loss: L = ½D(p1, sg(z2)) + ½D(p2, sg(z1)) with D the negative cosine
     (Eq. 3). Paper optimiser: SGD, lr 0.05·batch/256 (cosine), wd 1e-4, momentum 0.9."""
 
+    kind = "simsiam"
+
     provides = frozenset({"features", "embed", "embed_target"})
 
     class Settings(MethodSettings):

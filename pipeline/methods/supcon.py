@@ -19,6 +19,8 @@ class SupCon(Method):
     loss L^sup_out (Eq. 2) over the 2B views, positives = every other view with the anchor's label, temperature
     0.1 (the paper's value). Labels come in `params[0]["label"]` (int64 [B], shared by the views)."""
 
+    kind = "supcon"
+
     provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):

@@ -17,7 +17,7 @@ calls `after_outer_step`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 from torch import nn
@@ -38,7 +38,7 @@ class OwnOptimizer:
 
 class Plugin(nn.Module):
     Settings: type[Section] = Section  # its plugin.<name>.* keys (conf/plugin/<name>.yaml), checked before the run
-    name = "plugin"
+    name: ClassVar[str]  # plugin=[<name>] picks it; a class that sets it is registered (pipeline.registry)
     frameworks: tuple[str, ...] = ()  # method kinds it plugs into
     needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 

@@ -96,7 +96,7 @@ def _evaluate(tmp_path: Path, *args: str, timeout: int = 900):
         (
             ["+suite=standard", "+extra.fit.a=1"],
             "error: extra={'linear_probe': {}, 'knn': {}, 'finetune': {}, 'detect': {}, 'fit': {'a': 1}}: "
-            "expected settings under extra.linear_probe",
+            "expected settings under extra.detect, extra.finetune, extra.knn, extra.linear_probe",
         ),
     ],
 )
