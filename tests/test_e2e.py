@@ -190,43 +190,17 @@ def _check_the_ui_view(client, run, stdout: str) -> None:
     assert [(m.step, m.value) for m in epochs] == [(8, 1.0), (16, 2.0)]  # 512 samples / batch 64 = 8 steps an epoch
 
 
-def test_interrupted_run_resumes_from_last_checkpoint(tmp_path):
-    marker = tmp_path / "failed-once"
-    args = [
-        "train.epochs=3",
-        "eval.knn.every=0",
-        "eval.probe.after_pretrain=false",
-        "debug.fail_at_epoch=1",
-        f"debug.fail_marker={marker}",
-    ]
-    first = pretrain(tmp_path, *args, check=False)
-    assert first.returncode != 0 and marker.exists()
-    client, runs = mlflow_runs(tmp_path)
-    assert len(runs) == 1 and runs[0].info.status == "FAILED"
-    run_id = runs[0].info.run_id
-    # the worker's error, recorded on the run: one line in a tag, the traceback's tail as a text artifact
-    assert "RuntimeError: injected failure at epoch 1" in runs[0].data.tags["error"]
-    assert [a.path.endswith("-failed.txt") for a in client.list_artifacts(run_id, "errors")] == [True]
-    steps_first = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/epoch_loss")]
-    assert len(steps_first) == 1
-    # the same command again: resumes after the first epoch, into the same MLflow run
-    second = pretrain(tmp_path, *args)
-    assert "resumed from the checkpoint of epoch 1/3 " in second.stdout + second.stderr
-    client, runs = mlflow_runs(tmp_path)
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].info.run_id == run_id
-    assert "error" not in runs[0].data.tags
-    epochs = client.get_metric_history(runs[0].info.run_id, "train/epoch_loss")
-    assert len(epochs) == 3 and len({m.step for m in epochs}) == 3
-
-
-def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
-    """SIGINT to the driver mid-run (what Ctrl-C sends): the job stops, the checkpoints it reported load, and the
-    same command resumes after the last one."""
+def test_ctrl_c_then_a_failure_then_the_same_command_resumes_each_time(tmp_path):
+    """SIGINT to the driver mid-run (what Ctrl-C sends): the job stops, its run is KILLED and the checkpoints it
+    reported load. The same run (run.name) again resumes after the last one and fails once in a worker: FAILED, with
+    the worker's error on the run. The same command once more resumes after the failure and finishes, into the same
+    MLflow run each time."""
     import signal
     import time
 
     import torch
 
+    marker = tmp_path / "failed-once"
     args = [
         sys.executable,
         str(ROOT / "jobs" / "pretrain.py"),
@@ -234,13 +208,17 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
         *SPIRO,
         *SMALL,
         "trainer.num_workers=1",
-        "run.name=ctrl-c",
+        "run.name=interrupted",
         "eval.knn.every=0",
         "eval.probe.after_pretrain=false",
-        "train.epochs=30",
     ]
     proc = subprocess.Popen(
-        args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env()
+        [*args, "train.epochs=30"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=job_env(),
     )
     storage = tmp_path / "runs" / "ray"
     deadline = time.monotonic() + 600
@@ -259,20 +237,35 @@ def test_ctrl_c_leaves_the_last_checkpoint_usable(tmp_path):
     last = max(torch.load(p, map_location="cpu", weights_only=False)["epoch"] for p in states)
     assert last >= 1
     client, runs = mlflow_runs(tmp_path)
-    assert runs[0].info.status == "KILLED"
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
     assert runs[0].data.tags["error"].startswith(("KeyboardInterrupt", "SystemExit"))
-    # the same run (run.name) with a shorter budget: it resumes after the last reported epoch
-    again = subprocess.run(
-        [*args[:-1], f"train.epochs={last + 2}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=job_env(),
-    )
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    # it resumes from the newest complete state.pt on disk, even one Ray had not registered when interrupted
-    assert f"resumed from the checkpoint of epoch {last + 1}/" in again.stdout + again.stderr, again.stdout[-2000:]
+    run_id, epochs = runs[0].info.run_id, last + 3
+
+    def again(check: bool) -> subprocess.CompletedProcess:
+        extra = [f"train.epochs={epochs}", f"debug.fail_at_epoch={last + 2}", f"debug.fail_marker={marker}"]
+        r = subprocess.run([*args, *extra], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=job_env())
+        assert not check or r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return r
+
+    # a shorter budget: it resumes from the newest complete state.pt on disk, even one Ray had not registered when
+    # interrupted, trains an epoch and fails in the worker at the start of the next
+    failed = again(check=False)
+    said = failed.stdout + failed.stderr
+    assert failed.returncode != 0 and marker.exists(), said[-3000:]
+    assert f"resumed from the checkpoint of epoch {last + 1}/{epochs} " in said, said[-2000:]
+    client, runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED" and runs[0].info.run_id == run_id
+    # the worker's error, recorded on the run: one line in a tag, the traceback's tail as a text artifact
+    assert f"RuntimeError: injected failure at epoch {last + 2}" in runs[0].data.tags["error"]
+    assert any(a.path.endswith("-failed.txt") for a in client.list_artifacts(run_id, "errors"))
+    # the same command again: resumes after the failure, into the same MLflow run, and finishes
+    done = again(check=True)
+    assert f"resumed from the checkpoint of epoch {last + 2}/{epochs} " in done.stdout + done.stderr
+    client, runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].info.run_id == run_id
+    assert "error" not in runs[0].data.tags
+    losses = client.get_metric_history(run_id, "train/epoch_loss")
+    assert len({m.step for m in losses}) == epochs  # every epoch logged, across the three jobs
 
 
 def _imagefolder(root: Path, n_per_class: int, seed: int) -> Path:
