@@ -131,8 +131,8 @@ def test_an_installed_package_adds_a_dataset_and_an_evaluation_a_suite_runs(site
     r = _python(site, "-c", DATA, str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["datasets"] == ["spirograph", "photos", "blobs"]
-    assert out["evaluations"] == ["linear_probe", "knn", "finetune", "detect", "spread"]
+    assert out["datasets"] == ["photos", "spirograph", "blobs"]  # the own by name, then the installed
+    assert out["evaluations"] == ["detect", "finetune", "knn", "linear_probe", "spread"]
     # the dataset: generated on first use into the managed folder, its own setting recorded in the manifest
     assert out["samples"] == 60 and Path(out["train"]).parent.name.startswith("blobs-")
     assert Path(out["train"]).is_relative_to(tmp_path / "data")

@@ -1,19 +1,15 @@
 """jobs/finetune.py: check the settings (one line, before MLflow or torch's work), draw or read the labelled
-subset, fine-tune the run's backbone and a random-init twin on it, log both into a child run of the run."""
+subset, fine-tune the run's backbone and a random-init twin on it, log both into a child run of the run. Here: its
+settings and checks; the run is pipeline.eval.finetune_run."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from pipeline import mlflow_ui
-from pipeline.config import ConfigError, JobError
+from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
+from pipeline.eval.job_errors import FinetuneError
 from pipeline.fields import Bool, Choice, Int, Num, Section, Str, check_model
-
-
-class FinetuneError(JobError):
-    """Bad input or a run that cannot be fine-tuned: one line for the user."""
 
 
 class Finetune(Section):
@@ -31,9 +27,6 @@ class Finetune(Section):
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
     val_size: Int(1, null=True) = None
-
-
-METRIC_KEYS = ("top1", "top5", "mse", "r2")
 
 
 def check(cfg: dict) -> None:
@@ -67,245 +60,6 @@ def check(cfg: dict) -> None:
         raise FinetuneError(f"data={cfg['data']}: expected keys on top of the run's data (data.train=...)")
 
 
-def schedule(cfg: dict, task: str):
-    from pipeline.eval.finetune import Schedule
-
-    regression = task == "regression"
-    scale = cfg["crop_scale"] if cfg["crop_scale"] != "auto" else ([1.0, 1.0] if regression else [0.08, 1.0])
-    flip = cfg["flip"] if cfg["flip"] != "auto" else not regression
-    lr_head = cfg["lr_head"] if cfg["lr_head"] != "auto" else (cfg["lr_backbone"] if regression else 1.0)
-    return Schedule(
-        cfg["epochs"],
-        cfg["batch_size"],
-        cfg["lr_backbone"],
-        lr_head,
-        cfg["milestones"],
-        cfg["gamma"],
-        cfg["momentum"],
-        cfg["weight_decay"],
-        [float(v) for v in scale],
-        bool(flip),
-    )
-
-
-def run(cfg: dict) -> dict:
-    """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random)."""
-    from pipeline import tracking
-    from pipeline.eval import downstream
-    from pipeline.eval.source import load_source
-
-    try:
-        downstream.pick_device(cfg["device"])
-        tracking.setup(cfg)  # a run id is looked up in the store
-        src = load_source(str(cfg["run"]))
-    except (FileNotFoundError, ValueError) as e:
-        raise FinetuneError(str(e)) from None
-    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
-    names = _subset_names(cfg)
-    s = schedule(cfg, data["task"])
-    settings = {
-        "source": src.ref,
-        "data": {k: data[k] for k in ("train", "val", "task") if k in data},
-        "targets": data.get("targets"),
-        "subset": names if names is not None else cfg["label_fraction"],
-        "schedule": s.__dict__,
-        "baseline": cfg["baseline"],
-        "seed": cfg["seed"],
-        "val_size": cfg["val_size"],
-    }
-    what = "subset" if names is not None else f"{cfg['label_fraction']:g}"
-    ev = downstream.find(cfg, src, "finetune", settings, what)
-    if ev.finished:
-        return _finished(ev)
-    try:
-        train, keys, val = _splits(cfg, data, names)
-    except (FileNotFoundError, ValueError) as e:
-        raise FinetuneError(str(e)) from None
-    import mlflow
-
-    out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
-    with downstream.child_run(cfg, src, ev, "finetune") as run_id:
-        if ev.found is None:
-            mlflow.log_params(
-                {
-                    "source": src.ref,
-                    "label_fraction": cfg["label_fraction"],
-                    "subset": cfg["subset"],
-                    "subset_size": len(train.encoded),
-                    "val_size": len(val.encoded),
-                    "data.train": data["train"],
-                    "data.val": data["val"],
-                    "seed": cfg["seed"],
-                    **{f"schedule.{k}": v for k, v in s.__dict__.items()},
-                }
-            )
-            mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
-            # the splits as dataset inputs; the training one counts the labelled subset it was tuned on
-            mlflow_ui.log_datasets({"data": data}, len(train.encoded))
-        try:
-            results = _all(cfg, src, data, train, val, s, out_dir)
-        except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line
-            raise FinetuneError(str(e)) from None
-    print(f"[finetune] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""), flush=True)
-    return results
-
-
-def _subset_names(cfg: dict) -> list[str] | None:
-    if cfg["subset"] is None:
-        return None
-    names = [ln.strip() for ln in Path(cfg["subset"]).read_text().splitlines() if ln.strip()]
-    if not names:
-        raise FinetuneError(f"subset={cfg['subset']}: the file lists no samples")
-    return names
-
-
-def _splits(cfg: dict, data: dict, names: list[str] | None):
-    from pipeline.data.labelled import select
-    from pipeline.data.reader import load_split
-    from pipeline.eval.finetune import decodable
-
-    targets = data.get("targets")
-    train, keys = select(data["train"], data["task"], targets, cfg["label_fraction"], cfg["seed"], names=names)
-    good, kept = decodable(train)
-    keys = [keys[i] for i in kept]  # what trains is what is logged
-    if len(good.encoded) < len(train.encoded):
-        print(
-            f"[finetune] skipped {len(train.encoded) - len(good.encoded)} undecodable images of the subset", flush=True
-        )
-    if len(good.encoded) < 2:
-        raise ValueError(f"the labelled subset has {len(good.encoded)} decodable image(s): raise label_fraction")
-    val, _ = decodable(load_split(data["val"], data["task"], targets, limit=cfg["val_size"]))
-    src = "listed in " + cfg["subset"] if names is not None else f"{cfg['label_fraction']:g} of the train split"
-    print(
-        f"[finetune] {len(good.encoded)} labelled images ({src}, seed {cfg['seed']}), "
-        f"{len(val.encoded)} validation images",
-        flush=True,
-    )
-    return good, keys, val
-
-
-def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
-    """Each backbone in turn; one whose results an earlier attempt logged is kept, one it left part-way resumes
-    from its last epoch's checkpoint."""
-    import mlflow
-    import torch
-
-    from pipeline import tracking
-    from pipeline.augment.view_maker import eval_settings
-    from pipeline.eval import downstream
-    from pipeline.eval.finetune import finetune, out_dim
-    from pipeline.eval.run_probe import backbone_from, random_backbone
-
-    size, mean, std = eval_settings(src.cfg["augment"])
-    device = torch.device(downstream.pick_device(cfg["device"]))
-    logged = mlflow.get_run(tracking.active_run_id()).data.metrics
-    results = {}
-    for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
-        done = {k: logged[_key(label, k)] for k in METRIC_KEYS if _key(label, k) in logged}
-        if done:
-            results[label] = done
-            print(f"[finetune] {label}: done before; kept", flush=True)
-            continue
-        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
-        t0 = time.monotonic()
-
-        def log(epoch: int, m: dict, label=label) -> None:
-            mlflow.log_metrics({_key(label, k): v for k, v in m.items()}, step=epoch)
-            print(f"[finetune] {label} epoch {epoch}/{s.epochs}: loss {m['loss']:.4f}", flush=True)
-
-        res = finetune(
-            net,
-            train,
-            val,
-            data["task"],
-            out_dim(train, data["task"]),
-            s,
-            size,
-            mean,
-            std,
-            device,
-            cfg["seed"],
-            out_dir / label / "last.pt",
-            log,
-        )
-        results[label] = res
-        mlflow.log_metrics(
-            {**{_key(label, k): v for k, v in res.items()}, _key(label, "minutes"): (time.monotonic() - t0) / 60}
-        )
-    table = _table(results)
-    print(table, flush=True)
-    mlflow.log_text(table, "finetune/table.md")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = _curves_png(tracking.active_run_id(), list(results), out_dir / "finetune.png")
-    mlflow.log_artifact(str(png), "finetune")
-    return results
-
-
-def _key(label: str, name: str) -> str:
-    """A fine-tuning metric's MLflow name: finetune/<backbone>_<name> (finetune/pretrained_top1), grouped in the UI
-    as every job's are (train/, knn/, probe/, detect/)."""
-    return f"finetune/{label}_{name}"
-
-
-def _table(results: dict[str, dict[str, float]]) -> str:
-    from pipeline.eval.downstream import results_table
-
-    keys = list(dict.fromkeys(k for r in results.values() for k in r))
-    per_target = [k for k in keys if k.startswith(("mse_", "r2_"))]
-    return results_table(results, [k for k in keys if k not in per_target] + per_target)
-
-
-def _curves_png(run_id: str, labels: list[str], path: Path) -> Path:
-    """Training loss per epoch of each backbone, and its final scores: what a person compares first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    metrics = client.get_run(run_id).data.metrics
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2))
-    for label in labels:
-        hist = sorted(client.get_metric_history(run_id, _key(label, "loss")), key=lambda m: m.step)
-        ax.plot([m.step for m in hist], [m.value for m in hist], marker="o", ms=3, label=label)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("training loss")
-    ax.legend()
-    keys = [k for k in ("top1", "top5", "r2") if _key(labels[0], k) in metrics]
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        bx.bar(
-            [j + i * width for j in range(len(keys))],
-            [metrics.get(_key(label, k), 0.0) for k in keys],
-            width,
-            label=label,
-        )
-    bx.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))], keys)
-    bx.set_ylabel("validation (higher is better)")
-    bx.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _finished(ev) -> dict:
-    m = ev.found.data.metrics
-    results = {
-        label: {k: m[_key(label, k)] for k in METRIC_KEYS if _key(label, k) in m}
-        for label in ("pretrained", "random")
-        if any(_key(label, k) in m for k in METRIC_KEYS)
-    }
-    print(
-        f"[finetune] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
-        flush=True,
-    )
-    if results:
-        print(_table(results), flush=True)
-    return results
-
-
 class FineTuning(Evaluation):
     """End-to-end fine-tuning on a labelled fraction, beside a random-init twin: jobs/finetune.py, `job: finetune`."""
 
@@ -317,4 +71,6 @@ class FineTuning(Evaluation):
         check(cfg)
 
     def run(self, cfg: dict) -> dict:
-        return run(cfg)
+        from pipeline.eval import finetune_run  # the heavy part (torch, MLflow): kept off the bad-input path
+
+        return finetune_run.run(cfg)

@@ -1,18 +1,15 @@
 """jobs/knn.py: weighted kNN of a pretraining run's frozen features (k=200, T=0.07 by default): both splits'
 features extracted by Ray Data to disk (pipeline.eval.extract), the whole train split as the memory bank, the
-whole validation split as queries; the same for a random-init twin; a child run of the pretraining run."""
+whole validation split as queries; the same for a random-init twin; a child run of the pretraining run. Here: its
+settings and checks; the run is pipeline.eval.knn_run."""
 
 from __future__ import annotations
 
-from pipeline import mlflow_ui
-from pipeline.config import ConfigError, JobError
+from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
+from pipeline.eval.job_errors import KnnError
 from pipeline.fields import Bool, Int, Num, Section, check_model
 from pipeline.schema import Resources
-
-
-class KnnError(JobError):
-    """Bad input or a run that cannot be evaluated: one line for the user."""
 
 
 class Knn(Section):
@@ -34,139 +31,6 @@ def check(cfg: dict) -> None:
         raise KnnError(f"data={cfg['data']}: expected keys on top of the run's data (data.train=...)")
 
 
-def run(cfg: dict) -> dict:
-    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}."""
-    from pipeline import tracking
-    from pipeline.eval import downstream
-    from pipeline.eval.source import load_source
-
-    try:
-        tracking.setup(cfg)  # a run id is looked up in the store
-        src = load_source(str(cfg["run"]))
-    except (FileNotFoundError, ValueError) as e:
-        raise KnnError(str(e)) from None
-    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
-    for split in ("train", "val"):
-        from pipeline.data.manifest import read_manifest
-
-        try:
-            read_manifest(data[split])
-        except (FileNotFoundError, ValueError) as e:
-            raise KnnError(f"data.{split}={data[split]}: {e}") from None
-    settings = {
-        "source": src.ref,
-        "data": {k: data[k] for k in ("train", "val", "task")},
-        "k": cfg["k"],
-        "temperature": cfg["temperature"],
-        "baseline": cfg["baseline"],
-        "seed": cfg["seed"],
-    }
-    ev = downstream.find(cfg, src, "knn", settings, f"k{cfg['k']}")
-    if ev.finished:
-        assert ev.found is not None  # finished: an earlier attempt's run
-        m = ev.found.data.metrics
-        print(
-            f"[knn] {ev.name} finished before (MLflow run {ev.found.info.run_id}); nothing to run. Its results:",
-            flush=True,
-        )
-        results = {label: _logged(m, label) for label in ("pretrained", "random")}
-        print(_table({k: v for k, v in results.items() if v}), flush=True)
-        return results
-    import mlflow
-
-    from pipeline.cluster import init_ray
-    from pipeline.eval.extract import check_actors
-
-    init_ray(cfg)
-    try:  # before the run is made: actors the cluster cannot place
-        check_actors(cfg["actors"], cfg["actor_resources"], autoscale=bool(cfg["trainer"].get("autoscale")))
-    except ConfigError as e:
-        raise KnnError(str(e)) from None
-    with downstream.child_run(cfg, src, ev, "knn") as run_id:
-        if ev.found is None:
-            mlflow.log_params(
-                {
-                    "source": src.ref,
-                    "k": cfg["k"],
-                    "temperature": cfg["temperature"],
-                    "data.train": data["train"],
-                    "data.val": data["val"],
-                }
-            )
-            mlflow_ui.log_datasets({"data": data})  # the splits it ran on, as the run page's dataset inputs
-        results = _all(cfg, src, data)
-        table = _table(results)
-        print(table, flush=True)
-        mlflow.log_text(table, "knn/table.md")
-    print(f"[knn] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""), flush=True)
-    return results
-
-
-def _all(cfg: dict, src, data: dict) -> dict:
-    import mlflow
-
-    from pipeline.augment.view_maker import eval_settings
-    from pipeline.data.manifest import read_manifest
-    from pipeline.eval.downstream import pick_device
-    from pipeline.eval.extract import load_features, split_features
-    from pipeline.eval.knn import knn_streamed
-    from pipeline.eval.run_probe import backbone_from, random_backbone
-
-    size, mean, std = eval_settings(src.cfg["augment"])
-    targets = data.get("targets")
-    names = read_manifest(data["train"])[0].get("class_names") or []
-    device = pick_device("auto")
-    results = {}
-    extraction = {"batch_size": cfg["batch_size"], "actors": cfg["actors"], "resources": cfg["actor_resources"]}
-    for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
-        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
-        state = net.state_dict()
-        feats, metas = {}, {}
-        for split in ("train", "val"):
-            out, metas[split] = split_features(
-                data, src.cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, **extraction
-            )
-            feats[split] = load_features(out)
-        res = knn_streamed(
-            *feats["train"],
-            *feats["val"],
-            data["task"],
-            cfg["k"],
-            cfg["temperature"],
-            len(names) or None,
-            list(targets or []),
-            device=device,
-        )
-        results[label] = res
-        speed = metas["train"]["images_per_s"]
-        # knn/<backbone>_top1 (or _r2...): the kNN monitor's knn/ group, one name per backbone
-        logged = {f"knn/{label}_{k.removeprefix('knn_')}": v for k, v in res.items()}
-        mlflow.log_metrics({**logged, f"knn/{label}_extract_images_per_s": speed})
-        print(
-            f"[knn] {label}: {', '.join(f'{k} {v:.4f}' for k, v in res.items())} (bank {metas['train']['n']}, "
-            f"queries {metas['val']['n']}; features at {speed:.0f} images/s on {metas['train']['actors']} "
-            f"{metas['train']['device']} actor(s))",
-            flush=True,
-        )
-    return results
-
-
-def _table(results: dict[str, dict[str, float]]) -> str:
-    from pipeline.eval.downstream import results_table
-
-    return results_table(results, list(dict.fromkeys(k for r in results.values() for k in r)))
-
-
-def _logged(metrics: dict[str, float], label: str) -> dict[str, float]:
-    """A backbone's results as run() returns them ({"knn_top1": ...}), read back from its run's metrics."""
-    prefix = f"knn/{label}_"
-    return {
-        "knn_" + k[len(prefix) :]: v
-        for k, v in metrics.items()
-        if k.startswith(prefix) and not k.endswith("extract_images_per_s")
-    }
-
-
 class KNN(Evaluation):
     """Weighted kNN on frozen features, beside a random-init twin: jobs/knn.py, a suite's `job: knn`."""
 
@@ -178,4 +42,6 @@ class KNN(Evaluation):
         check(cfg)
 
     def run(self, cfg: dict) -> dict:
-        return run(cfg)
+        from pipeline.eval import knn_run  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
+
+        return knn_run.run(cfg)

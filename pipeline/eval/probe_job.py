@@ -1,122 +1,21 @@
 """jobs/linear_probe.py: the probe of a pretraining run's backbone beside a random-init twin, with the run's model,
 data and image size and the command line's eval.* on top, logged into a child run of the run. A probe that
-finished before with the same settings prints its results and probes nothing."""
+finished before with the same settings prints its results and probes nothing. Here: its settings and checks; the
+run is pipeline.eval.probe_run."""
 
 from __future__ import annotations
 
-from pipeline import mlflow_ui
-from pipeline.config import ConfigError, JobError
+from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
+from pipeline.eval.job_errors import ProbeError
 from pipeline.fields import check_model
 from pipeline.schema import Config
-
-
-class ProbeError(JobError):
-    """Bad input or a run that cannot be probed: one line for the user."""
 
 
 def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     """`run=<ref>` taken off the command line (the config's `run` is a section: run.name=...)."""
     refs = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]
     return (refs[-1] if refs else None), [a for a in argv if not a.startswith("run=")]
-
-
-def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
-    """Probe and log; returns compare_with_random's results (or the finished run's, read back)."""
-    from mlflow.tracking import MlflowClient
-
-    from pipeline import tracking
-    from pipeline.augment.view_maker import eval_settings
-    from pipeline.eval.downstream import settings_key
-    from pipeline.eval.results import probe_results
-    from pipeline.eval.run_probe import check_probe_actors, compare_with_random, config_for_run, probe_solver
-    from pipeline.eval.source import load_source
-    from pipeline.schema import validate
-
-    ref = ref or cfg["eval"]["probe"]["checkpoint"]
-    if not ref:
-        raise ProbeError("run=<MLflow run id, checkpoint folder or state.pt> is required")
-    exp_id = tracking.setup(cfg)
-    try:
-        src = load_source(str(ref))
-    except FileNotFoundError as e:
-        raise ProbeError(str(e)) from None
-    try:
-        cfg = config_for_run(cfg, src.cfg, argv)
-        validate(cfg)  # the run's sections with the command line's on top: one line, before anything is logged
-    except (ValueError, ConfigError) as e:
-        raise ProbeError(str(e)) from None
-    parent = src.run_id
-    parent_run = MlflowClient().get_run(parent) if parent else None
-
-    # One child run per (checkpoint, data, probe settings)
-    probe_eval = {k: v for k, v in cfg["eval"].items() if k != "knn"}
-    # what is probed, not where: the checkpoint is the source, the actors place the extraction
-    placing = ("checkpoint", "actors", "actor_resources")
-    probe_eval["probe"] = {k: v for k, v in cfg["eval"]["probe"].items() if k not in placing}
-    settings = {
-        "source": src.ref,
-        "data": cfg["data"],
-        "augment": cfg["augment"],
-        "seed": cfg["seed"],
-        "eval": probe_eval,
-    }
-    key = settings_key(settings)
-    params = {
-        "checkpoint": src.ref,
-        "data.name": cfg["data"]["name"],
-        "data.train": cfg["data"]["train"],
-        "data.val": cfg["data"]["val"],
-        "image_size": eval_settings(cfg["augment"])[0],
-        **tracking.flatten(probe_eval, "eval."),
-    }
-    run_key = f"probe:{parent}:{key}" if parent_run is not None else f"probe:{key}"
-    if parent_run is not None:
-        exp_id = parent_run.info.experiment_id
-    found = tracking.find_run(exp_id, run_key)
-    if found is not None and found.info.status == "FINISHED":
-        results = probe_results(found.data.metrics)
-        print(
-            f"[probe] {found.info.run_name} finished before (MLflow run {found.info.run_id}); nothing to run. "
-            f"Its results:",
-            flush=True,
-        )
-        from pipeline.eval.results import format_table
-
-        print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
-        return results
-    if probe_solver(cfg) == "sgd":  # before the run is made: Ray Data's actors, can they be placed?
-        from pipeline.cluster import init_ray
-
-        init_ray(cfg)
-        try:
-            check_probe_actors(cfg)
-        except ConfigError as e:
-            raise ProbeError(str(e)) from None
-    if parent_run is not None:
-        name = f"{parent_run.info.run_name}-probe-{key[:6]}"
-        assert parent is not None  # parent_run is its run
-        run_id = tracking.start_child(parent, run_key, name, job="linear_probe")
-    else:
-        name = f"probe-{cfg['data']['name']}-{key[:6]}"
-        run_id = tracking.start_or_resume(cfg, run_key, name, job="linear_probe")
-    import mlflow
-
-    try:
-        if found is None:
-            mlflow.log_params(params)
-            mlflow_ui.log_datasets(cfg)  # the splits it probed on, as the run page's dataset inputs
-        results = compare_with_random(cfg, src.state, run_name=name)  # the SGD probe starts Ray itself
-    except (FloatingPointError, ValueError) as e:  # a diverging probe, data without decodable images
-        tracking.end_failed(e)
-        raise ProbeError(str(e)) from None
-    except BaseException as e:
-        tracking.end_failed(e)
-        raise
-    mlflow.end_run()
-    where = f" (a child of run {parent_run.info.run_name}, {parent})" if parent_run is not None else ""
-    print(f"mlflow run {run_id}{where}")
-    return results
 
 
 class LinearProbe(Evaluation):
@@ -143,4 +42,6 @@ class LinearProbe(Evaluation):
             raise ProbeError(str(e)) from None
 
     def run(self, cfg: dict) -> dict:
-        return run(cfg, self.argv, self.ref)
+        from pipeline.eval import probe_run  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
+
+        return probe_run.run(cfg, self.argv, self.ref)

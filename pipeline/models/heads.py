@@ -52,7 +52,7 @@ class ScaleBatchNorm1d(nn.BatchNorm1d):
 
     def __init__(self, num_features: int):
         super().__init__(num_features)
-        self.bias = None
+        self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
