@@ -65,7 +65,13 @@ def schedule_step(
         if not steps_per_epoch:
             raise ValueError("optim.milestones are epochs: schedule_step needs steps_per_epoch")
         lr = warmup_step_decay(
-            step, steps_per_epoch, warmup_steps, peak_lr, list(optim["milestones"]), float(optim["lr_decay"])
+            # lr_decay's default as the schema's (Optim.lr_decay): `+optim.milestones=[...]` alone adds no lr_decay key
+            step,
+            steps_per_epoch,
+            warmup_steps,
+            peak_lr,
+            list(optim["milestones"]),
+            float(optim.get("lr_decay", 0.1)),
         )
     else:
         lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
