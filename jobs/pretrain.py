@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.train.launch import main  # noqa: E402
+from pipeline.train.pretrain_job import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], __doc__))

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.eval.results import probe_results
-from pipeline.train.launch import pretrain
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
 
@@ -32,6 +31,9 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
     out = finished_run(cfg)
     if out is None:
+        # the run's heavy side (torch, MLflow, then Ray): loaded for a run that trains, not for bad input
+        from pipeline.train.launch import pretrain
+
         try:
             out = pretrain(cfg, plan)
         except (ConfigError, RunBusy) as e:  # the cluster cannot hold it, or the same run is going elsewhere

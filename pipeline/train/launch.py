@@ -1,5 +1,6 @@
-"""The pretraining driver: resolve the config (pipeline.train.prepare), start or resume the MLflow run, fit a Ray
-Train TorchTrainer, log its artifacts (pipeline.train.artifacts), run the linear probe."""
+"""The pretraining run: start or resume the MLflow run, fit a Ray Train TorchTrainer, log its artifacts
+(pipeline.train.artifacts), run the linear probe. The command line and the checks before it are
+pipeline.train.pretrain_job's; a sweep's trials (pipeline.tune.trial) and the reproductions call `pretrain`."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import mlflow
+
+from pipeline import mlflow_ui, tracking
 from pipeline.cluster import init_ray, quiet_logs
-from pipeline.config import ConfigError, to_yaml
+from pipeline.config import to_yaml
+from pipeline.data.reader import train_dataset
+from pipeline.eval import run_probe
 from pipeline.plan import RunPlan
+from pipeline.train import resources
 from pipeline.train.artifacts import log_checkpoint, log_curves, log_gallery, print_summary, report_finished
 from pipeline.train.prepare import resolve
-from pipeline.train.run_lock import RunBusy, run_lock
+from pipeline.train.run_lock import run_lock
 
 
 def _log(msg: str) -> None:
@@ -35,17 +42,15 @@ class Trial:
 
 
 def build_trainer(cfg: dict, plan: RunPlan, callbacks: tuple = ()):
+    # Ray loads here, for a run that trains: a finished run's rerun reports its results without it
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from pipeline.data.reader import train_dataset
     from pipeline.train.loop import train_loop_per_worker
 
     # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
     # console; plain prints are enough (the driver propagates this variable to the workers).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    from pipeline.train.resources import worker_bundle
-
     tr = cfg["trainer"]
     # Ray Data hands blocks to whichever worker asks first; keeping their order makes each worker's batches a
     # function of the seed alone (the same curve on 1 node x 2 workers and 2 nodes x 1), at some throughput
@@ -59,7 +64,7 @@ def build_trainer(cfg: dict, plan: RunPlan, callbacks: tuple = ()):
         scaling_config=ray.train.ScalingConfig(
             num_workers=tr["num_workers"],
             use_gpu=tr["use_gpu"],
-            resources_per_worker=worker_bundle(tr),
+            resources_per_worker=resources.worker_bundle(tr),
             placement_strategy=tr.get("placement_strategy", "PACK"),
         ),
         # ray.train re-exports Train V2's RunConfig at runtime (it takes logging_config); mypy sees V1's
@@ -86,8 +91,6 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     resumes from its last checkpoint into the same MLflow run. Any error after the MLflow run opened ends it
     FAILED (KILLED on Ctrl-C or SIGTERM) with the error recorded (tracking.end_failed). As a sweep's `trial`,
     its MLflow run is a child of the sweep's run."""
-    from pipeline import tracking
-
     if plan is None:  # resolve() not run yet: the config is checked and completed, the data made
         plan = resolve(cfg)
     quiet_logs(cfg)
@@ -103,28 +106,20 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(cfg)
-        from pipeline.train.resources import check_resources, withdraw_request
-
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if cfg["eval"]["probe"]["after_pretrain"]:
-            from pipeline.eval.run_probe import check_probe_actors
-
-            check_probe_actors(cfg)
-        asked = check_resources(cfg["trainer"], log=_log)
+            run_probe.check_probe_actors(cfg)
+        asked = resources.check_resources(cfg["trainer"], log=_log)
         try:
             out = _run(cfg, plan, name, trial)
         finally:
             if asked:  # the autoscaler may remove the job's nodes once they idle
-                withdraw_request(_log)
+                resources.withdraw_request(_log)
     return out
 
 
 def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
     """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
-    import mlflow
-
-    from pipeline import tracking
-
     if trial is None:
         run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
     else:
@@ -146,10 +141,6 @@ def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
 
 def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
-    import mlflow
-
-    from pipeline import mlflow_ui, tracking
-
     uri = tracking.tracking_uri(cfg)
     # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
     plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
@@ -173,9 +164,7 @@ def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = 
     ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
-        from pipeline.eval.run_probe import compare_with_random
-
-        out["probe"] = compare_with_random(
+        out["probe"] = run_probe.compare_with_random(
             cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=None if trial is None else False
         )
     metrics = mlflow.get_run(run_id).data.metrics
@@ -183,18 +172,3 @@ def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = 
     if trial is None:
         print_summary(cfg, run_id, uri, ckpt_dir, minutes)
     return out
-
-
-def main(argv: list[str], description: str = "") -> int:
-    from pipeline.config import cli, fail
-
-    cfg = cli(argv, description or __doc__ or "")
-    try:
-        pretrain(cfg, resolve(cfg))
-    except (ConfigError, RunBusy) as e:
-        fail(str(e))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,21 @@
+"""jobs/pretrain.py's entry: the command line and the config's checks, light (no torch, Ray or MLflow until the
+config is known good), then the run (pipeline.train.launch)."""
+
+from __future__ import annotations
+
+from pipeline.config import ConfigError, cli, fail
+from pipeline.train.prepare import resolve
+from pipeline.train.run_lock import RunBusy
+
+
+def main(argv: list[str], description: str = "") -> int:
+    cfg = cli(argv, description or __doc__ or "")
+    try:
+        plan = resolve(cfg)
+        # heavy (Ray Train, MLflow, torch): loaded once the config has passed its checks
+        from pipeline.train.launch import pretrain
+
+        pretrain(cfg, plan)
+    except (ConfigError, RunBusy) as e:
+        fail(str(e))
+    return 0
