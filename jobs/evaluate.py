@@ -21,10 +21,13 @@ from pipeline.config import cli, fail  # noqa: E402
 
 def main(argv: list[str]) -> int:
     cfg = cli(argv, __doc__, config_name="evaluate")
-    from pipeline.eval.suite import SuiteError, check, run
+    from pipeline.eval.suite import SuiteError, check
 
     try:
         check(cfg)
+        # heavy (MLflow, the evaluations' runs): loaded once the suite has passed its checks
+        from pipeline.eval.suite_run import run
+
         run(cfg)
     except SuiteError as e:
         fail(str(e))

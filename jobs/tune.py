@@ -26,6 +26,6 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     if any(a in ("-h", "--help") for a in argv):
         cli(argv, __doc__)
-    from pipeline.tune.sweep import main  # noqa: E402
+    from pipeline.tune.sweep_job import main  # noqa: E402
 
     sys.exit(main(argv))

@@ -1,12 +1,10 @@
 """jobs/evaluate.py: a suite of downstream evaluations (conf/suite/) run one after another in this process, each
 through its own job's checks and run (linear probe, kNN, fine-tuning, detection), each a child run of the
 pretraining run. Resumable: a step that finished before prints its results and runs nothing, so rerunning an
-interrupted suite continues at the first unfinished step."""
+interrupted suite continues at the first unfinished step. This module is the light part (the suites, their steps,
+the checks, the summary); the run, which reads the pretraining run from MLflow, is pipeline.eval.suite_run's."""
 
 from __future__ import annotations
-
-import time
-from pathlib import Path
 
 from pipeline.config import ConfigError, JobError, compose_config, config_options
 from pipeline.eval import EVALUATIONS
@@ -107,7 +105,8 @@ def _value(v) -> str:
     return str(v)
 
 
-def _suite(name: str) -> dict:
+def load_suite(name: str) -> dict:
+    """conf/suite/<name>.yaml, composed."""
     return compose_config([f"+suite={name}"], "evaluate_suite")["suite"]
 
 
@@ -121,55 +120,6 @@ def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
         return {} if dry else evaluation.run(cfg)
     except (JobError, ConfigError, RegistryError) as e:
         raise SuiteError(str(e)) from None
-
-
-def run(cfg: dict) -> list[dict]:
-    """Every step in order; returns [{"step", "job", "minutes", "results"}]."""
-    from pipeline import tracking
-    from pipeline.eval.source import load_source
-
-    tracking.setup(cfg)
-    try:
-        src = load_source(str(cfg["run"]))
-    except FileNotFoundError as e:
-        raise SuiteError(str(e)) from None
-    name = pick(cfg["suite"]["name"], src.cfg)
-    suite = _suite(name) if name != cfg["suite"]["name"] or "steps" not in cfg["suite"] else cfg["suite"]
-    todo = steps(cfg, suite)
-    print(
-        f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {cfg['size']}: "
-        f"{', '.join(n for n, _, _ in todo)}",
-        flush=True,
-    )
-    for i, (step, job, argv) in enumerate(todo, 1):  # every step's settings before the first one runs
-        try:
-            run_step(job, argv, dry=True)
-        except SuiteError as e:
-            raise SuiteError(f"step {i}/{len(todo)} ({step}): {e}") from None
-    done = []
-    for i, (step, job, argv) in enumerate(todo, 1):
-        print(f"[evaluate] {i}/{len(todo)} {step}: python jobs/{job}.py {' '.join(argv)}", flush=True)
-        t0 = time.monotonic()
-        try:
-            results = run_step(job, argv)
-        except SuiteError as e:
-            raise SuiteError(
-                f"step {i}/{len(todo)} ({step}) failed: {e}; rerun the same command to resume there"
-            ) from None
-        done.append({"step": step, "job": job, "minutes": (time.monotonic() - t0) / 60, "results": results})
-    text = summary(suite, done)
-    print(text, flush=True)
-    out = Path(cfg["paths"]["runs"]) / "evaluate" / f"{src.cfg.get('run', {}).get('name') or 'run'}-{suite['name']}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
-    where = str(out)
-    if src.run_id is not None:  # beside the evaluations, on the pretraining run itself
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient().log_text(src.run_id, text + "\n", f"evaluate/{suite['name']}.md")
-        where += f" and the run's evaluate/{suite['name']}.md"
-    print(f"[evaluate] summary: {where}", flush=True)
-    return done
 
 
 HEADLINE = ("top1", "top5", "r2", "mse", "knn_top1", "knn_r2", "AP", "AP50")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.config import ConfigError, fail
 from pipeline.reproduce.suites import PAPER_SWEEPS
 from pipeline.train.run_lock import RunBusy
-from pipeline.tune.sweep import prepare, run_sweep
+from pipeline.tune.sweep_job import prepare
 
 
 def same_value(ours, paper, continuous: bool) -> bool:
@@ -26,8 +26,10 @@ def same_value(ours, paper, continuous: bool) -> bool:
 
 def run_sweep_for_report(name: str, args: list[str]) -> dict:
     """Run (or read back) `python jobs/tune.py +sweep=<name> *args`: its results and how they compare to the paper."""
-    # mlflow loads here, not with the module: the job answers a bad command line before it
+    # mlflow and the sweep's run load here, not with the module: the job answers a bad command line before them
     from mlflow.tracking import MlflowClient
+
+    from pipeline.tune.sweep import run_sweep
 
     argv = [f"+sweep={name}", *args]
     try:

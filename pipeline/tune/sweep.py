@@ -1,5 +1,6 @@
-"""The sweep driver behind jobs/tune.py: check everything, make the data once, then run the trials on Ray Tune,
-each trial a pretraining run (pipeline.tune.trial), tracked in MLflow as children of one sweep run.
+"""The sweep driver behind jobs/tune.py: run the trials on Ray Tune, each trial a pretraining run
+(pipeline.tune.trial), tracked in MLflow as children of one sweep run. The command line, the checks and the data
+before it are pipeline.tune.sweep_job's.
 
 A sweep has an identity (settings.sweep_name) and a lock, like a pretraining run: rerunning an interrupted sweep
 restores Tune's experiment (finished trials kept, unfinished ones resumed from their Train checkpoints);
@@ -12,35 +13,23 @@ from __future__ import annotations
 import os
 import time
 
-from pipeline.config import ConfigError, to_yaml
+import mlflow
+import pyarrow.fs as pafs
+
+from pipeline import mlflow_ui, tracking
+from pipeline.cluster import cluster_address, init_ray, quiet_logs
+from pipeline.config import to_yaml
 from pipeline.plan import RunPlan
-from pipeline.train.run_lock import RunBusy, run_lock
+from pipeline.train import resources
+from pipeline.train.artifacts import log_gallery
+from pipeline.train.run_lock import run_lock
 from pipeline.tune.results import _close_children, _finished, _log, _report, _rows
-from pipeline.tune.settings import check_sweep, compose_sweep, sweep_name
-from pipeline.tune.space import Dim, num_trials
-
-
-def prepare(argv: list[str]) -> tuple[dict, list[str], list[Dim], RunPlan]:
-    """Compose and check the sweep, make its data; (base config, the sweep's command line, dimensions, the base
-    config's plan: each trial makes its own).
-    ConfigError with one line on bad input, before Ray or MLflow is touched."""
-    from pipeline.train.prepare import resolve
-
-    cfg, full = compose_sweep(argv)
-    dims = check_sweep(cfg, full)
-    cfg["run"]["name"] = sweep_name(cfg)
-    plan = resolve(cfg)  # validates again, makes the Spirograph data once for every trial, checks the shards
-    return cfg, full, dims, plan
+from pipeline.tune.space import Dim, num_trials, to_tune
 
 
 def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dict:
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
-    import mlflow
-
-    from pipeline import tracking
-    from pipeline.cluster import init_ray, quiet_logs
-
     quiet_logs(cfg)
     name, s = cfg["run"]["name"], cfg["sweep"]
     with run_lock(cfg):
@@ -60,9 +49,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
             raise
         finally:
             if asked:  # the autoscaler may remove the sweep's nodes once they idle
-                from pipeline.train.resources import withdraw_request
-
-                withdraw_request(_log)
+                resources.withdraw_request(_log)
         failed = [r for r in out["rows"] if r["status"].startswith("failed")]
         if out.get("interrupted"):
             mlflow.end_run(status="KILLED")
@@ -87,11 +74,10 @@ def _check_room(cfg: dict) -> bool:
     """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
     cluster was checked against this machine's cores before Ray started: settings._check_local_room). True when
     it asked an autoscaler for them (the sweep withdraws the request at its end)."""
-    from pipeline.cluster import cluster_address
-    from pipeline.train.resources import check_resources
-
     tr = cfg["trainer"]
-    return bool(cluster_address(tr)) and check_resources(tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"])
+    return bool(cluster_address(tr)) and resources.check_resources(
+        tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"]
+    )
 
 
 def _threads(cfg: dict, dims: list[Dim]) -> int:
@@ -103,11 +89,6 @@ def _threads(cfg: dict, dims: list[Dim]) -> int:
 
 
 def _run(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
-    import mlflow
-
-    from pipeline import mlflow_ui, tracking
-    from pipeline.train.artifacts import log_gallery
-
     s, name = cfg["sweep"], cfg["run"]["name"]
     uri = tracking.tracking_uri(cfg)
     if not mlflow.get_run(run_id).data.params:
@@ -162,8 +143,6 @@ def _move(src: str, dst: str) -> None:
     if "://" not in src:
         os.rename(src, dst)
         return
-    import pyarrow.fs as pafs
-
     fs, from_path = pafs.FileSystem.from_uri(src)
     pafs.copy_files(src, dst)  # object stores rename files, not folders: copy, then delete
     fs.delete_dir(from_path)
@@ -171,12 +150,12 @@ def _move(src: str, dst: str) -> None:
 
 def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
+    # Ray loads here, for a sweep that trains: a finished sweep's rerun reports its results without it
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from pipeline.tune.console import Console
-    from pipeline.tune.space import to_tune
     from pipeline.tune.trial import CLOCK, run_trial
 
     s, name, storage = cfg["sweep"], cfg["run"]["name"], cfg["trainer"]["storage"]
@@ -234,13 +213,3 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
             callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))],
         ),
     )
-
-
-def main(argv: list[str]) -> int:
-    from pipeline.config import fail
-
-    try:
-        run_sweep(*prepare(argv))
-    except (ConfigError, RunBusy) as e:
-        fail(str(e))
-    return 0

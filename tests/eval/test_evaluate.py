@@ -12,7 +12,7 @@ import torch
 
 from helpers import HAVE_D2, fake_source, job_env
 from pipeline.config import compose_config
-from pipeline.eval.suite import SuiteError, _suite, pick, steps, suites
+from pipeline.eval.suite import SuiteError, load_suite, pick, steps, suites
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_steps_carry_the_run_the_store_the_size_and_extra_arguments():
     cfg = _cfg(size="cpu")
     cfg["extra"] = {"detect": {"device": "cpu", "detect": {"steps": [1, 2], "norm": None}}}
     cfg["skip"] = ["kNN"]
-    out = steps(cfg, _suite("standard"))
+    out = steps(cfg, load_suite("standard"))
     assert [n for n, _, _ in out] == ["linear probe", "semi-supervised 1%", "semi-supervised 10%", "detection"]
     name, job, argv = out[-1]
     assert job == "detect" and argv[0] == "run=R"
@@ -44,7 +44,7 @@ def test_steps_carry_the_run_the_store_the_size_and_extra_arguments():
     assert {f"paths.{k}={v}" for k, v in cfg["paths"].items()} <= set(argv) and "tracking.uri=null" in argv
     cfg["skip"] = ["detections"]
     with pytest.raises(SuiteError, match="'detections' is no step of suite standard"):
-        steps(cfg, _suite("standard"))
+        steps(cfg, load_suite("standard"))
 
 
 @pytest.mark.parametrize("name", [s for s in suites() if s != "paper"])
@@ -61,7 +61,7 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
     from pipeline.schema import Config
 
     cfg = _cfg(size=size)
-    for step, job, argv in steps(cfg, _suite(name)):
+    for step, job, argv in steps(cfg, load_suite(name)):
         if job == "linear_probe":
             _, rest = split_run(argv)
             composed = compose_config(rest)
