@@ -17,6 +17,7 @@ from pipeline.fields import check_model
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract, satisfied
+from pipeline.methods.settings import MethodRun
 from pipeline.plugins import PLUGINS, build_plugin
 
 
@@ -52,7 +53,15 @@ def build_method(cfg: dict) -> Method:
     kind = cfg["method"]["kind"]
     if kind not in METHODS:
         raise ValueError(f"unknown method kind {kind!r}; known: {sorted(METHODS)}")
-    method = cast(Callable[[dict], Method], METHODS[kind])(cfg)  # each method's constructor takes the config
+    cls = METHODS[kind]
+    run = MethodRun(
+        model=cfg["model"],
+        seed=int(cfg.get("seed", 0)),
+        epochs=int((cfg.get("train") or {}).get("epochs", 1)),
+        workers=int((cfg.get("trainer") or {}).get("num_workers", 1)),
+    )
+    # each method's constructor takes its own settings, typed, and what it reads of the run
+    method = cast(Callable[..., Method], cls)(cls.Settings.model_validate(cfg["method"]), run)
     aug = cfg.get("augment") or {}
     if aug.get("kind", "views") == "views" and aug:
         stage = ModelColourStage(image_recipe(aug))

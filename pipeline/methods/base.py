@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from pipeline.methods.context import StepContext, visible
-from pipeline.methods.settings import MethodSettings
+from pipeline.methods.settings import Head, MethodSettings
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import mlp_head
 
@@ -29,20 +29,20 @@ class Encoder(nn.Module):
         return (h, z) if with_features else z
 
 
-def build_encoder(model_cfg: dict, head_cfg: dict) -> Encoder:
-    """The backbone `model_cfg` names and an MLP projector as `head_cfg` says (hidden_dim null: the backbone's
-    feature dim)."""
-    backbone = build_backbone(model_cfg)
+def build_encoder(model: dict, head: Head, last_bn: bool = False) -> Encoder:
+    """The backbone the model section names and an MLP projector as `head` says (hidden_dim null: the backbone's
+    feature dim; num_layers null: 2); `last_bn`: BN without affine parameters after its last Linear."""
+    backbone = build_backbone(model)
     dim = backbone.feat_dim
     projector = mlp_head(
         dim,
-        head_cfg.get("hidden_dim") or dim,
-        head_cfg["out_dim"],
-        head_cfg.get("num_layers", 2),
-        head_cfg.get("bn", False),
-        last_bn=head_cfg.get("last_bn", False),
-        last_bias=head_cfg.get("last_bias", True),
-        last_bn_scale=head_cfg.get("last_bn_scale", False),
+        head.hidden_dim or dim,
+        head.out_dim,
+        head.num_layers or 2,
+        head.bn,
+        last_bn=last_bn,
+        last_bias=head.last_bias,
+        last_bn_scale=head.last_bn_scale,
     )
     return Encoder(backbone, projector)
 

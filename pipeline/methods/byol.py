@@ -8,19 +8,20 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
+from pipeline.fields import Bool
 from pipeline.losses.predictive import byol_loss
 from pipeline.methods.base import Encoder, build_encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
-from pipeline.methods.settings import MomentumSettings
+from pipeline.methods.settings import Head, MethodRun, MomentumSettings
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum
 
 
-def head_hidden_dim(encoder: Encoder, head_cfg: dict) -> int:
+def head_hidden_dim(encoder: Encoder, head: Head) -> int:
     """The projector's hidden width as build_encoder resolves it (null: the backbone's feature dim)."""
-    return int(head_cfg.get("hidden_dim") or cast(int, encoder.backbone.feat_dim))  # build_backbone's feat_dim
+    return int(head.hidden_dim or cast(int, encoder.backbone.feat_dim))  # build_backbone's feat_dim
 
 
 class BYOL(PredictorMethod):
@@ -34,25 +35,19 @@ class BYOL(PredictorMethod):
     provides = frozenset({"features", "pairs", "embed", "embed_target"})
 
     class Settings(MomentumSettings):
-        pass
+        head: Head  # required: the projection head it trains
+        momentum_cosine: Bool() = True  # the paper's: the target's momentum rises to 1 along a cosine
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
-        head = m["head"]
-        encoder = build_encoder(cfg["model"], head)
-        pred = m.get("predictor") or {}
-        out_dim = int(head["out_dim"])
-        hidden = int(pred.get("hidden_dim") or head_hidden_dim(encoder, head))  # paper: 4096, as the projector
-        predictor = mlp_head(
-            out_dim,
-            hidden,
-            out_dim,
-            int(pred.get("num_layers", 2)),
-            bool(pred.get("bn", True)),
-            last_bias=bool(pred.get("last_bias", True)),
-        )
+        self.momentum = Momentum(s.momentum, s.momentum_cosine)
+        head = s.head
+        encoder = build_encoder(run.model, head)
+        pred = s.predictor
+        out_dim = int(head.out_dim)
+        hidden = int((pred and pred.hidden_dim) or head_hidden_dim(encoder, head))  # paper: 4096, as the projector
+        layers, bn, last_bias = (pred.num_layers, pred.bn, pred.last_bias) if pred else (2, True, True)
+        predictor = mlp_head(out_dim, hidden, out_dim, int(layers), bool(bn), last_bias=bool(last_bias))
         self.online = PredictorEncoder(encoder.backbone, encoder.projector, predictor)
         # the target network: backbone + projector only (no predictor), frozen, updated by EMA in update_momentum
         self.target = momentum_copy(Encoder(encoder.backbone, encoder.projector))

@@ -7,11 +7,11 @@ from typing import cast
 import torch
 
 from pipeline import dist
-from pipeline.fields import Num
+from pipeline.fields import Bool, Num
 from pipeline.losses.dino import dino_loss
 from pipeline.methods.base import Encoder, Method, unwrap
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import MomentumSettings
+from pipeline.methods.settings import Head, MethodRun, MomentumSettings
 from pipeline.models.backbones import ViT, build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.models.momentum import ema_update, momentum_copy
@@ -37,6 +37,7 @@ class DINO(Method):
     center: torch.Tensor  # a buffer, registered in __init__
 
     class Settings(MomentumSettings):
+        head: Head  # required: the projection head it trains
         student_temperature: Num(gt=0)
         teacher_temperature: Num(gt=0)
         warmup_teacher_temperature: Num(gt=0)
@@ -44,35 +45,35 @@ class DINO(Method):
         center_momentum: Num(ge=0, lt=1)
         freeze_last_layer_epochs: Num(ge=0)
         clip_grad: Num(gt=0, null=True) = None  # per-parameter gradient norm clip; null: off
+        momentum_cosine: Bool() = True  # the teacher's momentum rises to 1 along a cosine (the authors')
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        head = m["head"]
-        backbone = build_backbone(cfg["model"])
+        head = s.head
+        backbone = build_backbone(run.model)
         self.online = Encoder(
             backbone,
             DINOHead(
                 backbone.feat_dim,
-                int(head["out_dim"]),
-                int(head.get("hidden_dim") or 2048),
-                int(head.get("bottleneck_dim", 256)),
-                int(head.get("num_layers", 3)),
+                int(head.out_dim),
+                int(head.hidden_dim or 2048),
+                int(head.bottleneck_dim),
+                int(head.num_layers or 3),
             ),
         )
         self.teacher = momentum_copy(self.online)
         if isinstance(self.teacher.backbone, ViT):  # the authors' teacher is built without stochastic depth
             self.teacher.backbone.set_drop_path(0.0)
-        self.register_buffer("center", torch.zeros(1, int(head["out_dim"])))
-        self.center_momentum = float(m["center_momentum"])
-        self.student_temperature = float(m["student_temperature"])
-        self.teacher_temperatures = (float(m["warmup_teacher_temperature"]), float(m["teacher_temperature"]))
-        self.epochs = epochs = max(1, int(cfg.get("train", {}).get("epochs", 1)))
+        self.register_buffer("center", torch.zeros(1, int(head.out_dim)))
+        self.center_momentum = float(s.center_momentum)
+        self.student_temperature = float(s.student_temperature)
+        self.teacher_temperatures = (float(s.warmup_teacher_temperature), float(s.teacher_temperature))
+        self.epochs = epochs = max(1, int(run.epochs))
         # a warm-up longer than the run is shortened to the run (the CPU runs' few epochs)
-        self.teacher_warmup_epochs = min(epochs, int(m["warmup_teacher_epochs"]))
-        self.freeze_last_layer = min(1.0, float(m["freeze_last_layer_epochs"]) / epochs)  # a fraction of training
-        self.clip_grad = None if m.get("clip_grad") is None else float(m["clip_grad"])
-        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
+        self.teacher_warmup_epochs = min(epochs, int(s.warmup_teacher_epochs))
+        self.freeze_last_layer = min(1.0, float(s.freeze_last_layer_epochs) / epochs)  # a fraction of training
+        self.clip_grad = None if s.clip_grad is None else float(s.clip_grad)
+        self.momentum = Momentum(s.momentum, s.momentum_cosine)
         self.progress = 0.0  # the fraction of training done before the current step
 
     def teacher_temperature(self) -> float:

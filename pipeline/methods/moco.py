@@ -15,7 +15,7 @@ from pipeline.losses.contrastive import info_nce
 from pipeline.methods import key_bn
 from pipeline.methods.base import Method, build_encoder, unwrap
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import MomentumSettings
+from pipeline.methods.settings import Head, MethodRun, MomentumSettings
 from pipeline.models.momentum import Queue, ema_update, momentum_copy
 from pipeline.models.split_bn import convert_split_bn
 from pipeline.models.sync_bn import convert_sync_stats_bn
@@ -29,6 +29,7 @@ class MoCo(Method):
     provides = frozenset({"features", "pairs", "queue", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):
+        head: Head  # required: the projection head it trains
         temperature: Num(gt=0)
         symmetric: Bool() = False
         queue_size: Int(1)
@@ -69,25 +70,25 @@ class MoCo(Method):
         m["bn_splits"] = key_bn.split_groups(m, cfg["trainer"]["num_workers"])
         m["key_bn"] = m.get("key_bn") or "auto"  # key_bn.resolve decides by the workers' node layout
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        self.temperature = float(m["temperature"])
-        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", False))
-        self.bn_splits = int(m.get("bn_splits", 1))
-        self.symmetric = bool(m.get("symmetric", False))
-        encoder = build_encoder(cfg["model"], m["head"])
+        self.temperature = float(s.temperature)
+        self.momentum = Momentum(s.momentum, s.momentum_cosine)
+        # settled by `complete` (key_bn.split_groups); a config that never went through it splits nothing
+        self.bn_splits = 1 if s.bn_splits == "auto" else int(s.bn_splits)
+        self.symmetric = bool(s.symmetric)
+        encoder = build_encoder(run.model, s.head)
         convert_split_bn(encoder, self.bn_splits)
         self.online = encoder
         self.key_encoder = momentum_copy(encoder)
-        self.queue = Queue(int(m["queue_size"]), int(m["head"]["out_dim"]), seed=int(cfg.get("seed", 0)))
+        self.queue = Queue(int(s.queue_size), int(s.head.out_dim), seed=run.seed)
         nodes = dist.node_ranks()
-        self.key_bn = key_bn.resolve(m.get("key_bn") or "auto", nodes)
+        self.key_bn = key_bn.resolve(s.key_bn or "auto", nodes)
         self._groups = key_bn.shuffle_groups(self.key_bn, nodes)
         if self.key_bn == "sync":
             convert_sync_stats_bn(self.key_encoder)
         # the same permutations on every rank without a broadcast
-        self._perm_rng = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
+        self._perm_rng = torch.Generator().manual_seed(run.seed)
 
     @torch.no_grad()
     def _keys(self, x: torch.Tensor) -> torch.Tensor:

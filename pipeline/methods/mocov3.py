@@ -11,7 +11,7 @@ from pipeline.losses.contrastive import mocov3_loss
 from pipeline.methods.base import Encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
-from pipeline.methods.settings import MomentumSettings
+from pipeline.methods.settings import Head, MethodRun, MomentumSettings
 from pipeline.models.backbones import build_backbone, is_vit
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
@@ -35,23 +35,26 @@ class MoCoV3(PredictorMethod):
     provides = frozenset({"features", "pairs", "key_bank", "temperature", "embed", "embed_target"})
 
     class Settings(MomentumSettings):
+        head: Head  # required: the projection head it trains
         temperature: Num(gt=0, null=True) = None  # null: 0.2 for a ViT, 1.0 for a ResNet (the paper's)
         random_patch_projection: Bool() = True  # on a ViT: the patch projection frozen at its random init
+        momentum_cosine: Bool() = True  # the key encoder's momentum rises to 1 along a cosine (the authors')
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m, model = cfg["method"], cfg["model"]
+        model = run.model
         vit = is_vit(model["backbone"])
-        self.temperature = float(m["temperature"] if m.get("temperature") is not None else (0.2 if vit else 1.0))
-        self.momentum = Momentum(m["momentum"], m.get("momentum_cosine", True))
+        self.temperature = float(s.temperature if s.temperature is not None else (0.2 if vit else 1.0))
+        self.momentum = Momentum(s.momentum, s.momentum_cosine)
         backbone = build_backbone(model)
-        if vit and m.get("random_patch_projection", True):
+        if vit and s.random_patch_projection:
             backbone.freeze_patch_projection()
-        head, pred = m["head"], m.get("predictor") or {}
-        dim, out = backbone.feat_dim, int(head["out_dim"])
-        hidden = int(head.get("hidden_dim") or dim)  # 4096 in the paper
-        projector = mlp_head(dim, hidden, out, int(head.get("num_layers") or (3 if vit else 2)), bn=True, last_bn=True)
-        pred_hidden, pred_layers = int(pred.get("hidden_dim") or hidden), int(pred.get("num_layers", 2))
+        head, pred = s.head, s.predictor
+        dim, out = backbone.feat_dim, int(head.out_dim)
+        hidden = int(head.hidden_dim or dim)  # 4096 in the paper
+        projector = mlp_head(dim, hidden, out, int(head.num_layers or (3 if vit else 2)), bn=True, last_bn=True)
+        pred_hidden = int((pred and pred.hidden_dim) or hidden)
+        pred_layers = int(pred.num_layers if pred else 2)
         predictor = mlp_head(out, pred_hidden, out, pred_layers, bn=True, last_bn=vit, last_bias=False)
         self.online = PredictorEncoder(backbone, projector, predictor)
         self.key_encoder = momentum_copy(Encoder(backbone, projector))

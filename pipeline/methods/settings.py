@@ -5,25 +5,26 @@ the schema checks the shared part before any method is imported, the method's ow
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from pipeline.fields import Bool, Int, Num, Section, Str
 
 
 class Head(Section):
-    num_layers: Int(1, null=True)  # null: the method's choice (MoCo v3: by backbone)
+    num_layers: Int(1, null=True) = None  # null: the method's choice (MoCo v3: by backbone; 2 elsewhere)
     hidden_dim: Int(1, null=True) = None
     out_dim: Int(1) = 128
-    bn: Bool()
+    bn: Bool() = False
     last_bias: Bool() = True  # false: the last Linear has no bias (BYOL's official MLP)
     last_bn_scale: Bool() = False  # true: the last Linear is bias-free and followed by BN with γ, no β (SimCLR's)
     bottleneck_dim: Int(1) = 256  # DINO's head
 
 
 class Predictor(Section):
-    num_layers: Int(1)
+    num_layers: Int(1) = 2
     hidden_dim: Int(1, null=True) = None
-    bn: Bool()
+    bn: Bool() = True
     last_bias: Bool() = True
 
 
@@ -40,3 +41,15 @@ class MomentumSettings(MethodSettings):
 
     momentum: Num(ge=0, le=1)
     momentum_cosine: Bool() = False  # the momentum rises to 1 along a cosine (BYOL, MoCo v3, DINO)
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """What a method reads of the run beside its own settings (pipeline.build.build_method makes it from the config):
+    the model section it builds its networks from, the seed of its random state (MoCo's queue and shuffles), the
+    epochs its schedules span (DINO's teacher temperature) and the workers the global batch is split over."""
+
+    model: dict[str, Any]
+    seed: int = 0
+    epochs: int = 1
+    workers: int = 1

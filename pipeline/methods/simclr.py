@@ -14,7 +14,7 @@ from pipeline.fields import Bool, Num
 from pipeline.losses.contrastive import nt_xent_anchors
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import MethodSettings
+from pipeline.methods.settings import Head, MethodRun, MethodSettings
 
 
 class SimCLR(Method):
@@ -22,15 +22,15 @@ class SimCLR(Method):
     provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):
+        head: Head  # required: the projection head it trains
         temperature: Num(gt=0)
         sum_directions: Bool() = False  # true: loss_a + loss_b as the authors' code, 2x the mean over 2B anchors
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        self.temperature = float(m["temperature"])
-        self.directions = 2.0 if m.get("sum_directions") else 1.0
-        self.online = build_encoder(cfg["model"], m["head"])
+        self.temperature = float(s.temperature)
+        self.directions = 2.0 if s.sum_directions else 1.0
+        self.online = build_encoder(run.model, s.head)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         b = images[0].shape[0]

@@ -10,7 +10,7 @@ from pipeline.losses.predictive import negative_cosine
 from pipeline.methods.base import build_encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
-from pipeline.methods.settings import MethodSettings
+from pipeline.methods.settings import Head, MethodRun, MethodSettings
 from pipeline.models.heads import mlp_head
 
 
@@ -25,20 +25,20 @@ class SimSiam(PredictorMethod):
     provides = frozenset({"features", "embed", "embed_target"})
 
     class Settings(MethodSettings):
-        pass
+        head: Head  # required: the projection head it trains
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        head = m["head"]
+        head = s.head
         # BN after every fc of the projector, its output fc's too (no ReLU, no affine parameters, as in the paper's
         # code; that fc's bias, which BN would cancel, is dropped)
-        encoder = build_encoder(cfg["model"], {**head, "last_bn": bool(head.get("bn", True))})
+        encoder = build_encoder(run.model, head, last_bn=head.bn)
         projector = encoder.projector
-        pred = m.get("predictor") or {}
-        out_dim = int(head["out_dim"])
-        hidden = int(pred.get("hidden_dim") or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
-        predictor = mlp_head(out_dim, hidden, out_dim, int(pred.get("num_layers", 2)), bool(pred.get("bn", True)))
+        pred = s.predictor
+        out_dim = int(head.out_dim)
+        hidden = int((pred and pred.hidden_dim) or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
+        layers, bn = (pred.num_layers, pred.bn) if pred else (2, True)
+        predictor = mlp_head(out_dim, hidden, out_dim, int(layers), bool(bn))
         self.online = PredictorEncoder(encoder.backbone, projector, predictor)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:

@@ -11,7 +11,7 @@ from pipeline.fields import Num
 from pipeline.losses.contrastive import supcon_loss
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import MethodSettings
+from pipeline.methods.settings import Head, MethodRun, MethodSettings
 
 
 class SupCon(Method):
@@ -24,18 +24,17 @@ class SupCon(Method):
     provides = frozenset({"features", "projections", "gathered", "temperature", "embed", "embed_target"})
 
     class Settings(MethodSettings):
+        head: Head  # required: the projection head it trains
         temperature: Num(gt=0)
         # the authors' loss is scaled by τ/base_temperature (losses.py, SupConLoss: base_temperature 0.07); null:
         # no factor, the paper's Eq. 2
         base_temperature: Num(gt=0, null=True) = None
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        self.temperature = float(m["temperature"])
-        base = m.get("base_temperature")
-        self.scale = 1.0 if base is None else self.temperature / float(base)
-        self.online = build_encoder(cfg["model"], m["head"])
+        self.temperature = float(s.temperature)
+        self.scale = 1.0 if s.base_temperature is None else self.temperature / float(s.base_temperature)
+        self.online = build_encoder(run.model, s.head)
 
     def query(self, x: torch.Tensor, with_features: bool = False):
         """The L2-normalised float32 projection; with_features also returns the backbone features."""

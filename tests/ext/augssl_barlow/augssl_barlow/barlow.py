@@ -11,7 +11,7 @@ from pipeline import dist
 from pipeline.fields import Num
 from pipeline.methods.base import Method, build_encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import MethodSettings
+from pipeline.methods.settings import Head, MethodRun, MethodSettings
 
 
 def barlow_loss(z1: torch.Tensor, z2: torch.Tensor, lambd: float) -> torch.Tensor:
@@ -32,12 +32,12 @@ class BarlowTwins(Method):
 
     class Settings(MethodSettings):
         lambd: Num(gt=0)
+        head: Head
 
-    def __init__(self, cfg: dict):
+    def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
-        m = cfg["method"]
-        self.lambd = float(m["lambd"])
-        self.online = build_encoder(cfg["model"], m["head"])
+        self.lambd = float(s.lambd)
+        self.online = build_encoder(run.model, s.head)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
         b = images[0].shape[0]
