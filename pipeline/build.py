@@ -58,7 +58,6 @@ def build_method(cfg: dict) -> Method:
         model=cfg["model"],
         seed=int(cfg.get("seed", 0)),
         epochs=int((cfg.get("train") or {}).get("epochs", 1)),
-        workers=int((cfg.get("trainer") or {}).get("num_workers", 1)),
     )
     # each method's constructor takes its own settings, typed, and what it reads of the run
     method = cast(Callable[..., Method], cls)(cls.Settings.model_validate(cfg["method"]), run)

@@ -46,10 +46,9 @@ class MomentumSettings(MethodSettings):
 @dataclass(frozen=True)
 class MethodRun:
     """What a method reads of the run beside its own settings (pipeline.build.build_method makes it from the config):
-    the model section it builds its networks from, the seed of its random state (MoCo's queue and shuffles), the
-    epochs its schedules span (DINO's teacher temperature) and the workers the global batch is split over."""
+    the model section it builds its networks from, the seed of its random state (MoCo's queue and shuffles) and the
+    epochs its schedules span (DINO's teacher temperature)."""
 
     model: dict[str, Any]
     seed: int = 0
     epochs: int = 1
-    workers: int = 1
