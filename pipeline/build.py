@@ -45,7 +45,7 @@ def check_plugins(cfg: dict) -> None:
         check_model(PLUGINS[name].Settings, cfg["plugin"][name] or {}, root=f"plugin.{name}")
         PLUGINS[name].check(cfg)  # what it asks of the rest of the config
     for name in cfg.get("plugin") or {}:
-        build_plugin(name, cfg)  # constructors check their own settings
+        build_plugin(name, cfg)  # constructors check their settings against the run (CoCor's composite views)
 
 
 def build_method(cfg: dict) -> Method:

@@ -6,8 +6,9 @@ nor torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, cast
 
+from pipeline.fields import check_model
 from pipeline.registry import Registry, declared
 
 if TYPE_CHECKING:
@@ -17,4 +18,23 @@ PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugi
 
 
 def build_plugin(name: str, cfg: dict) -> Plugin:
-    return PLUGINS[name](dict(cfg["plugin"][name] or {}), cfg)
+    """The plug-in `name` of the config: its `plugin.<name>` keys typed by its `Settings` (ConfigError with one line
+    naming the first bad key) and what it reads of the rest of the config, a PluginRun."""
+    from pipeline.plugins.base import PluginRun  # torch
+
+    cls = PLUGINS[name]
+    own = dict(cfg["plugin"][name] or {})
+    check_model(cls.Settings, own, root=f"plugin.{name}")
+    data = cfg.get("data") or {}
+    run = PluginRun(
+        augment=cfg.get("augment") or {},
+        method_kind=cfg["method"]["kind"],
+        method_name=cfg["method"]["name"],
+        seed=int(cfg.get("seed", 0)),
+        epochs=int((cfg.get("train") or {}).get("epochs", 1)),
+        data_train=data.get("train") or "",
+        data_task=data.get("task", "classification"),
+        data_targets=data.get("targets"),
+    )
+    # each plug-in's constructor takes its own settings, typed, and what it reads of the run
+    return cast("Callable[..., Plugin]", cls)(cls.Settings.model_validate(own), run)

@@ -12,18 +12,39 @@ calls `after_outer_step`.
 
 `frameworks` names the method kinds the plug-in's paper defines it on; `needs` the StepContext fields it reads
 (any one of the sets), checked against the method's `provides` when the config is validated.
+
+Its constructor is `__init__(self, s: Settings, run: PluginRun)`: its own `plugin.<name>.*` keys, checked and typed,
+and what it reads of the rest of the run (pipeline.plugins.build_plugin makes both from the config).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
 from pipeline.fields import Section
 from pipeline.methods.context import StepContext
+
+
+@dataclass(frozen=True)
+class PluginRun:
+    """What a plug-in reads of the run beside its own settings (pipeline.plugins.build_plugin makes it from the
+    config): the augment section (the views: InvCLR's colour law or Spirograph size, CoCor's composites), the
+    method's kind and name (the framework's constants: CO2's alpha and tau, CLSA's BYOL temperature, CoCor's Table 9
+    targets), the seed of its random state, the epochs its schedules span (CoCor's target network) and the training
+    data CoCor draws its labelled subset from (`data.train`, `data.task`, `data.targets`)."""
+
+    augment: dict[str, Any]
+    method_kind: str
+    method_name: str
+    seed: int = 0
+    epochs: int = 1
+    data_train: str = ""  # data.train, the path of the training split ("": none given)
+    data_task: str = "classification"
+    data_targets: list[str] | None = None
 
 
 @dataclass
@@ -47,7 +68,7 @@ class Plugin(nn.Module):
     @classmethod
     def check(cls, cfg: dict) -> None:
         """What the plug-in asks of the rest of the config (its views, the trainer's settings): ValueError with one
-        line, before anything starts. Its own settings are its constructor's to check."""
+        line, before anything starts. Its own settings are its `Settings`' to check."""
 
     def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""

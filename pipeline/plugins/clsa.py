@@ -10,8 +10,9 @@ batch's target projections (the code's batch-keys form) and the temperature is p
 from __future__ import annotations
 
 from pipeline.augment.view_maker import image_recipe
+from pipeline.fields import Bool, Num, Section
 from pipeline.losses.clsa import ddm
-from pipeline.plugins.base import Plugin
+from pipeline.plugins.base import Plugin, PluginRun
 
 
 class CLSA(Plugin):
@@ -25,18 +26,23 @@ class CLSA(Plugin):
         frozenset({"pairs", "embed"}),
     )
 
+    class Settings(Section):
+        beta: Num(ge=0) = 1.0  # the weight of L_D
+        batch_keys: Bool() = False  # true: the official code's support (every key of the batch + the queue)
+        temperature: Num(gt=0, null=True) = None  # null: the framework's tau (MoCo's); 0.2 on BYOL
+
     @classmethod
     def check(cls, cfg: dict) -> None:
         aug = cfg["augment"]
         if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
             raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
 
-    def __init__(self, pcfg: dict, cfg: dict):
+    def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        self.beta = float(pcfg.get("beta", 1.0))
-        self.batch_keys = bool(pcfg.get("batch_keys", False))
-        self.temperature = pcfg.get("temperature")  # null: the framework's (MoCo's tau)
-        if cfg["method"]["kind"] == "byol" and self.temperature is None:
+        self.beta = float(s.beta)
+        self.batch_keys = bool(s.batch_keys)
+        self.temperature = s.temperature  # null: the framework's (MoCo's tau)
+        if run.method_kind == "byol" and self.temperature is None:
             self.temperature = 0.2
 
     def loss(self, method, images, params, ctx):

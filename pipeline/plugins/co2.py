@@ -5,8 +5,9 @@ every worker."""
 
 from __future__ import annotations
 
+from pipeline.fields import Choice, Num, Section
 from pipeline.losses.co2 import co2_consistency, co2_consistency_anchors, co2_consistency_bank
-from pipeline.plugins.base import Plugin
+from pipeline.plugins.base import Plugin, PluginRun
 
 # docs/methods/co2.md §1.6 (table of constants): (alpha, tau_con) per framework
 DEFAULTS = {"mocov1": (10.0, 0.04), "mocov2": (0.3, 0.05), "simclr": (0.07, 1.0)}
@@ -18,15 +19,17 @@ class CO2(Plugin):
     frameworks = ("moco", "mocov3", "simclr")
     needs = (frozenset({"pairs", "queue"}), frozenset({"pairs", "key_bank"}), frozenset({"projections", "gathered"}))
 
-    def __init__(self, pcfg: dict, cfg: dict):
+    class Settings(Section):
+        alpha: Num(ge=0, null=True) = None  # null: the paper's constant for the framework (DEFAULTS)
+        temperature: Num(gt=0, null=True) = None  # tau_con; null: the paper's constant for the framework
+        divergence: Choice("symmetric", "forward", "reverse") = "symmetric"  # forward | reverse: Table 4's ablations
+
+    def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        m = cfg["method"]
-        alpha, tau = DEFAULTS.get(m["name"], DEFAULTS["simclr" if m["kind"] == "simclr" else "mocov2"])
-        self.alpha = float(pcfg["alpha"] if pcfg.get("alpha") is not None else alpha)
-        self.temperature = float(pcfg["temperature"] if pcfg.get("temperature") is not None else tau)
-        self.divergence = pcfg.get("divergence", "symmetric")
-        if self.divergence not in ("symmetric", "forward", "reverse"):
-            raise ValueError(f"plugin.co2.divergence must be symmetric, forward or reverse, not {self.divergence!r}")
+        alpha, tau = DEFAULTS.get(run.method_name, DEFAULTS["simclr" if run.method_kind == "simclr" else "mocov2"])
+        self.alpha = float(s.alpha if s.alpha is not None else alpha)
+        self.temperature = float(s.temperature if s.temperature is not None else tau)
+        self.divergence = s.divergence
 
     def loss(self, method, images, params, ctx):
         if ctx.queue is not None:  # MoCo v1/v2: one term per (query, key) pair, averaged

@@ -23,6 +23,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from pydantic import StrictFloat
 from torch import nn
 
 from pipeline import dist
@@ -31,9 +32,10 @@ from pipeline.augment.torch_exec import eval_transform
 from pipeline.augment.view_maker import eval_settings, image_recipe
 from pipeline.data.labelled import LabelledBatches, labelled_subset
 from pipeline.data.manifest import read_manifest
+from pipeline.fields import Choice, Int, Num, Section, field
 from pipeline.losses.cocor import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
-from pipeline.plugins.base import OwnOptimizer, Plugin
+from pipeline.plugins.base import OwnOptimizer, Plugin, PluginRun
 from pipeline.schedules import cosine, warmup_cosine
 
 # Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
@@ -45,9 +47,30 @@ class CoCor(Plugin):
     frameworks = ("moco", "mocov3", "simsiam", "supcon", "byol", "simclr")
     needs = (frozenset({"embed", "embed_target"}),)  # it embeds the composite views and the originals through them
 
-    def __init__(self, pcfg: dict, cfg: dict):
+    class Settings(Section):
+        weight: Num(ge=0) = 1.0  # alpha on the consistency loss
+        form: Choice(*COCOR_FORMS) = "code"  # losses.cocor.cocor_consistency
+        target: Choice("learned", "fixed") = "learned"  # learned: MMNN, bi-level; fixed: Table 9's constants
+        # one per composite view; null (or empty): Table 9's for the framework
+        fixed_targets: field(list[StrictFloat], "a list of numbers", null=True) = None
+        hidden: Int(1) = 64  # the MMNN's width
+        target_lr: Num(ge=0) = 0.05  # eta_d
+        target_freeze_epochs: Int(0) = 3  # the MMNN's lr is 0 for these first epochs ...
+        target_warmup_epochs: Int(0) = 2  # ... then warms up linearly over these, then cosine
+        classifier_lr: Num(ge=0) = 0.4  # the outer loss's linear head
+        labelled_fraction: Num(gt=0, le=1) = 0.01  # of the pretraining split; class-balanced, seeded
+        labelled_batch: Int(1) = 64
+        # derived: the sign from differentiating the one-step update; paper: Eq. 20 as printed
+        hypergradient: Choice("derived", "paper") = "derived"
+        min_denominator: Num(gt=0) = 1e-4  # |L_u' - L_u| floor in the hypergradient ratio
+        # null: the code's step size. N: the step scaled so that the run's updates add up to the learning rate N
+        # updates of the code's schedule would (its IN-100 run: 200 epochs of ~500 steps, ~98,500 after the freeze);
+        # at a CPU budget of a few hundred updates the code's step leaves the targets where they start
+        target_lr_match: Int(1, null=True) = None
+
+    def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        aug = cfg["augment"]
+        aug = run.augment
         if aug.get("kind", "views") != "views":
             raise ValueError("plugin cocor needs composite image views: augment=cocor")
         views = image_recipe(aug).views
@@ -56,16 +79,11 @@ class CoCor(Plugin):
             raise ValueError("plugin cocor needs composite views after the two standard ones: augment=cocor")
         self.lengths = [views[i].strong_ops for i in self.composites]
         self.n_ops = len(POOLS[views[self.composites[0]].strong_pool])
-        self.weight = float(pcfg.get("weight", 1.0))
-        self.form = pcfg.get("form", "code")
-        if self.form not in COCOR_FORMS:
-            raise ValueError(f"plugin.cocor.form must be one of {COCOR_FORMS}, not {self.form!r}")
-        self.mode = pcfg.get("target", "learned")
-        if self.mode not in ("learned", "fixed"):
-            raise ValueError(f"plugin.cocor.target must be learned or fixed, not {self.mode!r}")
-        kind = cfg["method"]["kind"]
-        fixed = pcfg.get("fixed_targets")
-        table = dict(zip(self.lengths, fixed)) if fixed else TABLE9.get(kind, TABLE9["moco"])
+        self.weight = float(s.weight)
+        self.form = s.form
+        self.mode = s.target
+        fixed = s.fixed_targets
+        table = dict(zip(self.lengths, fixed)) if fixed else TABLE9.get(run.method_kind, TABLE9["moco"])
         missing = [n for n in self.lengths if n not in table]
         if missing:
             raise ValueError(
@@ -73,27 +91,20 @@ class CoCor(Plugin):
                 "(Table 9 covers 1, 2, 3; give one value per composite view)"
             )
         self.constants = {n: float(table[n]) for n in self.lengths}
-        self.sign = {"derived": -1.0, "paper": 1.0}[pcfg.get("hypergradient", "derived")]
-        self.min_denominator = float(pcfg.get("min_denominator", 1e-4))
-        self.target_lr, self.classifier_lr = float(pcfg.get("target_lr", 0.05)), float(pcfg.get("classifier_lr", 0.4))
-        # None: the code's step size. N: the step scaled so that the run's updates add up to the learning rate N
-        # updates of the code's schedule would (its IN-100 run: 200 epochs of ~500 steps, ~98,500 after the freeze);
-        # at a CPU budget of a few hundred updates the code's step leaves the targets where they start
-        match = pcfg.get("target_lr_match")
-        if match is not None and (isinstance(match, bool) or not isinstance(match, int) or match < 1):
-            raise ValueError(f"plugin.cocor.target_lr_match={match}: expected an integer >= 1 (or null)")
-        self.lr_match: int | None = match
-        self.epochs = int(cfg.get("train", {}).get("epochs", 1))
-        self.freeze_epochs = int(pcfg.get("target_freeze_epochs", 3))
-        self.warmup_epochs = int(pcfg.get("target_warmup_epochs", 2))
+        self.sign = {"derived": -1.0, "paper": 1.0}[s.hypergradient]
+        self.min_denominator = float(s.min_denominator)
+        self.target_lr, self.classifier_lr = float(s.target_lr), float(s.classifier_lr)
+        self.lr_match: int | None = s.target_lr_match
+        self.epochs = run.epochs
+        self.freeze_epochs = int(s.target_freeze_epochs)
+        self.warmup_epochs = int(s.target_warmup_epochs)
         self.schedule(1)  # until the loop tells it the run's steps per epoch
-        self.fraction = float(pcfg.get("labelled_fraction", 0.01))
-        self.labelled_batch = int(pcfg.get("labelled_batch", 64))
-        data = cfg.get("data", {})
-        self.task, self.targets = data.get("task", "classification"), data.get("targets")
-        self.data_root, self.seed, self.aug = data.get("train"), int(cfg.get("seed", 0)), aug
+        self.fraction = float(s.labelled_fraction)
+        self.labelled_batch = int(s.labelled_batch)
+        self.task, self.targets = run.data_task, run.data_targets
+        self.data_root, self.seed, self.aug = run.data_train, run.seed, aug
         if self.mode == "learned":
-            self.target = MonotoneTarget(self.n_ops, int(pcfg.get("hidden", 64)), seed=self.seed)
+            self.target = MonotoneTarget(self.n_ops, int(s.hidden), seed=self.seed)
             self.target.fit_constants(self.constants, self.n_ops, seed=self.seed)  # the same on every rank
         self._labelled: LabelledBatches | None = None  # loaded on first use
         self._pending: dict | None = None

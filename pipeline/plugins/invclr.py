@@ -15,8 +15,9 @@ import torch
 from pipeline import dist
 from pipeline.augment.view_maker import image_recipe
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance
+from pipeline.fields import Bool, Int, Num, Section
 from pipeline.losses.invclr import gradient_penalty
-from pipeline.plugins.base import Plugin
+from pipeline.plugins.base import Plugin, PluginRun
 
 
 class InvCLR(Plugin):
@@ -24,6 +25,12 @@ class InvCLR(Plugin):
     frameworks = ("moco", "simclr")
     needs = (frozenset({"features"}),)
     needs_alpha_grad = True
+
+    class Settings(Section):
+        lam: Num(ge=0)  # lambda, the penalty's weight
+        n_samples: Int(1)  # L: fresh alpha' draws per sample
+        clip: Num(ge=0, null=True) = None  # the batch-mean penalty's upper clamp; null: none
+        normalize: Bool() = True  # F = e . h/|h| (false: the code's --no-gp-normalization)
 
     @classmethod
     def check(cls, cfg: dict) -> None:
@@ -33,24 +40,24 @@ class InvCLR(Plugin):
                 "backward): drop train.compile or set plugin.invclr.lam=0"
             )
 
-    def __init__(self, pcfg: dict, cfg: dict):
+    def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        self.lam = float(pcfg["lam"])
-        self.n_samples = int(pcfg["n_samples"])
-        self.clip = None if pcfg.get("clip") is None else float(pcfg["clip"])
-        self.normalize = bool(pcfg.get("normalize", True))
-        self.spirograph = cfg["augment"].get("kind") == "spirograph"
-        self.size = int(cfg["augment"]["size"]) if self.spirograph else None
+        self.lam = float(s.lam)
+        self.n_samples = int(s.n_samples)
+        self.clip = None if s.clip is None else float(s.clip)
+        self.normalize = bool(s.normalize)
+        self.spirograph = run.augment.get("kind") == "spirograph"
+        self.size = int(run.augment["size"]) if self.spirograph else None
         if not self.spirograph:
-            spec = image_recipe(cfg["augment"]).views[0]
+            spec = image_recipe(run.augment).views[0]
             if spec.color_stage != "model":
                 raise ValueError(
                     "plugin invclr needs a recipe whose colour stage runs in the model "
                     "(augment=invclr, or color_stage: model) or Spirograph views"
                 )
-            b, c, s, h = spec.jitter
-            self.law = [(max(0.0, 1 - b), 1 + b), (max(0.0, 1 - c), 1 + c), (max(0.0, 1 - s), 1 + s), (-h, h)]
-        self.seed = int(cfg.get("seed", 0))
+            b, c, sat, h = spec.jitter
+            self.law = [(max(0.0, 1 - b), 1 + b), (max(0.0, 1 - c), 1 + c), (max(0.0, 1 - sat), 1 + sat), (-h, h)]
+        self.seed = run.seed
         self._gen: torch.Generator | None = None
 
     def _generator(self) -> torch.Generator:

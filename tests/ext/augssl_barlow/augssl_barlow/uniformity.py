@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from pipeline.fields import Num, Section
-from pipeline.plugins.base import Plugin
+from pipeline.plugins.base import Plugin, PluginRun
 
 
 def uniformity(z: torch.Tensor, t: float) -> torch.Tensor:
@@ -26,9 +26,9 @@ class Uniformity(Plugin):
         weight: Num(ge=0)
         t: Num(gt=0)
 
-    def __init__(self, pcfg: dict, cfg: dict):
+    def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        self.weight, self.t = float(pcfg["weight"]), float(pcfg["t"])
+        self.weight, self.t = float(s.weight), float(s.t)
 
     def loss(self, method, images, params, ctx):
         z1, z2 = ctx.projections
