@@ -97,8 +97,6 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         "RAY_AGENT_PORT": "52413",
         "RAY_TEMP_DIR": str(short / "r2"),
     }
-    started = _make("cluster", work, env, **other)  # another Ray on the machine, which must survive
-    assert started.returncode == 0, started.stderr
     try:
         r = _make("cluster", work, env, **ours)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -127,16 +125,11 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         assert re.search(r"UPLOADED False True \S*/\.venv$", r.stdout, flags=re.M), out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
-        # a sweep submitted the same way (README): its trial's Train run on the joined head, tracked in the same
-        # store. One trial: two concurrent trials on a joined cluster are tests/infra/test_faults.py's
-        one_trial = "sweep.space={method.temperature: {grid: [0.2], log: true}}"
-        sweep = ["python", "jobs/tune.py", "+sweep=smoke", one_trial, *small]
-        r = _submit(sweep, work, shell, 900)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out[-4000:]
-        assert "succeeded" in out.lower() and "Done: sweep sweep-smoke-" in out and out.count("done: probe_") == 1
-        assert len(list((tmp_path / "store" / "runs" / "sweep").glob("sweep-smoke-*.png"))) == 1
-
+        # another Ray on the machine, which must survive our cluster-stop (started only now: an idle head costs CPU,
+        # and the suite is CPU-bound). A sweep through `ray job submit` is left out for suite time: its trials join
+        # the cluster as tests/infra/test_faults.py's sweep does, and the upload is the pretraining job's above.
+        started = _make("cluster", work, env, **other)
+        assert started.returncode == 0, started.stderr
         stop = _make("cluster-stop", work, env, **ours)
         assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr
         assert subprocess.run(["pgrep", "-f", str(short / "r1")], capture_output=True).returncode == 1

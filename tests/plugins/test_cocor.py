@@ -227,6 +227,19 @@ def test_fixed_targets_add_the_consistency_of_table_9_to_moco():
     assert all(p.grad is not None for p in m.online.parameters())
 
 
+def test_fixed_targets_follow_the_framework_table_9_gives():
+    """SimSiam's row of Table 9 (0.75, 0.70, 0.60), not MoCo's, and the constants are the targets of every sample."""
+    m = build_method(
+        compose_config(["+experiment=cocor_simsiam", "data=spirograph", "model.width=8", "plugin.cocor.target=fixed"])
+    )
+    plugin = m.plugins[0]
+    assert plugin.constants == {1: 0.75, 2: 0.70, 3: 0.60}
+    _, params = _views()
+    targets = plugin._targets(params, "cpu")
+    expected = torch.tensor([0.75, 0.70, 0.60]).repeat_interleave(8).view(3, 8)  # float32, as the loop's
+    assert torch.equal(torch.stack(targets), expected)
+
+
 def _learned(*overrides):
     m = build_method(_cfg("plugin.cocor.target_freeze_epochs=0", "plugin.cocor.target_warmup_epochs=0", *overrides))
     m.online, m.key_encoder = _linear_encoder(), _linear_encoder()
