@@ -33,8 +33,9 @@ def main(argv: list[str]) -> int:
     from pipeline.detect.convert import resnet_config
     from pipeline.detect.export import export
     from pipeline.eval.source import load_source
+    from pipeline.store import Store
 
-    tracking.setup(cfg)
+    tracking.setup(Store.of(cfg))
     try:
         src = load_source(str(cfg["run"]))
         resnet_config(src.cfg["model"])

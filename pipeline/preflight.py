@@ -3,15 +3,7 @@ generated): each answers in one line (ConfigError) what a job would otherwise fa
 
 from __future__ import annotations
 
-import os
-
 from pipeline.config import ConfigError
-
-
-def tracking_server(cfg: dict) -> str | None:
-    """The tracking server the job will log to (tracking.uri, else $MLFLOW_TRACKING_URI), or None for a local store."""
-    uri = cfg["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or ""
-    return uri if uri.startswith(("http://", "https://")) else None
 
 
 def check_server(uri: str, experiment: str) -> None:

@@ -16,36 +16,36 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.mlflow_ui import NOTE_TAG, command_line, mark_model_training
 from pipeline.preflight import check_server
+from pipeline.store import Store
 
 
-def tracking_uri(cfg: dict) -> str:
+def tracking_uri(store: Store) -> str:
     """`tracking.uri`, else $MLFLOW_TRACKING_URI, else a SQLite store in the runs folder (MLflow 3 refuses
     a plain ./mlruns folder store)."""
-    uri = cfg["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = store.given_uri
     if uri:
         return uri
-    runs = Path(cfg["paths"]["runs"])
-    runs.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{runs / 'mlflow.db'}"
+    store.local_db.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store.local_db}"
 
 
-def artifact_root(cfg: dict) -> str | None:
-    if cfg["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI"):
+def artifact_root(store: Store) -> str | None:
+    if store.given_uri:
         return None  # the server decides
-    return (Path(cfg["paths"]["runs"]) / "mlartifacts").as_uri()
+    return (Path(store.runs) / "mlartifacts").as_uri()
 
 
-def setup(cfg: dict) -> str:
+def setup(store: Store) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns the experiment id. MLflow's own
     set-up lines (a new store's tables) and its download bars are for verbose=true only."""
-    if not cfg.get("verbose"):
+    if not store.verbose:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    root = artifact_root(cfg)  # before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide ours
-    uri = tracking_uri(cfg)
-    check_server(uri, cfg["tracking"]["experiment"])  # one error line, not MLflow's minutes of retries
+    root = artifact_root(store)  # before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide ours
+    uri = tracking_uri(store)
+    check_server(uri, store.experiment)  # one error line, not MLflow's minutes of retries
     mlflow.set_tracking_uri(uri)
-    name = cfg["tracking"]["experiment"]
+    name = store.experiment
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
@@ -67,9 +67,9 @@ def active_run_id() -> str:
     return run.info.run_id
 
 
-def start_or_resume(cfg: dict, run_key: str, run_name: str, job: str) -> str:
+def start_or_resume(store: Store, run_key: str, run_name: str, job: str) -> str:
     """The MLflow run tagged with `run_key` (resume) or a new one; returns its run id."""
-    exp_id = setup(cfg)
+    exp_id = setup(store)
     return _open(exp_id, find_run(exp_id, run_key), {"run_key": run_key, "job": job}, run_name)
 
 

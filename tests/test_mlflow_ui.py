@@ -10,6 +10,7 @@ import pytest
 from pipeline import mlflow_ui, tracking
 from pipeline.data import shards
 from pipeline.data.manifest import read_manifest
+from pipeline.store import Store
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_runs_open_in_a_model_training_experiment_described_by_their_command(sto
 
     # the process's own command line, set here: under pytest-xdist a worker's argv is execnet's, not pytest's
     monkeypatch.setattr("sys.argv", ["jobs/pretrain.py", "method=simclr", "data.root=/a b"])
-    run_id = tracking.start_or_resume(store, "k1", "r1", job="pretrain")
+    run_id = tracking.start_or_resume(Store.of(store), "k1", "r1", job="pretrain")
     client = MlflowClient()
     exp_id = client.get_run(run_id).info.experiment_id
     assert client.get_experiment(exp_id).tags[mlflow_ui.KIND_TAG] == "custom_model_development"
@@ -69,7 +70,7 @@ def test_the_splits_are_logged_as_dataset_inputs_with_digest_source_and_count(st
     other = {**store, "data": {"train": str(_split(tmp_path / "b" / "train", 10, 2)), "val": cfg["data"]["val"]}}
     ids = []
     for c in (cfg, other):
-        tracking.start_or_resume(c, f"k{len(ids)}", "r", job="pretrain")
+        tracking.start_or_resume(Store.of(c), f"k{len(ids)}", "r", job="pretrain")
         mlflow_ui.log_datasets(c)
         ids.append(tracking.active_run_id())
         mlflow.end_run()
@@ -106,7 +107,7 @@ def test_a_dataset_another_run_inserted_first_is_linked_on_retry(store, tmp_path
         return real(**kwargs)
 
     monkeypatch.setattr(mlflow, "log_inputs", racing)
-    tracking.start_or_resume(cfg, "race", "r", job="pretrain")
+    tracking.start_or_resume(Store.of(cfg), "race", "r", job="pretrain")
     mlflow_ui.log_datasets(cfg)
     run = mlflow.MlflowClient().get_run(tracking.active_run_id())
     assert len(calls) == 2 and [d.dataset.name for d in run.inputs.dataset_inputs] == ["a/train"]
@@ -119,8 +120,8 @@ def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, mo
     import mlflow
 
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
-    run_id = tracking.start_or_resume(store, "k", "r", job="pretrain")
-    uri = tracking.tracking_uri(store)
+    run_id = tracking.start_or_resume(Store.of(store), "k", "r", job="pretrain")
+    uri = tracking.tracking_uri(Store.of(store))
     off = mlflow_ui.start_system_metrics(
         {**store, "tracking": {**store["tracking"], "system_metrics": False}}, run_id, uri, None, True
     )
@@ -149,7 +150,7 @@ def test_the_description_names_the_command_method_data_and_pictures_then_the_res
 
 
 def test_make_mlflow_ui_prints_its_command_and_a_link_per_experiment(store, tmp_path, capsys):
-    run_id = tracking.start_or_resume(store, "k", "r", job="pretrain")
+    run_id = tracking.start_or_resume(Store.of(store), "k", "r", job="pretrain")
     from mlflow.tracking import MlflowClient
 
     exp_id = MlflowClient().get_run(run_id).info.experiment_id

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipeline.config import ConfigError
-from pipeline.preflight import check_server, tracking_server
+from pipeline.preflight import check_server
+from pipeline.store import Store
 
 LOGIN = ("alice", "correct horse battery")
 
@@ -82,9 +83,10 @@ def test_a_server_that_fails_or_is_down_is_one_line(server, monkeypatch):
 
 def test_only_a_server_is_checked(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert tracking_server({"tracking": {"uri": None}}) is None
-    assert tracking_server({"tracking": {"uri": "sqlite:///x.db"}}) is None
-    assert tracking_server({"tracking": {"uri": "https://mlflow.example:443"}}) == "https://mlflow.example:443"
+    assert Store("runs", "augssl", uri=None).server() is None
+    assert Store("runs", "augssl", uri="sqlite:///x.db").server() is None
+    assert Store("runs", "augssl", uri="https://mlflow.example:443").server() == "https://mlflow.example:443"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://head:5000")
-    assert tracking_server({"tracking": {"uri": None}}) == "http://head:5000"
+    assert Store("runs", "augssl", uri=None).server() == "http://head:5000"
+    assert Store("runs", "augssl", uri="sqlite:///x.db").server() is None  # tracking.uri comes first
     check_server("sqlite:///nothing-is-asked.db", "augssl")  # a local store: no request

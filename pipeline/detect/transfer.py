@@ -27,6 +27,7 @@ from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
+from pipeline.store import Store
 
 METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed
 
@@ -73,7 +74,7 @@ def run(cfg: dict) -> dict:
         quiet_torch_notices()
     try:
         device = downstream.pick_device(cfg["device"])
-        tracking.setup(cfg)  # a run id is looked up in the store
+        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
         meta = backbone_meta(src)
     except (FileNotFoundError, ValueError) as e:
@@ -97,11 +98,11 @@ def run(cfg: dict) -> dict:
             )
     data = prepare_data(cfg)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
-    ev = downstream.find(cfg, src, "detect", settings, f"{engine}-{d['name']}")
+    ev = downstream.find(Store.of(cfg), src, "detect", settings, f"{engine}-{d['name']}")
     if ev.finished:
         return _finished(ev.found, ev.name)
     out_dir = Path(cfg["paths"]["runs"]) / "detect" / ev.name
-    with downstream.child_run(cfg, src, ev, "detect") as run_id:
+    with downstream.child_run(Store.of(cfg), src, ev, "detect") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import tracking
 from pipeline.eval.source import Source
+from pipeline.store import Store
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -33,12 +34,12 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def find(cfg: dict, src: Source, job: str, settings: dict, what: str = "") -> EvalRun:
+def find(store: Store, src: Source, job: str, settings: dict, what: str = "") -> EvalRun:
     """The evaluation's name and key, and its run from an earlier attempt (looked for in the parent's experiment,
     where the child goes). Points MLflow at the store."""
     from mlflow.tracking import MlflowClient
 
-    exp_id = tracking.setup(cfg)
+    exp_id = tracking.setup(store)
     if src.run_id is not None:
         exp_id = MlflowClient().get_run(src.run_id).info.experiment_id
     key = settings_key(settings)
@@ -49,7 +50,7 @@ def find(cfg: dict, src: Source, job: str, settings: dict, what: str = "") -> Ev
 
 
 @contextlib.contextmanager
-def child_run(cfg: dict, src: Source, ev: EvalRun, job: str):
+def child_run(store: Store, src: Source, ev: EvalRun, job: str):
     """Open the evaluation's run (a child of the pretraining run, or a run of its own for a checkpoint from
     elsewhere), yield its id, end it FINISHED, or FAILED/KILLED with the error on the way out of an exception."""
     import mlflow
@@ -57,7 +58,7 @@ def child_run(cfg: dict, src: Source, ev: EvalRun, job: str):
     run_id = (
         tracking.start_child(src.run_id, ev.run_key, ev.name, job=job)
         if src.run_id is not None
-        else tracking.start_or_resume(cfg, ev.run_key, ev.name, job=job)
+        else tracking.start_or_resume(store, ev.run_key, ev.name, job=job)
     )
     try:
         yield run_id

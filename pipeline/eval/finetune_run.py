@@ -21,6 +21,7 @@ from pipeline.eval.finetune import Schedule, decodable, finetune, out_dim
 from pipeline.eval.job_errors import FinetuneError
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
+from pipeline.store import Store
 
 METRIC_KEYS = ("top1", "top5", "mse", "r2")
 
@@ -48,7 +49,7 @@ def run(cfg: dict) -> dict:
     """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random)."""
     try:
         downstream.pick_device(cfg["device"])
-        tracking.setup(cfg)  # a run id is looked up in the store
+        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
@@ -66,7 +67,7 @@ def run(cfg: dict) -> dict:
         "val_size": cfg["val_size"],
     }
     what = "subset" if names is not None else f"{cfg['label_fraction']:g}"
-    ev = downstream.find(cfg, src, "finetune", settings, what)
+    ev = downstream.find(Store.of(cfg), src, "finetune", settings, what)
     if ev.finished:
         return _finished(ev)
     try:
@@ -74,7 +75,7 @@ def run(cfg: dict) -> dict:
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
     out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
-    with downstream.child_run(cfg, src, ev, "finetune") as run_id:
+    with downstream.child_run(Store.of(cfg), src, ev, "finetune") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

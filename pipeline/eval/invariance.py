@@ -55,14 +55,13 @@ def alpha_names(aug: Mapping[str, Any]) -> tuple[str, ...]:
     return NUISANCE if is_spirograph(aug) else IMAGE_ALPHA
 
 
-def split_targets(cfg: Mapping[str, Any]) -> list[str] | None:
-    """The targets to load an eval split with so that `transformed_features` can use it: Spirograph re-renders
-    from all four factors, so it needs them whatever `data.targets` says."""
-    data = cfg["data"]
-    if data["task"] != "regression":
-        return data.get("targets")
-    targets = list(data.get("targets") or [])
-    if is_spirograph(cfg["augment"]):
+def split_targets(task: str, targets: list[str] | None, aug: Mapping[str, Any]) -> list[str] | None:
+    """The targets to load an eval split with so that `transformed_features` can use it (data.task, data.targets,
+    the recipe): Spirograph re-renders from all four factors, so it needs them whatever `data.targets` says."""
+    if task != "regression":
+        return targets
+    targets = list(targets or [])
+    if is_spirograph(aug):
         targets += [t for t in TARGETS if t not in targets]
     return targets
 
@@ -73,7 +72,7 @@ def split_targets(cfg: Mapping[str, Any]) -> list[str] | None:
 def transformed_features(
     backbone: nn.Module,
     split,
-    cfg: Mapping[str, Any],
+    aug: Mapping[str, Any],
     n_copies: int,
     device: str | torch.device = "cpu",
     seed: int = 0,
@@ -99,7 +98,7 @@ def transformed_features(
     theirs do.
     """
     feats, alphas, kept = [], [], []
-    for f, a, k in _iter_copies(backbone, split, cfg, n_copies, device, seed, batch_size, fix_beta, progress):
+    for f, a, k in _iter_copies(backbone, split, aug, n_copies, device, seed, batch_size, fix_beta, progress):
         feats.append(f)
         alphas.append(a)
         kept.append(k)
@@ -110,7 +109,7 @@ def transformed_features(
 def averaged_features(
     backbone: nn.Module,
     split,
-    cfg: Mapping[str, Any],
+    aug: Mapping[str, Any],
     m: int,
     device: str | torch.device = "cpu",
     seed: int = 0,
@@ -121,7 +120,7 @@ def averaged_features(
     """Eq. 14 over the split, batch by batch: (z^(m) [N', D], kept indices). Equal to
     feature_average(transformed_features(..., m, seed=seed)) without holding the [N, m, D] tensor."""
     feats, kept = [], []
-    for f, _, k in _iter_copies(backbone, split, cfg, m, device, seed, batch_size, False, progress):
+    for f, _, k in _iter_copies(backbone, split, aug, m, device, seed, batch_size, False, progress):
         feats.append(feature_average(f))
         kept.append(k)
     return torch.cat(feats), np.concatenate(kept)
@@ -135,11 +134,10 @@ def feature_average(feats: torch.Tensor) -> torch.Tensor:
 
 
 def _iter_copies(
-    backbone, split, cfg, n_copies, device, seed, batch_size, fix_beta, progress
+    backbone, split, aug, n_copies, device, seed, batch_size, fix_beta, progress
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
     if n_copies < 1:
         raise ValueError(f"n_copies must be >= 1, got {n_copies}")
-    aug = cfg["augment"]
     n = len(split.y)
     make = _spirograph_batches if is_spirograph(aug) else _image_batches
     total = n * n_copies
@@ -174,7 +172,7 @@ def _spirograph_batches(backbone, split, aug, n_copies, device, seed, batch_size
     if missing:
         raise ValueError(
             f"re-rendering Spirograph needs the factors {list(TARGETS)} in the split; missing "
-            f"{missing} (load it with targets=split_targets(cfg))"
+            f"{missing} (load it with targets=split_targets(...))"
         )
     y = torch.as_tensor(np.asarray(split.y), dtype=torch.float32)
     x = {t: y[:, names.index(t)] for t in TARGETS}

@@ -18,12 +18,13 @@ from pipeline.eval.job_errors import KnnError
 from pipeline.eval.knn import knn_streamed
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
+from pipeline.store import Store
 
 
 def run(cfg: dict) -> dict:
     """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}."""
     try:
-        tracking.setup(cfg)  # a run id is looked up in the store
+        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise KnnError(str(e)) from None
@@ -41,7 +42,7 @@ def run(cfg: dict) -> dict:
         "baseline": cfg["baseline"],
         "seed": cfg["seed"],
     }
-    ev = downstream.find(cfg, src, "knn", settings, f"k{cfg['k']}")
+    ev = downstream.find(Store.of(cfg), src, "knn", settings, f"k{cfg['k']}")
     if ev.finished:
         assert ev.found is not None  # finished: an earlier attempt's run
         m = ev.found.data.metrics
@@ -57,7 +58,7 @@ def run(cfg: dict) -> dict:
         check_actors(cfg["actors"], cfg["actor_resources"], autoscale=bool(cfg["trainer"].get("autoscale")))
     except ConfigError as e:
         raise KnnError(str(e)) from None
-    with downstream.child_run(cfg, src, ev, "knn") as run_id:
+    with downstream.child_run(Store.of(cfg), src, ev, "knn") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

@@ -13,10 +13,12 @@ from pipeline.cluster import init_ray
 from pipeline.config import ConfigError
 from pipeline.eval.downstream import settings_key
 from pipeline.eval.job_errors import ProbeError
+from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
 from pipeline.eval.run_probe import check_probe_actors, compare_with_random, config_for_run, probe_solver
 from pipeline.eval.source import load_source
 from pipeline.schema import validate
+from pipeline.store import Store
 
 
 def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
@@ -24,7 +26,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     ref = ref or cfg["eval"]["probe"]["checkpoint"]
     if not ref:
         raise ProbeError("run=<MLflow run id, checkpoint folder or state.pt> is required")
-    exp_id = tracking.setup(cfg)
+    exp_id = tracking.setup(Store.of(cfg))
     try:
         src = load_source(str(ref))
     except FileNotFoundError as e:
@@ -34,6 +36,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         validate(cfg)  # the run's sections with the command line's on top: one line, before anything is logged
     except (ValueError, ConfigError) as e:
         raise ProbeError(str(e)) from None
+    spec = ProbeSpec.of(cfg)
     parent = src.run_id
     parent_run = MlflowClient().get_run(parent) if parent else None
 
@@ -71,10 +74,10 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         )
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
         return results
-    if probe_solver(cfg) == "sgd":  # before the run is made: Ray Data's actors, can they be placed?
+    if probe_solver(spec) == "sgd":  # before the run is made: Ray Data's actors, can they be placed?
         init_ray(cfg)
         try:
-            check_probe_actors(cfg)
+            check_probe_actors(spec)
         except ConfigError as e:
             raise ProbeError(str(e)) from None
     if parent_run is not None:
@@ -83,12 +86,12 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         run_id = tracking.start_child(parent, run_key, name, job="linear_probe")
     else:
         name = f"probe-{cfg['data']['name']}-{key[:6]}"
-        run_id = tracking.start_or_resume(cfg, run_key, name, job="linear_probe")
+        run_id = tracking.start_or_resume(Store.of(cfg), run_key, name, job="linear_probe")
     try:
         if found is None:
             mlflow.log_params(params)
             mlflow_ui.log_datasets(cfg)  # the splits it probed on, as the run page's dataset inputs
-        results = compare_with_random(cfg, src.state, run_name=name)  # the SGD probe starts Ray itself
+        results = compare_with_random(spec, src.state, run_name=name)  # the SGD probe starts Ray itself
     except (FloatingPointError, ValueError) as e:  # a diverging probe, data without decodable images
         tracking.end_failed(e)
         raise ProbeError(str(e)) from None

@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 from pipeline import checkpoint as ck
 from pipeline.augment.view_maker import eval_settings
-from pipeline.cluster import init_ray
 from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import load_split
 from pipeline.eval.downstream import pick_device
@@ -37,9 +36,11 @@ from pipeline.eval.invariance import (
     transformed_features,
 )
 from pipeline.eval.linear_probe import probe
+from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table
 from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
 from pipeline.models.backbones import build_backbone
+from pipeline.schema import Invariance
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
 
@@ -78,74 +79,71 @@ def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
     return build_backbone(model_cfg)
 
 
-def probe_solver(cfg: dict) -> str:
+def probe_solver(spec: ProbeSpec) -> str:
     """lbfgs or sgd: eval.probe.solver, or for auto, sgd when the train split (or train_size of it) has more than
     eval.probe.lbfgs_max samples."""
-    p = cfg["eval"]["probe"]
-    if p["solver"] != "auto":
-        return p["solver"]
-    n = int(read_manifest(cfg["data"]["train"])[0]["num_samples"])
-    return "sgd" if min(n, p["train_size"] or n) > p["lbfgs_max"] else "lbfgs"
+    p = spec.probe
+    if p.solver != "auto":
+        return p.solver
+    n = int(read_manifest(spec.data.train)[0]["num_samples"])
+    return "sgd" if min(n, p.train_size or n) > p.lbfgs_max else "lbfgs"
 
 
-def check_probe_actors(cfg: dict) -> None:
+def check_probe_actors(spec: ProbeSpec) -> None:
     """Under the sgd solver, ConfigError (one line) when the cluster cannot place eval.probe's extraction actors
     (extract.check_actors); Ray is up."""
-    p = cfg["eval"]["probe"]
-    actors, resources = p.get("actors"), p.get("actor_resources")
-    if (actors or resources) and probe_solver(cfg) == "sgd":  # hand-set alone: no manifest read otherwise
-        check_actors(actors, resources, "eval.probe.", bool(cfg["trainer"].get("autoscale")))
+    p = spec.probe
+    if (p.actors or p.actor_resources) and probe_solver(spec) == "sgd":  # hand-set alone: no manifest read otherwise
+        check_actors(p.actors, p.actor_resources, "eval.probe.", spec.autoscale)
 
 
 SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on features extracted by Ray Data"}
 
 
-def probe_backbone_sgd(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
+def probe_backbone_sgd(backbone: torch.nn.Module, spec: ProbeSpec) -> dict[str, float]:
     """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
     for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
     if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
-    init_ray(cfg)  # the job's Ray: a joined cluster, or a private local one
-    data, p = cfg["data"], cfg["eval"]["probe"]
-    size, mean, std = eval_settings(cfg["augment"])
-    state, targets = backbone.state_dict(), data.get("targets")
+    spec.start_ray()  # the job's Ray: a joined cluster, or a private local one
+    data, p, model = spec.data, spec.probe, dict(spec.model)
+    size, mean, std = eval_settings(spec.augment)
+    state, targets = backbone.state_dict(), spec.targets
     feats = {}
-    extraction = {"batch_size": p["batch_size"], "actors": p.get("actors"), "resources": p.get("actor_resources")}
-    for split, limit in (("train", p["train_size"]), ("val", p["val_size"])):
-        out, _ = split_features(data, cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, **extraction)
+    extraction = {"batch_size": p.batch_size, "actors": p.actors, "resources": p.actor_resources}
+    for split, limit in (("train", p.train_size), ("val", p.val_size)):
+        out, _ = split_features(data.model_dump(), model, state, spec.runs, split, size, mean, std, **extraction)
         feat, y = load_features(out)
         feats[split] = (feat[:limit], y[:limit]) if limit else (feat, y)
-    if data["task"] == "classification":
-        names = read_manifest(data["train"])[0].get("class_names") or []
+    if data.task == "classification":
+        names = read_manifest(data.train)[0].get("class_names") or []
         out_dim = max(len(names), int(feats["train"][1].max()) + 1)
     else:
-        out_dim = len(targets)
+        out_dim = len(targets or [])
     device = pick_device("auto")
-    head = fit_sgd(
-        *feats["train"], data["task"], out_dim, SgdSchedule(**p["sgd"]), seed=int(cfg["seed"]), device=device
-    )
-    return score(head, *feats["val"], data["task"], list(targets or []), device=device)
+    schedule = SgdSchedule(**p.sgd.model_dump())
+    head = fit_sgd(*feats["train"], data.task, out_dim, schedule, seed=spec.seed, device=device)
+    return score(head, *feats["val"], data.task, list(targets or []), device=device)
 
 
-def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
-    if probe_solver(cfg) == "sgd":
-        return probe_backbone_sgd(backbone, cfg)
-    data, p, aug = cfg["data"], cfg["eval"]["probe"], cfg["augment"]
-    targets = data.get("targets")
-    train = load_split(data["train"], data["task"], targets, limit=p["train_size"])
-    test = load_split(data["val"], data["task"], targets, limit=p["val_size"])
-    pre = eval_preprocess(*eval_settings(aug))
-    ftr, ktr = extract(backbone, train.encoded, pre, p["batch_size"])
-    fte, kte = extract(backbone, test.encoded, pre, p["batch_size"])
+def probe_backbone(backbone: torch.nn.Module, spec: ProbeSpec) -> dict[str, float]:
+    if probe_solver(spec) == "sgd":
+        return probe_backbone_sgd(backbone, spec)
+    data, p = spec.data, spec.probe
+    train = load_split(data.train, data.task, spec.targets, limit=p.train_size)
+    test = load_split(data.val, data.task, spec.targets, limit=p.val_size)
+    pre = eval_preprocess(*eval_settings(spec.augment))
+    ftr, ktr = extract(backbone, train.encoded, pre, p.batch_size)
+    fte, kte = extract(backbone, test.encoded, pre, p.batch_size)
     num_classes = len(train.names) or None
     return probe(
         ftr,
         torch.as_tensor(train.y[ktr]),
         fte,
         torch.as_tensor(test.y[kte]),
-        data["task"],
+        data.task,
         test.names,
-        p["steps"],
-        p["weight_decay"],
+        p.steps,
+        p.weight_decay,
         num_classes,
     )
 
@@ -154,62 +152,60 @@ def probe_backbone(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
 FA_TRAIN_SEED, FA_TEST_SEED, INV_TRAIN_SEED, INV_TEST_SEED = 1, 2, 3, 4
 
 
-def _transform_splits(cfg: dict, train_size, val_size):
+def _transform_splits(spec: ProbeSpec, train_size, val_size):
     """Train and val splits for the transformed-feature paths (Spirograph: with all four factors loaded)."""
-    data = cfg["data"]
-    targets = split_targets(cfg)
+    data = spec.data
+    targets = split_targets(data.task, spec.targets, spec.augment)
     return (
-        load_split(data["train"], data["task"], targets, limit=train_size),
-        load_split(data["val"], data["task"], targets, limit=val_size),
+        load_split(data.train, data.task, targets, limit=train_size),
+        load_split(data.val, data.task, targets, limit=val_size),
     )
 
 
-def _probe_y(split, cfg: dict):
+def _probe_y(split, spec: ProbeSpec):
     """The probe's targets of a split loaded by _transform_splits: data.targets' columns, in their order."""
-    targets = cfg["data"].get("targets")
-    if cfg["data"]["task"] != "regression" or not targets:
+    targets = spec.targets
+    if spec.data.task != "regression" or not targets:
         return split.y
     return split.y[:, [split.names.index(t) for t in targets]]
 
 
-def probe_backbone_fa(backbone: torch.nn.Module, cfg: dict, m: int) -> dict[str, float]:
+def probe_backbone_fa(backbone: torch.nn.Module, spec: ProbeSpec, m: int) -> dict[str, float]:
     """probe_backbone on feature-averaged representations (Eq. 14, 1.3/4.4): the probe is fitted on the
     m-averaged train features and scored on the m-averaged test features, both made with the training
     transformations (Spirograph: re-renders with fresh nuisance; images: the recipe's first view)."""
-    data, p = cfg["data"], cfg["eval"]["probe"]
-    train, test = _transform_splits(cfg, p["train_size"], p["val_size"])
-    seed = int(cfg["seed"])
-    ftr, ktr = averaged_features(backbone, train, cfg, m, seed=seed + FA_TRAIN_SEED, batch_size=p["batch_size"])
-    fte, kte = averaged_features(backbone, test, cfg, m, seed=seed + FA_TEST_SEED, batch_size=p["batch_size"])
-    names = list(data.get("targets") or []) if data["task"] == "regression" else test.names
+    p, aug, seed = spec.probe, spec.augment, spec.seed
+    train, test = _transform_splits(spec, p.train_size, p.val_size)
+    ftr, ktr = averaged_features(backbone, train, aug, m, seed=seed + FA_TRAIN_SEED, batch_size=p.batch_size)
+    fte, kte = averaged_features(backbone, test, aug, m, seed=seed + FA_TEST_SEED, batch_size=p.batch_size)
+    names = list(spec.targets or []) if spec.data.task == "regression" else test.names
     num_classes = len(train.names) or None
     return probe(
         ftr,
-        torch.as_tensor(_probe_y(train, cfg)[ktr]),
+        torch.as_tensor(_probe_y(train, spec)[ktr]),
         fte,
-        torch.as_tensor(_probe_y(test, cfg)[kte]),
-        data["task"],
+        torch.as_tensor(_probe_y(test, spec)[kte]),
+        spec.data.task,
         names,
-        p["steps"],
-        p["weight_decay"],
+        p.steps,
+        p.weight_decay,
         num_classes,
     )
 
 
-def invariance_metrics(backbone: torch.nn.Module, cfg: dict) -> dict[str, float]:
+def invariance_metrics(backbone: torch.nn.Module, spec: ProbeSpec, inv: Invariance) -> dict[str, float]:
     """V (Eq. 7) and the alpha regression (4.2) of one backbone on `eval.invariance.samples` samples of each
     split with `eval.invariance.copies` copies: the regression is fitted on the train split's (sample, copy)
     rows and scored on the val split's, whose copies also give V. For image recipes beta is fixed per sample
     and only alpha varies across the copies, as Eq. 6 conditions on beta."""
-    inv, p = cfg["eval"]["invariance"], cfg["eval"]["probe"]
-    train, test = _transform_splits(cfg, inv["samples"], inv["samples"])
-    seed, copies = int(cfg["seed"]), int(inv["copies"])
-    kw = {"batch_size": p["batch_size"], "fix_beta": True}
-    ftr, atr = transformed_features(backbone, train, cfg, copies, seed=seed + INV_TRAIN_SEED, **kw)
-    fte, ate = transformed_features(backbone, test, cfg, copies, seed=seed + INV_TEST_SEED, **kw)
+    p, aug, seed = spec.probe, spec.augment, spec.seed
+    train, test = _transform_splits(spec, inv.samples, inv.samples)
+    kw = {"batch_size": p.batch_size, "fix_beta": True}
+    ftr, atr = transformed_features(backbone, train, aug, inv.copies, seed=seed + INV_TRAIN_SEED, **kw)
+    fte, ate = transformed_features(backbone, test, aug, inv.copies, seed=seed + INV_TEST_SEED, **kw)
     v = conditional_variance_of(fte, torch.Generator().manual_seed(seed))
-    ref, _ = alpha_reference(cfg["augment"])
-    reg = alpha_regression(ftr, atr, fte, ate, ref, alpha_names(cfg["augment"]), p["steps"], p["weight_decay"])
+    ref, _ = alpha_reference(aug)
+    reg = alpha_regression(ftr, atr, fte, ate, ref, alpha_names(aug), p.steps, p.weight_decay)
     return {
         "conditional_variance": v,
         "alpha_mse": reg["mse"],
@@ -240,17 +236,17 @@ def plot_comparison(results: dict[str, dict[str, float]], path: Path, title: str
     return path
 
 
-def probe_png(cfg: dict, name: str) -> Path:
+def probe_png(spec: ProbeSpec, name: str) -> Path:
     """Where a run's probe chart goes: <paths.runs>/probe/<run name>.png, one file per run."""
-    return Path(cfg["paths"]["runs"]) / "probe" / f"{name}.png"
+    return spec.runs / "probe" / f"{name}.png"
 
 
 def compare_with_random(
-    cfg: dict, ckpt: str | Path | dict, run_name: str | None = None, baseline: bool | None = None
+    spec: ProbeSpec, ckpt: str | Path | dict, run_name: str | None = None, baseline: bool | None = None
 ) -> dict[str, dict[str, float]]:
     """Probe the checkpoint's backbone and a random twin; print a table, log metrics and a PNG to MLflow.
 
-    `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(cfg,
+    `ckpt`: a checkpoint folder, a state.pt file or a loaded state. The chart is written to probe_png(spec,
     run_name) (run_name: the active MLflow run's name by default) and logged as probe/probe.png.
 
     `baseline=False` probes the pretrained backbone alone (a sweep's trials: the sweep probes the random twin once);
@@ -264,33 +260,31 @@ def compare_with_random(
         state = ckpt
     else:
         state = ck.load(ckpt) if Path(ckpt).is_dir() else torch.load(ckpt, map_location="cpu", weights_only=False)
-    ev = cfg["eval"]
-    m = int((ev.get("feature_averaging") or {}).get("m") or 0)
-    inv_on = bool((ev.get("invariance") or {}).get("enabled"))
+    m, inv = spec.fa_m, spec.invariance
     backbones = {
         "pretrained": lambda: backbone_from(state),
-        "random": lambda: random_backbone(state["cfg"]["model"], cfg["seed"]),
+        "random": lambda: random_backbone(state["cfg"]["model"], spec.seed),
     }
-    if not (cfg["eval"]["probe"].get("baseline", True) if baseline is None else baseline):
+    if not (spec.probe.baseline if baseline is None else baseline):
         del backbones["random"]
     results, labels, invariance = {}, {}, {}
     for name, build in backbones.items():
         net = build()
-        results[name], labels[name] = probe_backbone(net, cfg), name
+        results[name], labels[name] = probe_backbone(net, spec), name
         if m > 0:
-            results[f"{name}_fa"], labels[f"{name}_fa"] = probe_backbone_fa(net, cfg, m), f"{name}, FA m={m}"
-        if inv_on:
-            invariance[name] = invariance_metrics(net, cfg)
+            results[f"{name}_fa"], labels[f"{name}_fa"] = probe_backbone_fa(net, spec, m), f"{name}, FA m={m}"
+        if inv is not None:
+            invariance[name] = invariance_metrics(net, spec, inv)
     shown = {labels[k]: v for k, v in results.items()}
     table = format_table(shown)
-    size = eval_settings(cfg["augment"])[0]
-    solver = probe_solver(cfg)
+    size = eval_settings(spec.augment)[0]
+    solver = probe_solver(spec)
     print(
-        f"\nLinear probe on {cfg['data']['name']} at {size} px (frozen features, {SOLVER_NAMES[solver]}):\n{table}\n",
+        f"\nLinear probe on {spec.data.name} at {size} px (frozen features, {SOLVER_NAMES[solver]}):\n{table}\n",
         flush=True,
     )
-    if inv_on:
-        inv_table, inv_metrics = _invariance_report(invariance, cfg)
+    if inv is not None:
+        inv_table, inv_metrics = _invariance_report(invariance, spec, inv)
         print(inv_table + "\n", flush=True)
         results["invariance"] = inv_metrics
     if mlflow.active_run():
@@ -301,34 +295,35 @@ def compare_with_random(
         if m > 0:
             mlflow.log_metric("probe/fa_m", m)
         mlflow.log_text(table, "probe/table.txt")
-        if inv_on:
+        if inv is not None:
             mlflow.log_metrics({f"probe/{k}": v for k, v in results["invariance"].items()})
             mlflow.log_text(inv_table, "probe/invariance.txt")
         run = mlflow.active_run()
         assert run is not None  # checked above
         active = run.info
-        out = probe_png(cfg, run_name or active.run_name or active.run_id)
+        out = probe_png(spec, run_name or active.run_name or active.run_id)
         out.parent.mkdir(parents=True, exist_ok=True)
-        plot_comparison(shown, out, f"linear probe: {cfg['data']['name']} at {size} px")
+        plot_comparison(shown, out, f"linear probe: {spec.data.name} at {size} px")
         with tempfile.TemporaryDirectory() as d:  # the same artifact name in every run
             mlflow.log_artifact(str(shutil.copy(out, Path(d) / "probe.png")), "probe")
         print(f"probe chart {out}", flush=True)
     return results
 
 
-def _invariance_report(invariance: dict[str, dict[str, float]], cfg: dict) -> tuple[str, dict[str, float]]:
+def _invariance_report(
+    invariance: dict[str, dict[str, float]], spec: ProbeSpec, inv: Invariance
+) -> tuple[str, dict[str, float]]:
     """The printed invariance table and its metrics (invariance_<backbone>_<metric>, invariance_alpha_*)."""
-    inv = cfg["eval"]["invariance"]
-    _, source = alpha_reference(cfg["augment"])
+    _, source = alpha_reference(spec.augment)
     first = next(iter(invariance.values()))
     ref, ref_emp = first["alpha_reference"], first["alpha_reference_empirical"]
     rows = {
         name: {"conditional_variance": r["conditional_variance"], "alpha_mse": r["alpha_mse"]}
         for name, r in invariance.items()
     }
-    alpha = ", ".join(alpha_names(cfg["augment"]))
+    alpha = ", ".join(alpha_names(spec.augment))
     text = (
-        f"Invariance on {cfg['data']['name']} ({inv['samples']} samples x {inv['copies']} copies per split): "
+        f"Invariance on {spec.data.name} ({inv.samples} samples x {inv.copies} copies per split): "
         f"conditional variance V (Eq. 7), test MSE of a linear regression of alpha = ({alpha}) from z "
         f"(higher = more invariant)\n{format_table(rows)}\n"
         f"alpha reference Mean_i Var(alpha_i) = {ref:.4f} ({source}; empirical on the val copies "

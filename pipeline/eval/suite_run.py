@@ -11,11 +11,12 @@ from mlflow.tracking import MlflowClient
 from pipeline import tracking
 from pipeline.eval.source import load_source
 from pipeline.eval.suite import SuiteError, load_suite, pick, run_step, steps, summary
+from pipeline.store import Store
 
 
 def run(cfg: dict) -> list[dict]:
     """Every step in order; returns [{"step", "job", "minutes", "results"}]."""
-    tracking.setup(cfg)
+    tracking.setup(Store.of(cfg))
     try:
         src = load_source(str(cfg["run"]))
     except FileNotFoundError as e:

@@ -19,6 +19,7 @@ import torch
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.reproduce.runs import applicable, finished_run
+from pipeline.store import Store
 from pipeline.tracking import tracking_uri
 from pipeline.train.launch import pretrain
 from pipeline.train.prepare import resolve
@@ -47,7 +48,7 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
         names.add(name)
         if finished_run(cfg) is None:
             # a trial runs in a folder of Tune's: the driver's absolute root and store, not a relative one
-            where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(cfg)}"]
+            where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(Store.of(cfg))}"]
             todo.append((label, [*argv, *where]))
             first = first or cfg
     if not todo:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.eval.results import probe_results
+from pipeline.store import Store
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
 
@@ -64,7 +65,7 @@ def finished_run(cfg: dict) -> dict | None:
     # pipeline.tracking loads mlflow: here, not with the module, so the job answers a bad command line before it
     from pipeline import tracking
 
-    found = tracking.find_run(tracking.setup(cfg), cfg["run"]["name"])
+    found = tracking.find_run(tracking.setup(Store.of(cfg)), cfg["run"]["name"])
     if found is None or found.info.status != "FINISHED":
         return None
     probe = probe_results(found.data.metrics)

@@ -12,8 +12,10 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
 from pipeline.mlflow_ui import link, ui_base, ui_command
+from pipeline.store import Store
 from pipeline.train.curves import write_curves
 
 
@@ -63,7 +65,7 @@ def report_finished(cfg: dict, run) -> dict:
     _log(f"run {name} finished before (MLflow run {run_id}, {when}): nothing to train; its results:")
     where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
     print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
-    print(f"  run page    {run_link(tracking.tracking_uri(cfg), run_id)}", flush=True)
+    print(f"  run page    {run_link(tracking.tracking_uri(Store.of(cfg)), run_id)}", flush=True)
     if "train/minutes" in run.data.metrics:
         print(f"  trained in  {run.data.metrics['train/minutes']:.1f} min", flush=True)
     if probe:
@@ -105,7 +107,7 @@ def probe_finished(cfg: dict, run, local: Path) -> dict:
         else:
             with tempfile.TemporaryDirectory() as d:
                 state = download_state(run_id, d)
-        results = compare_with_random(cfg, state, run_name=cfg["run"]["name"])
+        results = compare_with_random(ProbeSpec.of(cfg), state, run_name=cfg["run"]["name"])
     except BaseException as e:
         tracking.end_failed(e, status="FINISHED")
         raise

@@ -18,7 +18,9 @@ from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
 from pipeline.eval import run_probe
+from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.plan import RunPlan
+from pipeline.store import Store
 from pipeline.train import resources
 from pipeline.train.artifacts import log_checkpoint, log_curves, log_gallery, print_summary, report_finished
 from pipeline.train.prepare import resolve
@@ -95,8 +97,8 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
         plan = resolve(cfg)
     quiet_logs(cfg)
     name = cfg["run"]["name"]
-    with run_lock(cfg):
-        found = tracking.find_run(tracking.setup(cfg), name)
+    with run_lock(cfg["paths"]["runs"], name):
+        found = tracking.find_run(tracking.setup(Store.of(cfg)), name)
         if found is not None and found.info.status == "FINISHED":
             return report_finished(cfg, found)
         if found is not None:  # FAILED, KILLED, or RUNNING: left so by a job killed outright (we hold the lock)
@@ -108,7 +110,7 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
         init_ray(cfg)
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if cfg["eval"]["probe"]["after_pretrain"]:
-            run_probe.check_probe_actors(cfg)
+            run_probe.check_probe_actors(ProbeSpec.of(cfg))
         asked = resources.check_resources(cfg["trainer"], log=_log)
         try:
             out = _run(cfg, plan, name, trial)
@@ -121,7 +123,7 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
 def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
     """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
     if trial is None:
-        run_id = tracking.start_or_resume(cfg, name, name, job="pretrain")
+        run_id = tracking.start_or_resume(Store.of(cfg), name, name, job="pretrain")
     else:
         run_id = tracking.start_child(
             trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
@@ -141,7 +143,7 @@ def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
 
 def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
-    uri = tracking.tracking_uri(cfg)
+    uri = tracking.tracking_uri(Store.of(cfg))
     # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
     plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
     _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {uri}")
@@ -165,7 +167,7 @@ def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = 
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
     if cfg["eval"]["probe"]["after_pretrain"]:
         out["probe"] = run_probe.compare_with_random(
-            cfg, ckpt_dir, run_name=cfg["run"]["name"], baseline=None if trial is None else False
+            ProbeSpec.of(cfg), ckpt_dir, run_name=cfg["run"]["name"], baseline=None if trial is None else False
         )
     metrics = mlflow.get_run(run_id).data.metrics
     mlflow_ui.append_description(run_id, mlflow_ui.describe_results(metrics, out["probe"], minutes))

@@ -13,6 +13,7 @@ from pipeline.locations import managed_data
 from pipeline.methods import METHODS
 from pipeline.plan import RunPlan, make_plan
 from pipeline.schema import check_method, validate
+from pipeline.store import Store
 
 
 def _log(msg: str) -> None:
@@ -28,7 +29,7 @@ def resolve(cfg: dict) -> RunPlan:
     or, where the data exists, after its shards are checked (prepare_data), so that cheap errors are answered
     fast and nothing is made before everything has been checked."""
     validate(cfg, method=False)  # the method's own checks import torch: below
-    server = preflight.tracking_server(cfg)
+    server = Store.of(cfg).server()
     if server:  # before the data is made or checked: a refused login is answered at once
         preflight.check_server(server, cfg["tracking"]["experiment"])
     making = _must_make(cfg)

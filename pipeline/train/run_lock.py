@@ -17,19 +17,19 @@ class RunBusy(RuntimeError):
     """Another live process holds the run's lock: reported as one line, before Ray or MLflow is touched."""
 
 
-def lock_path(cfg: dict) -> Path | None:
+def lock_path(runs: str | Path, name: str) -> Path | None:
     """<paths.runs>/locks/<run name>.lock, beside the run's checkpoints; None where paths.runs is remote."""
-    runs = str(cfg["paths"]["runs"])
-    return None if "://" in runs else Path(runs) / "locks" / f"{cfg['run']['name']}.lock"
+    return None if "://" in str(runs) else Path(runs) / "locks" / f"{name}.lock"
 
 
 @contextlib.contextmanager
-def run_lock(cfg: dict):
+def run_lock(runs: str | Path, name: str):
     """Hold the run's lock for the job's lifetime, or raise RunBusy naming the holder (pid, host, since when).
 
     An exclusive flock on the lock file: the kernel drops it when the holder exits however it exits, so a
-    lock left by a killed job never blocks. The file records the holder for the message and stays behind."""
-    path = lock_path(cfg)
+    lock left by a killed job never blocks. The file records the holder for the message and stays behind.
+    `runs`: paths.runs; `name`: run.name."""
+    path = lock_path(runs, name)
     if path is None:
         yield None
         return
@@ -39,7 +39,7 @@ def run_lock(cfg: dict):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunBusy(_holder_message(cfg["run"]["name"], path)) from None
+            raise RunBusy(_holder_message(name, path)) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)

@@ -19,7 +19,8 @@ import yaml
 
 from pipeline.config import to_yaml
 from pipeline.tune import report
-from pipeline.tune.space import Dim, override, reported_metrics, short
+from pipeline.tune.settings import SweepSpec
+from pipeline.tune.space import Dim, override, short
 
 TABLE, PLOT, BEST = "sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"
 
@@ -28,12 +29,11 @@ def _log(msg: str) -> None:
     print(f"[tune] {msg}", flush=True)
 
 
-def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
+def _rows(grid, spec: SweepSpec, dims: list[Dim], interrupted: bool) -> list[dict]:
     from pipeline import tracking  # mlflow: see the module docstring
     from pipeline.tune.trial import TRAINED, trial_number  # ray: see the module docstring
 
-    s, epochs = cfg["sweep"], cfg["train"]["epochs"]
-    curve_metric = _curve_metric(cfg)
+    epochs, curve_metric = spec.epochs, _curve_metric(spec)
     rows = []
     for r in grid:
         m, trial = r.metrics or {}, Path(r.path).name
@@ -56,19 +56,18 @@ def _rows(grid, cfg: dict, dims: list[Dim], interrupted: bool) -> list[dict]:
                 "trial_id": trial,
                 "params": dict(r.config or {}),
                 "status": status,
-                "metric": m.get(s["metric"]) if status == "done" else None,
+                "metric": m.get(spec.sweep.metric) if status == "done" else None,
                 "curve": curve,
             }
         )
     return rows
 
 
-def _curve_metric(cfg: dict) -> str:
+def _curve_metric(spec: SweepSpec) -> str:
     """The per-epoch metric the plot follows: ASHA's, else the kNN monitor's, else the loss."""
-    if cfg["sweep"].get("stop_metric"):
-        return cfg["sweep"]["stop_metric"]
-    epoch, _ = reported_metrics(cfg)
-    knn = sorted(k for k in epoch if k in ("knn_r2", "knn_top1"))
+    if spec.sweep.stop_metric:
+        return spec.sweep.stop_metric
+    knn = sorted(k for k in spec.epoch_metrics if k in ("knn_r2", "knn_top1"))
     return knn[0] if knn else "epoch_loss"
 
 
@@ -104,28 +103,28 @@ def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
             client.set_terminated(child.info.run_id, "FAILED")
 
 
-def _report(cfg: dict, argv: list[str], dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
+def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict], run_id: str, minutes: float) -> dict:
     """The table, the plot and the best trial: printed, written under <paths.runs>/sweep/, logged to the parent."""
     import mlflow  # see the module docstring
 
-    s, name = cfg["sweep"], cfg["run"]["name"]
-    baseline = _random_baseline(cfg)
-    out_dir = Path(cfg["paths"]["runs"]) / "sweep"
-    text = report.table(rows, dims, s["metric"], s["mode"], baseline)
+    s, name = spec.sweep, spec.name
+    baseline = _random_baseline(spec)
+    out_dir = spec.runs / "sweep"
+    text = report.table(rows, dims, s.metric, s.mode, baseline)
     table_path = out_dir / f"{name}.md"
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path.write_text(f"# {name}\n\n{text}")
     plot_path = report.plot(
         rows,
         dims,
-        s["metric"],
-        s["mode"],
+        s.metric,
+        s.mode,
         out_dir / f"{name}.png",
         name,
-        curve_metric=_curve_metric(cfg),
+        curve_metric=_curve_metric(spec),
         baseline=baseline,
     )
-    top = report.best(rows, s["mode"])
+    top = report.best(rows, s.mode)
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
         mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
@@ -133,13 +132,13 @@ def _report(cfg: dict, argv: list[str], dims: list[Dim], rows: list[dict], run_i
     counts = {f"sweep/trials_{k}": sum(r["status"].startswith(k) for r in rows) for k in ("done", "stopped", "failed")}
     mlflow.log_metrics({**counts, "sweep/minutes": minutes})
     if baseline is not None:
-        mlflow.log_metric(f"sweep/random_{s['metric']}", baseline)
+        mlflow.log_metric(f"sweep/random_{s.metric}", baseline)
     if top is not None:
-        mlflow.log_metric(f"sweep/best_{s['metric']}", top["metric"])
+        mlflow.log_metric(f"sweep/best_{s.metric}", top["metric"])
         best = {
             "trial": top["trial_id"],
             "mlflow_run_id": top.get("run_id"),
-            s["metric"]: top["metric"],
+            s.metric: top["metric"],
             "params": top["params"],
             "command": _pretrain_command(argv, top["params"]),
         }
@@ -148,7 +147,7 @@ def _report(cfg: dict, argv: list[str], dims: list[Dim], rows: list[dict], run_i
     print(f"Done: sweep {name}, {len(rows)} trial(s) in {minutes:.1f} min.", flush=True)
     print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)", flush=True)
     if top is not None:
-        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s['metric']}={top['metric']:.4g}", flush=True)
+        print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s.metric}={top['metric']:.4g}", flush=True)
     return {
         "run_id": run_id,
         "rows": rows,
@@ -164,24 +163,25 @@ def _pretrain_command(argv: list[str], params: dict) -> str:
     return " ".join(["python jobs/pretrain.py", *argv, *[override(k, v) for k, v in params.items()]])
 
 
-def _random_baseline(cfg: dict) -> float | None:
+def _random_baseline(spec: SweepSpec) -> float | None:
     """The sweep's metric for a random-init backbone under the same linear probe (once per sweep, not per trial);
     None for metrics other than the plain probe's."""
-    metric = cfg["sweep"]["metric"]
+    metric = spec.sweep.metric
     prefix = "probe_pretrained_"
     if not metric.startswith(prefix) or metric.startswith(prefix + "fa_"):
         return None
     from pipeline.eval.run_probe import probe_backbone, random_backbone  # torch: see the module docstring
 
     _log("probing a random-init backbone once, as the sweep's baseline")
-    return probe_backbone(random_backbone(cfg["model"], cfg["seed"]), cfg).get(metric[len(prefix) :])
+    net = random_backbone(dict(spec.model), spec.probe.seed)
+    return probe_backbone(net, spec.probe).get(metric[len(prefix) :])
 
 
-def _finished(cfg: dict, run) -> dict:
+def _finished(spec: SweepSpec, run) -> dict:
     """A finished sweep found again: print its table and where its results are; train and log nothing."""
     import mlflow  # see the module docstring
 
-    name, run_id = cfg["run"]["name"], run.info.run_id
+    name, run_id = spec.name, run.info.run_id
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
     _log(f"sweep {name} finished before (MLflow run {run_id}, {when}): nothing to run; its results:")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -190,11 +190,11 @@ def _finished(cfg: dict, run) -> dict:
     except Exception as e:  # noqa: BLE001  a store without the artifact: say so, do not rerun
         text = f"(its table could not be read: {type(e).__name__})"
     print(f"\n{text}", flush=True)
-    plot = Path(cfg["paths"]["runs"]) / "sweep" / f"{name}.png"
+    plot = spec.runs / "sweep" / f"{name}.png"
     if plot.exists():
         print(f"  plot   {plot}", flush=True)
     print(f"  MLflow run {run_id}; sweep again under another name with sweep.name=<name>", flush=True)
-    metric = cfg["sweep"]["metric"]
+    metric = spec.sweep.metric
     return {
         "run_id": run_id,
         "rows": None,

@@ -12,11 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
 from pydantic import ConfigDict
 
 from pipeline.cluster import cluster_address
 from pipeline.config import ConfigError, compose_config, config_hash
+from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.fields import Choice, Int, Section, Str, bad, check_model
 from pipeline.schema import validate
 from pipeline.tune.space import Dim, override, parse_space, reported_metrics
@@ -43,6 +47,42 @@ class Sweep(Section):
     num_samples: Int(1) = 1
     max_concurrent_trials: Int(1) = 1
     seed: Int(0) = 0
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What the sweep's driver reads of its config (pipeline.tune.sweep, .results), typed and taken once after the
+    checks: the trials themselves compose their own configs from the command line."""
+
+    sweep: Sweep  # sweep.*
+    name: str  # run.name: the sweep's identity (sweep_name)
+    root: str  # paths.root
+    runs: Path  # paths.runs: the table, the plot, the trials' logs
+    storage: str  # trainer.storage: Tune's experiment
+    trainer: Mapping[str, Any]  # the trainer section, as the cluster's checks (pipeline.train.resources) take it
+    epochs: int  # train.epochs: ASHA's max_t
+    verbose: bool
+    epoch_metrics: frozenset[str]  # what a trial reports every epoch (reported_metrics)
+    model: Mapping[str, Any]  # the backbone of the random-init baseline
+    probe: ProbeSpec  # the baseline's probe, the trials' own
+
+    @classmethod
+    def of(cls, cfg: dict) -> SweepSpec:
+        """The spec of a checked sweep config (check_sweep has passed)."""
+        epoch, _ = reported_metrics(cfg)
+        return cls(
+            sweep=Sweep.model_validate(cfg["sweep"]),
+            name=str(cfg["run"]["name"]),
+            root=cfg["paths"]["root"],
+            runs=Path(cfg["paths"]["runs"]),
+            storage=cfg["trainer"]["storage"],
+            trainer=cfg["trainer"],
+            epochs=int(cfg["train"]["epochs"]),
+            verbose=bool(cfg.get("verbose")),
+            epoch_metrics=frozenset(epoch),
+            model=cfg["model"],
+            probe=ProbeSpec.of(cfg),
+        )
 
 
 def sweep_argv(argv: list[str]) -> list[str]:

@@ -20,10 +20,12 @@ from pipeline import mlflow_ui, tracking
 from pipeline.cluster import cluster_address, init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.plan import RunPlan
+from pipeline.store import Store
 from pipeline.train import resources
 from pipeline.train.artifacts import log_gallery
 from pipeline.train.run_lock import run_lock
 from pipeline.tune.results import _close_children, _finished, _log, _report, _rows
+from pipeline.tune.settings import SweepSpec
 from pipeline.tune.space import Dim, num_trials, to_tune
 
 
@@ -31,18 +33,19 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
     quiet_logs(cfg)
-    name, s = cfg["run"]["name"], cfg["sweep"]
-    with run_lock(cfg):
-        found = tracking.find_run(tracking.setup(cfg), name)
+    spec = SweepSpec.of(cfg)
+    name = spec.name
+    with run_lock(spec.runs, name):
+        found = tracking.find_run(tracking.setup(Store.of(cfg)), name)
         if found is not None and found.info.status == "FINISHED":
-            return _finished(cfg, found)
+            return _finished(spec, found)
         if found is not None:
             _log(f"resuming sweep {name} (MLflow run {found.info.run_id}, {found.info.status})")
-        init_ray(cfg, trials=s["max_concurrent_trials"])
-        asked = _check_room(cfg)
-        run_id = tracking.start_or_resume(cfg, name, name, job="tune")
+        init_ray(cfg, trials=spec.sweep.max_concurrent_trials)
+        asked = _check_room(spec)
+        run_id = tracking.start_or_resume(Store.of(cfg), name, name, job="tune")
         try:
-            out = _run(cfg, argv, dims, plan, run_id)
+            out = _run(cfg, spec, argv, dims, plan, run_id)
         except BaseException as e:
             status = tracking.end_failed(e)
             _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
@@ -62,7 +65,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
             mlflow.end_run(status="FAILED")
             _log(
                 f"{len(failed)} trial(s) failed (each trial's output: runs/sweep/{name}/<trial id>.log; its error: "
-                f"its MLflow run's errors/ and Tune's error.txt under {cfg['trainer']['storage']}/{name}); rerun "
+                f"its MLflow run's errors/ and Tune's error.txt under {spec.storage}/{name}); rerun "
                 f"the same command to retry them"
             )
         else:
@@ -70,31 +73,33 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
     return out
 
 
-def _check_room(cfg: dict) -> bool:
+def _check_room(spec: SweepSpec) -> bool:
     """On a joined cluster, sweep.max_concurrent_trials Train runs at once must fit its nodes (a private local
     cluster was checked against this machine's cores before Ray started: settings._check_local_room). True when
     it asked an autoscaler for them (the sweep withdraws the request at its end)."""
-    tr = cfg["trainer"]
+    tr = spec.trainer
     return bool(cluster_address(tr)) and resources.check_resources(
-        tr, log=_log, trials=cfg["sweep"]["max_concurrent_trials"]
+        tr, log=_log, trials=spec.sweep.max_concurrent_trials
     )
 
 
-def _threads(cfg: dict, dims: list[Dim]) -> int:
+def _threads(spec: SweepSpec, dims: list[Dim]) -> int:
     """Torch threads per worker: this machine's cores shared by every worker of every concurrent trial (no more
     trials run at once than the sweep has: a one-trial sweep's workers get every core, as pretrain's do)."""
-    s = cfg["sweep"]
-    concurrent = min(s["max_concurrent_trials"], num_trials(dims, s["num_samples"]))
-    return max(1, (os.cpu_count() or 1) // (concurrent * cfg["trainer"]["num_workers"]))
+    s = spec.sweep
+    concurrent = min(s.max_concurrent_trials, num_trials(dims, s.num_samples))
+    return max(1, (os.cpu_count() or 1) // (concurrent * spec.trainer["num_workers"]))
 
 
-def _run(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
-    s, name = cfg["sweep"], cfg["run"]["name"]
-    uri = tracking.tracking_uri(cfg)
+def _run(cfg: dict, spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
+    """The sweep inside its open MLflow run: `cfg` is what the run logs (its params, config.yaml, datasets, gallery),
+    `spec` what drives it."""
+    s, name = spec.sweep, spec.name
+    uri = tracking.tracking_uri(Store.of(cfg))
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(
             {
-                **{f"sweep.{k}": v for k, v in s.items() if k not in ("space", "sizes")},
+                **{f"sweep.{k}": v for k, v in cfg["sweep"].items() if k not in ("space", "sizes")},
                 **{f"space.{d.key}": d.describe() for d in dims},
                 "command": " ".join(argv),
             }
@@ -105,24 +110,24 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str
         )  # the data every trial trains on, on the sweep's own page too
         if cfg["gallery"]["at_pretrain"]:
             log_gallery(cfg)
-    total = num_trials(dims, s["num_samples"])
+    total = num_trials(dims, s.num_samples)
     _log(
-        f"sweep {name}: {total} trial(s) of {s['metric']} ({s['mode']}), {s['scheduler'].upper()}, "
-        f"{s['max_concurrent_trials']} at a time; MLflow run {run_id} in {uri}"
+        f"sweep {name}: {total} trial(s) of {s.metric} ({s.mode}), {s.scheduler.upper()}, "
+        f"{s.max_concurrent_trials} at a time; MLflow run {run_id} in {uri}"
     )
     t0 = time.monotonic()
     setup = {
         "argv": argv,
         "sweep_run": name,
-        "root": cfg["paths"]["root"],
+        "root": spec.root,
         "parent_run_id": run_id,
-        "threads": _threads(cfg, dims),
+        "threads": _threads(spec, dims),
         "tracking_uri": uri,
     }
-    grid = _tuner(cfg, dims, setup).fit()
+    grid = _tuner(spec, dims, setup).fit()
     minutes = (time.monotonic() - t0) / 60
     interrupted = grid.num_terminated + grid.num_errors < max(len(grid), total)
-    rows = _rows(grid, cfg, dims, interrupted)
+    rows = _rows(grid, spec, dims, interrupted)
     _close_children(uri, run_id, rows)
     if interrupted:  # no table or plot of a sweep half run: the rerun resumes it and reports
         return {
@@ -135,7 +140,7 @@ def _run(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str
             "plot": None,
             "interrupted": True,
         }
-    return {**_report(cfg, argv, dims, rows, run_id, minutes), "interrupted": False}
+    return {**_report(spec, argv, dims, rows, run_id, minutes), "interrupted": False}
 
 
 def _move(src: str, dst: str) -> None:
@@ -148,7 +153,7 @@ def _move(src: str, dst: str) -> None:
     fs.delete_dir(from_path)
 
 
-def _tuner(cfg: dict, dims: list[Dim], setup: dict):
+def _tuner(spec: SweepSpec, dims: list[Dim], setup: dict):
     """A new Tune experiment, or the interrupted one restored from trainer.storage/<sweep name>."""
     # Ray loads here, for a sweep that trains: a finished sweep's rerun reports its results without it
     from ray import tune
@@ -158,8 +163,8 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
     from pipeline.tune.console import Console
     from pipeline.tune.trial import CLOCK, run_trial
 
-    s, name, storage = cfg["sweep"], cfg["run"]["name"], cfg["trainer"]["storage"]
-    if not cfg.get("verbose"):  # Tune's status tables and "View detailed results here": the Console says enough
+    s, name, storage = spec.sweep, spec.name, spec.storage
+    if not spec.verbose:  # Tune's status tables and "View detailed results here": the Console says enough
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # The trial itself only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it,
     # on the head, beside the sweep's driver: its log and probe go under paths.root there, and a worker node lost
@@ -183,15 +188,15 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
             )
             _move(path, aside)
     scheduler: TrialScheduler
-    if s["scheduler"] == "asha":
+    if s.scheduler == "asha":
         # its rungs fall on the epochs before the last; the last epoch's result has no clock (trial.ForwardToTune)
         scheduler = ASHAScheduler(
             time_attr=CLOCK,
-            metric=s["stop_metric"],
-            mode=s["stop_mode"],
-            max_t=cfg["train"]["epochs"],
-            grace_period=s["grace_period"],
-            reduction_factor=s["reduction_factor"],
+            metric=s.stop_metric,
+            mode=s.stop_mode,
+            max_t=spec.epochs,
+            grace_period=s.grace_period,
+            reduction_factor=s.reduction_factor,
         )
     else:
         scheduler = FIFOScheduler()
@@ -201,15 +206,15 @@ def _tuner(cfg: dict, dims: list[Dim], setup: dict):
         # the generator itself limits the trials in flight (Tune ignores TuneConfig.max_concurrent_trials when it
         # is handed a generator), and its random_state makes the draws the same on every run of the command
         tune_config=tune.TuneConfig(
-            num_samples=s["num_samples"],
+            num_samples=s.num_samples,
             scheduler=scheduler,
-            search_alg=BasicVariantGenerator(random_state=s["seed"], max_concurrent=s["max_concurrent_trials"]),
+            search_alg=BasicVariantGenerator(random_state=s.seed, max_concurrent=s.max_concurrent_trials),
             trial_dirname_creator=lambda t: t.trial_id,
         ),
         run_config=tune.RunConfig(
             name=name,
             storage_path=storage,
-            verbose=1 if cfg.get("verbose") else 0,
-            callbacks=[Console(cfg["train"]["epochs"], s["metric"], s.get("stop_metric"))],
+            verbose=1 if spec.verbose else 0,
+            callbacks=[Console(spec.epochs, s.metric, s.stop_metric)],
         ),
     )

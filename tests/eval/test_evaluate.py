@@ -131,9 +131,11 @@ def test_a_suite_runs_every_step_into_child_runs_and_an_interrupted_one_resumes(
     # (through a client of its own: mlflow.set_tracking_uri would export the store to every later test's jobs)
     from pipeline import tracking
     from pipeline.config import to_yaml
+    from pipeline.store import Store
 
-    client = mlflow.MlflowClient(tracking.tracking_uri(cfg))
-    exp_id = client.create_experiment("augssl", artifact_location=tracking.artifact_root(cfg))
+    store = Store.of(cfg)
+    client = mlflow.MlflowClient(tracking.tracking_uri(store))
+    exp_id = client.create_experiment("augssl", artifact_location=tracking.artifact_root(store))
     ref = client.create_run(exp_id, run_name="colour-run", tags={"job": "pretrain"}).info.run_id
     client.log_artifact(ref, str(ckpt), "checkpoint")
     client.log_text(ref, to_yaml(cfg), "config.yaml")

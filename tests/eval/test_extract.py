@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -170,24 +171,32 @@ def test_extraction_actors_the_cluster_cannot_place_are_refused_in_one_line(ray_
     # the probe's (jobs/linear_probe.py, and pretraining's own probe before its run is made): sgd alone extracts
     from pipeline.eval.run_probe import check_probe_actors
 
-    probe = {"solver": "sgd", "actors": None, "actor_resources": {"gpu_node": 1}}
-    cfg = {"eval": {"probe": probe}, "trainer": {"autoscale": False}}
+    spec = _probe_spec(solver="sgd", actors=None, actor_resources={"gpu_node": 1.0})
+    assert not spec.autoscale
     with pytest.raises(ConfigError, match="no node offers gpu_node; check eval.probe.actors and eval.probe.actor_"):
-        check_probe_actors(cfg)
-    check_probe_actors({**cfg, "trainer": {"autoscale": True}})  # the autoscaler is asked by the pending actors
-    check_probe_actors({**cfg, "eval": {"probe": {**probe, "solver": "lbfgs"}}})  # in memory: no actors
+        check_probe_actors(spec)
+    check_probe_actors(replace(spec, autoscale=True))  # the autoscaler is asked by the pending actors
+    check_probe_actors(_probe_spec(solver="lbfgs", actor_resources={"gpu_node": 1.0}))  # in memory: no actors
+
+
+def _probe_spec(train: Path | None = None, **probe):
+    """The probe's spec of the default config, with `probe`'s eval.probe keys and data.train=`train` on top."""
+    from pipeline.config import compose_config
+    from pipeline.eval.probe_spec import ProbeSpec
+
+    spec = ProbeSpec.of(compose_config())
+    data = spec.data.model_copy(update={"train": str(train)}) if train else spec.data
+    return replace(spec, probe=spec.probe.model_copy(update=probe), data=data)
 
 
 def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
     from pipeline.eval.run_probe import probe_solver
 
     split = _shards(tmp_path / "train", 20)
-    cfg = {"data": {"train": str(split)}, "eval": {"probe": {"solver": "auto", "lbfgs_max": 19, "train_size": None}}}
-    assert probe_solver(cfg) == "sgd"
-    cfg["eval"]["probe"]["train_size"] = 10
-    assert probe_solver(cfg) == "lbfgs"
-    cfg["eval"]["probe"].update(solver="sgd")
-    assert probe_solver(cfg) == "sgd"
+    assert probe_solver(_probe_spec(split, solver="auto", lbfgs_max=19, train_size=None)) == "sgd"
+    assert probe_solver(_probe_spec(split, solver="auto", lbfgs_max=19, train_size=10)) == "lbfgs"
+    assert probe_solver(_probe_spec(split, solver="sgd", lbfgs_max=19, train_size=10)) == "sgd"
+    assert probe_solver(_probe_spec(split, solver="auto", lbfgs_max=20, train_size=None)) == "lbfgs"
 
 
 def _job(tmp_path: Path, job: str, *args: str, timeout: int = 600):

@@ -19,7 +19,7 @@ from pipeline.eval.invariance import (
 )
 from pipeline.losses.invclr import rademacher
 
-SPIRO_CFG = {"augment": {"kind": "spirograph", "size": 16}}
+SPIRO_AUG = {"kind": "spirograph", "size": 16}
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +70,7 @@ def test_features_are_per_copy_renders_and_their_mean_is_the_feature_average(cap
     net = SmallNet().train()
     split = spiro_split(10)
     feats, alpha, kept = transformed_features(
-        net, split, SPIRO_CFG, 4, seed=5, batch_size=4, return_kept=True, progress=True
+        net, split, SPIRO_AUG, 4, seed=5, batch_size=4, return_kept=True, progress=True
     )
     assert "10/10 samples (100%" in capsys.readouterr().out
     assert feats.shape == (10, 4, 24) and alpha.shape == (10, 4, 6) and kept.tolist() == list(range(10))
@@ -88,20 +88,20 @@ def test_features_are_per_copy_renders_and_their_mean_is_the_feature_average(cap
     # Eq. 14: the mean of the per-copy features, directly and streamed batch by batch with the same draws
     direct = sum(feats[:, c] for c in range(4)) / 4
     torch.testing.assert_close(feature_average(feats), direct)
-    streamed, k2 = averaged_features(net.train(), split, SPIRO_CFG, 4, seed=5, batch_size=3)
+    streamed, k2 = averaged_features(net.train(), split, SPIRO_AUG, 4, seed=5, batch_size=3)
     assert k2.tolist() == list(range(10))
     torch.testing.assert_close(streamed, direct, atol=1e-6, rtol=1e-5)
 
 
 def test_conditional_variance_is_zero_for_a_nuisance_blind_backbone_only():
     split = spiro_split(12, seed=1)
-    blind, _ = transformed_features(Constant(), split, SPIRO_CFG, 5, seed=0)
-    colour, _ = transformed_features(MeanColour(), split, SPIRO_CFG, 5, seed=0)
+    blind, _ = transformed_features(Constant(), split, SPIRO_AUG, 5, seed=0)
+    colour, _ = transformed_features(MeanColour(), split, SPIRO_AUG, 5, seed=0)
     g = torch.Generator().manual_seed(0)
     assert conditional_variance_of(blind, g) == 0.0
     assert conditional_variance_of(colour, torch.Generator().manual_seed(0)) > 1e-3
     # averaging m copies divides the within-sample variance by m (Eq. 15): fewer spread across samples' draws
-    many, _ = transformed_features(MeanColour(), split, SPIRO_CFG, 16, seed=0)
+    many, _ = transformed_features(MeanColour(), split, SPIRO_AUG, 16, seed=0)
     assert (
         feature_average(many[:, :8]).sub(feature_average(many[:, 8:])).abs().mean()
         < (many[:, 0] - many[:, 1]).abs().mean()
@@ -151,7 +151,7 @@ def test_conditional_variance_rejects_single_draw():
 
 
 def test_alpha_regression_recovers_linear_alpha_and_scores_noise_at_the_reference():
-    ref, source = alpha_reference(SPIRO_CFG["augment"])
+    ref, source = alpha_reference(SPIRO_AUG)
     assert source == "law" and round(ref, 4) == 0.0806  # Table 8 / 2.2: (4/12 + 5 * 0.36/12)/6
     g = torch.Generator().manual_seed(0)
 
@@ -223,7 +223,9 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline.build import build_method
     from pipeline.config import compose_config
     from pipeline.data.spirograph_shards import make_spirograph_splits
+    from pipeline.eval.probe_spec import ProbeSpec
     from pipeline.eval.run_probe import compare_with_random
+    from pipeline.store import Store
 
     small = [
         f"paths.root={tmp_path}",
@@ -257,10 +259,10 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     monkeypatch.chdir(tmp_path)
     previous_uri = mlflow_uri._tracking_uri
     try:
-        run_id = tracking.start_or_resume(cfg, "test-invariance", "probe", job="linear_probe")
+        run_id = tracking.start_or_resume(Store.of(cfg), "test-invariance", "probe", job="linear_probe")
         try:
             torch.manual_seed(0)  # the probe's head is initialised from the global RNG
-            results = compare_with_random(cfg, ckpt)
+            results = compare_with_random(ProbeSpec.of(cfg), ckpt)
         finally:
             mlflow.end_run()
     finally:
@@ -300,7 +302,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
 
     # the default (m = 0, invariance off) is the single-sample probe alone, with the same numbers
     torch.manual_seed(0)
-    default = compare_with_random(compose_config(small), ckpt)
+    default = compare_with_random(ProbeSpec.of(compose_config(small)), ckpt)
     assert set(default) == {"pretrained", "random"}
     assert default["pretrained"] == results["pretrained"] and default["random"] == results["random"]
     assert "FA m=" not in capsys.readouterr().out

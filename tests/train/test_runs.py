@@ -202,7 +202,8 @@ def test_a_second_job_on_a_running_run_fails_in_one_line_before_ray_or_mlflow(tm
     from pipeline.train.run_lock import run_lock
 
     args = [f"paths.root={tmp_path}", *SPIRO, *SMALL, "run.name=busy", "train.epochs=1"]
-    with run_lock(compose_config(args)):  # this process is the running job
+    cfg = compose_config(args)
+    with run_lock(cfg["paths"]["runs"], "busy"):  # this process is the running job
         t0 = time.monotonic()
         r = subprocess.run(
             [sys.executable, str(ROOT / "jobs" / "pretrain.py"), *args],
@@ -227,13 +228,14 @@ def test_a_lock_left_by_a_dead_job_does_not_block(store):
     from pipeline.train.run_lock import lock_path, run_lock
 
     cfg = _cfg(store, "stale")
+    where = (cfg["paths"]["runs"], cfg["run"]["name"])
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time; sys.path.insert(0, sys.argv[1]); from pipeline.config import "
             "compose_config; from pipeline.train.run_lock import run_lock\n"
-            f"with run_lock(compose_config(['paths.root={store}', 'run.name=stale'])):\n"
+            f"with run_lock(compose_config(['paths.root={store}'])['paths']['runs'], 'stale'):\n"
             "    print('locked', flush=True); time.sleep(600)",
             str(ROOT),
         ],
@@ -245,14 +247,14 @@ def test_a_lock_left_by_a_dead_job_does_not_block(store):
         from pipeline.train.run_lock import RunBusy
 
         with pytest.raises(RunBusy, match=f"pid {holder.pid} "):
-            with run_lock(cfg):
+            with run_lock(*where):
                 pass
     finally:
         holder.send_signal(signal.SIGKILL)  # no clean-up runs: only the kernel drops the lock
         holder.wait()
-    assert f'"pid": {holder.pid}' in lock_path(cfg).read_text()  # its record stays behind ...
-    with run_lock(cfg):  # ... and does not block
-        assert f'"pid": {os.getpid()}' in lock_path(cfg).read_text()
+    assert f'"pid": {holder.pid}' in lock_path(*where).read_text()  # its record stays behind ...
+    with run_lock(*where):  # ... and does not block
+        assert f'"pid": {os.getpid()}' in lock_path(*where).read_text()
 
 
 def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_files(store):
@@ -264,6 +266,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     from pipeline.build import build_method
     from pipeline.config import compose_config, to_yaml
     from pipeline.data.spirograph_shards import make_spirograph_splits
+    from pipeline.store import Store
 
     make_spirograph_splits(store / "spiro24", 200, 100, seed=0, size=24, maxcount=100, progress=False)
     cfg = compose_config(
@@ -280,7 +283,7 @@ def test_probe_by_run_id_uses_the_runs_config_logs_a_child_run_and_leaves_no_fil
     method = build_method(cfg)
     (store / "ckpt").mkdir()
     ck.save(store / "ckpt", method, torch.optim.SGD(method.parameters(), lr=0.1), 0, 1, cfg)
-    run_id = tracking.start_or_resume(cfg, "at24", "at24", job="pretrain")
+    run_id = tracking.start_or_resume(Store.of(cfg), "at24", "at24", job="pretrain")
     mlflow.log_text(to_yaml(cfg), "config.yaml")
     mlflow.log_artifact(str(store / "ckpt" / ck.STATE_FILE), "checkpoint")
     mlflow.end_run()

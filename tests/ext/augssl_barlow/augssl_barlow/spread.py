@@ -37,14 +37,16 @@ class Spread(Evaluation):
         from pipeline.eval.features import eval_preprocess, extract
         from pipeline.eval.run_probe import backbone_from, random_backbone
         from pipeline.eval.source import load_source
+        from pipeline.store import Store
 
-        tracking.setup(cfg)
+        store = Store.of(cfg)
+        tracking.setup(store)
         try:
             src = load_source(str(cfg["run"]))
         except (FileNotFoundError, ValueError) as e:
             raise JobError(str(e)) from None
         settings = {"source": src.ref, "t": cfg["t"], "n": cfg["n"], "seed": cfg["seed"]}
-        ev = downstream.find(cfg, src, "spread", settings)
+        ev = downstream.find(store, src, "spread", settings)
         if ev.finished and ev.found is not None:
             m = ev.found.data.metrics
             return {label: {"uniformity": m[f"spread/{label}_uniformity"]} for label in ("pretrained", "random")}
@@ -52,7 +54,7 @@ class Spread(Evaluation):
         split = load_split(data["val"], data["task"], data.get("targets"), limit=cfg["n"])
         preprocess = eval_preprocess(*eval_settings(src.cfg["augment"]))
         results = {}
-        with downstream.child_run(cfg, src, ev, "spread"):
+        with downstream.child_run(store, src, ev, "spread"):
             for label in ("pretrained", "random"):
                 pretrained = label == "pretrained"
                 net = backbone_from(src.state) if pretrained else random_backbone(src.cfg["model"], cfg["seed"])
