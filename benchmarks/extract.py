@@ -82,7 +82,7 @@ def main() -> int:
     # the bare loop first, with no Ray on the machine (Ray's own processes take a share of 2 cores: measured
     # 3100 images/s before ray.init and 2300 after), then the extraction
     bares = [bare_loop(net, x, args.batch_size) for _ in range(args.repeats)]
-    init_ray(cfg)
+    init_ray(cfg["trainer"], bool(cfg.get("verbose")))
     metas = []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as d:

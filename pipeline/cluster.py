@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 
-def init_ray(cfg: dict, trials: int = 1) -> None:
+def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
     """Join the cluster (trainer.address, $RAY_ADDRESS) or start a private local one with room for `trials`
-    concurrent Train runs (a sweep's)."""
+    concurrent Train runs (a sweep's) of the `trainer` section's workers."""
     import ray
 
     if ray.is_initialized():
         return
-    quiet = not cfg.get("verbose")
+    quiet = not verbose
     if quiet:  # the token-auth notice ray.init logs before its own level applies (its logger has a level of its own)
         logging.getLogger("ray").setLevel(logging.ERROR)
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -29,14 +29,14 @@ def init_ray(cfg: dict, trials: int = 1) -> None:
         "logging_level": logging.ERROR if quiet else logging.INFO,
         "logging_config": ray.LoggingConfig(log_level="WARNING" if quiet else "INFO"),
     }
-    address = cluster_address(cfg["trainer"])
+    address = cluster_address(trainer)
     if address:
         ray.init(address=address, **logs)
     else:
         # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
         cores = os.cpu_count() or 1
-        need = cfg["trainer"]["num_workers"] * cfg["trainer"]["cpus_per_worker"] * trials
+        need = trainer["num_workers"] * trainer["cpus_per_worker"] * trials
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         # Train's preemption watcher polls for nodes being drained (spot instances); a private cluster has none,
         # and its actor logs an error-level line at every start. Train propagates this variable from the driver.
@@ -70,9 +70,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def quiet_logs(cfg: dict) -> None:
+def quiet_logs(verbose: bool) -> None:
     """MLflow's store set-up lines and torch.export's notes while logging the model: for verbose=true only."""
-    verbose = bool(cfg.get("verbose"))
     logging.getLogger("mlflow").setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
 

@@ -8,11 +8,13 @@ create nothing (no folder, no SQLite file) and import no torch, so a bad path is
 import os
 import sqlite3
 from pathlib import Path
+from typing import Mapping
 from urllib.parse import quote
 
 from pipeline.config import ConfigError
 from pipeline.data import DATASETS
 from pipeline.fields import bad
+from pipeline.store import Store
 
 
 def _is_local(path: str) -> bool:
@@ -50,18 +52,17 @@ def _check_paths(cfg: dict) -> None:
         _check_folder("gallery.out", str(Path(out).parent))
 
 
-def tracking_store(cfg: dict) -> tuple[str, Path | None]:
+def tracking_store(store: Store) -> tuple[str, Path | None]:
     """(`key=value` naming where the store comes from, its local SQLite file or None) for the tracking store
     the jobs will use, worked out as pipeline.tracking.tracking_uri does but without creating anything."""
-    uri = cfg["tracking"].get("uri")
+    uri = store.uri
     where = f"tracking.uri={uri}"
     if not uri and os.environ.get("MLFLOW_TRACKING_URI"):
         uri = os.environ["MLFLOW_TRACKING_URI"]
         where = f"tracking.uri=null, MLFLOW_TRACKING_URI={uri}"
     if not uri:
-        runs = cfg["paths"]["runs"]
-        path = Path(runs) / "mlflow.db" if _is_local(runs) else None
-        return f"tracking.uri=null (the store {path})", path
+        db = store.local_db if _is_local(store.runs) else None
+        return f"tracking.uri=null (the store {db})", db
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :].split("?")[0]
         return where, Path(path) if path and path != ":memory:" else None
@@ -69,7 +70,7 @@ def tracking_store(cfg: dict) -> tuple[str, Path | None]:
 
 
 def _check_tracking(cfg: dict) -> None:
-    where, path = tracking_store(cfg)
+    where, path = tracking_store(Store.of(cfg))
     if path is None:
         return  # a tracking server (http://...), a database server or an in-memory store: not checked here
     if path.is_dir():
@@ -110,22 +111,21 @@ def sqlite_problem(path: Path) -> str | None:
     return None
 
 
-def managed_data(cfg: dict) -> bool:
+def managed_data(data: Mapping, data_root: str) -> bool:
     """A generated dataset (pipeline.data.DATASETS: Spirograph, Photos, a package's) is generated only into the
-    managed data folder (train/ and val/ side by side under paths.data); a missing path given by the user elsewhere
-    is an error, not a place to write."""
-    data = cfg["data"]
+    managed data folder (train/ and val/ side by side under paths.data, `data_root`); a missing path given by the
+    user elsewhere is an error, not a place to write. `data`: the data section."""
     if data["name"] not in DATASETS or not data.get("generate"):
         return False
-    if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(cfg["paths"]["data"])):
+    if not (_is_local(data["train"]) and _is_local(data["val"]) and _is_local(data_root)):
         return False
-    train, val, root = Path(data["train"]), Path(data["val"]), Path(cfg["paths"]["data"])
+    train, val, root = Path(data["train"]), Path(data["val"]), Path(data_root)
     return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
 
 
 def _check_data(cfg: dict) -> None:
     data = cfg["data"]
-    managed = managed_data(cfg)
+    managed = managed_data(data, cfg["paths"]["data"])
     for split in ("train", "val"):
         path = data[split]
         if not _is_local(path):

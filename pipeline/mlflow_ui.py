@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pipeline.data.manifest import read_manifest
 from pipeline.tools import console_script
@@ -154,14 +154,14 @@ def log_detection_datasets(data: dict) -> list:
     return datasets
 
 
-def log_datasets(cfg: dict, num_train_samples: int | None = None) -> list:
-    """Log the config's train and validation splits as the active run's dataset inputs; returns the datasets.
+def log_datasets(data: Mapping, num_train_samples: int | None = None) -> list:
+    """Log the data section's train and validation splits as the active run's dataset inputs; returns the datasets.
     `num_train_samples`: the train split's count where it differs from its manifest's (bad shards left out).
     Data without a readable manifest is left out (the job itself says so if it needs it)."""
     datasets: list = []
     contexts: list[str | None] = []
     for split, context in (("train", "training"), ("val", "validation")):
-        location = (cfg.get("data") or {}).get(split)
+        location = data.get(split)
         if not location:
             continue
         try:
@@ -252,16 +252,18 @@ def append_description(run_id: str, text: str) -> None:
 # ---------------------------------------------------------------- system metrics
 
 
-def start_system_metrics(cfg: dict, run_id: str, tracking_uri: str, node_id: str | None, resume: bool):
+def start_system_metrics(
+    run_id: str, tracking_uri: str, node_id: str | None, resume: bool, enabled: bool = True, verbose: bool = False
+):
     """MLflow's system-metrics sampler (CPU, memory, disk, network; GPU utilisation and memory where NVML finds
     a GPU) logging into the job's run from this process's node, every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
-    seconds (10 by default); None with tracking.system_metrics=false. `node_id` names the node in the metric
+    seconds (10 by default); None unless `enabled` (tracking.system_metrics). `node_id` names the node in the metric
     names (system/<node_id>/...) when the run spans several; `resume` continues the steps of an earlier attempt."""
-    if not cfg["tracking"].get("system_metrics", True):
+    if not enabled:
         return None
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # mlflow: see the module docstring
 
-    if not cfg.get("verbose"):  # its start and stop lines ("Started monitoring system metrics") reach the console
+    if not verbose:  # its start and stop lines ("Started monitoring system metrics") reach the console
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
     monitor = SystemMetricsMonitor(run_id, node_id=node_id, resume_logging=resume, tracking_uri=tracking_uri)

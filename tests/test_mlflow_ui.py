@@ -71,7 +71,7 @@ def test_the_splits_are_logged_as_dataset_inputs_with_digest_source_and_count(st
     ids = []
     for c in (cfg, other):
         tracking.start_or_resume(Store.of(c), f"k{len(ids)}", "r", job="pretrain")
-        mlflow_ui.log_datasets(c)
+        mlflow_ui.log_datasets(c["data"])
         ids.append(tracking.active_run_id())
         mlflow.end_run()
     client = mlflow.MlflowClient()
@@ -108,12 +108,12 @@ def test_a_dataset_another_run_inserted_first_is_linked_on_retry(store, tmp_path
 
     monkeypatch.setattr(mlflow, "log_inputs", racing)
     tracking.start_or_resume(Store.of(cfg), "race", "r", job="pretrain")
-    mlflow_ui.log_datasets(cfg)
+    mlflow_ui.log_datasets(cfg["data"])
     run = mlflow.MlflowClient().get_run(tracking.active_run_id())
     assert len(calls) == 2 and [d.dataset.name for d in run.inputs.dataset_inputs] == ["a/train"]
     monkeypatch.setattr(mlflow, "log_inputs", lambda **kw: (_ for _ in ()).throw(MlflowException("store is down")))
     with pytest.raises(MlflowException, match="store is down"):
-        mlflow_ui.log_datasets(cfg)
+        mlflow_ui.log_datasets(cfg["data"])
 
 
 def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, monkeypatch):
@@ -122,11 +122,9 @@ def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, mo
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     run_id = tracking.start_or_resume(Store.of(store), "k", "r", job="pretrain")
     uri = tracking.tracking_uri(Store.of(store))
-    off = mlflow_ui.start_system_metrics(
-        {**store, "tracking": {**store["tracking"], "system_metrics": False}}, run_id, uri, None, True
-    )
+    off = mlflow_ui.start_system_metrics(run_id, uri, None, True, enabled=False)
     assert off is None
-    monitor = mlflow_ui.start_system_metrics(store, run_id, uri, "node1", resume=True)
+    monitor = mlflow_ui.start_system_metrics(run_id, uri, "node1", resume=True)
     time.sleep(1.0)
     monitor.finish()
     keys = set(mlflow.MlflowClient().get_run(run_id).data.metrics)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -32,18 +33,29 @@ from pipeline.store import Store
 METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed
 
 
-def prepare_data(cfg: dict) -> dict:
-    """The splits' annotation files and image folders; the embedded set is made on first use."""
-    data = cfg["detect"]["data"]
+@dataclass(frozen=True)
+class Transfer:
+    """What the transfer of each backbone reads of the job's config (checked by pipeline.detect.job.check)."""
+
+    engine: str  # torchvision or detectron2
+    detect: dict  # the preset (detect.*), as the engines take it
+    baseline: bool  # a random-init twin too
+    seed: int
+    verbose: bool
+
+    @classmethod
+    def of(cls, cfg: dict) -> Transfer:
+        return cls(cfg["engine"], cfg["detect"], bool(cfg["baseline"]), int(cfg["seed"]), bool(cfg.get("verbose")))
+
+
+def prepare_data(data: dict, data_root: str | Path) -> dict:
+    """The splits' annotation files and image folders of detect.data; the embedded set is made on first use under
+    `data_root` (paths.data)."""
     if data["kind"] == "coco":
         return {k: str(data[k]) for k in ("train_json", "train_images", "val_json", "val_images")}
     if data["kind"] == "voc":  # read once into COCO-format JSON under the data folder (both engines take it)
         classes = list(data.get("classes") or VOC_CLASSES)
-        out = (
-            Path(cfg["paths"]["data"])
-            / "voc-coco"
-            / hashlib.sha1(str(Path(data["root"]).resolve()).encode()).hexdigest()[:10]
-        )
+        out = Path(data_root) / "voc-coco" / hashlib.sha1(str(Path(data["root"]).resolve()).encode()).hexdigest()[:10]
         try:
             train = to_coco(data["root"], list(data["train_sets"]), classes, out / "train.json")
             val = to_coco(data["root"], list(data["val_sets"]), classes, out / "val.json", test=True)
@@ -57,7 +69,7 @@ def prepare_data(cfg: dict) -> dict:
             "voc_root": str(data["root"]),
         }
     try:
-        root = make_shapes(Path(cfg["paths"]["data"]), data.get("generate") or {})
+        root = make_shapes(Path(data_root), data.get("generate") or {})
     except ValueError as e:
         raise DetectError(f"detect.data.generate: {e}") from None
     return {
@@ -96,8 +108,9 @@ def run(cfg: dict) -> dict:
                 f"detect.workers={workers} with device=cpu on a machine with CUDA: detectron2's launch "
                 f"would pick NCCL; use device=cuda (or one worker)"
             )
-    data = prepare_data(cfg)
-    settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": cfg["baseline"], "seed": cfg["seed"]}
+    data = prepare_data(d["data"], cfg["paths"]["data"])
+    t = Transfer.of(cfg)
+    settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": t.baseline, "seed": t.seed}
     ev = downstream.find(Store.of(cfg), src, "detect", settings, f"{engine}-{d['name']}")
     if ev.finished:
         return _finished(ev.found, ev.name)
@@ -109,20 +122,20 @@ def run(cfg: dict) -> dict:
                     "engine": engine,
                     "source": src.ref,
                     "device": device,
-                    "baseline": cfg["baseline"],
+                    "baseline": t.baseline,
                     **tracking.flatten(d, "detect."),
                 }
             )
             mlflow_ui.log_detection_datasets(data)  # the annotation files it trains and scores on
-        out = _transfer_all(cfg, src, meta, data, device, out_dir, ev.run_key.split(":", 1)[1])
+        out = _transfer_all(t, src, meta, data, device, out_dir, ev.run_key.split(":", 1)[1])
     where = f" (a child of {src.run_id})" if src.run_id else ""
     print(f"[detect] done: MLflow run {run_id}{where}; detections: {out_dir / 'predictions.png'}", flush=True)
     return out
 
 
-def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path, key: str) -> dict:
+def _transfer_all(t: Transfer, src, meta: dict, data: dict, device: str, out_dir: Path, key: str) -> dict:
     """Each backbone in turn (a backbone whose results an earlier, interrupted attempt logged is not redone)."""
-    labels = ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]
+    labels = ["pretrained", "random"] if t.baseline else ["pretrained"]
     logged = mlflow.get_run(tracking.active_run_id()).data.metrics
     scores, results = {}, {}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -135,9 +148,9 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
             continue
         t0 = time.monotonic()
         try:
-            res = _transfer(cfg, src, meta, data, device, out_dir / label, key, label)
+            res = _transfer(t, src, meta, data, device, out_dir / label, key, label)
         except Diverged as e:
-            raise DetectError(advice(e, label, cfg["detect"])) from None
+            raise DetectError(advice(e, label, t.detect)) from None
         if "voc_root" in data:
             res = {**res, **_voc_metric(data, res["results"])}
         minutes = (time.monotonic() - t0) / 60
@@ -161,14 +174,14 @@ def _transfer_all(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: 
     return scores
 
 
-def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path, key: str, label: str) -> dict:
-    d = {**cfg["detect"], "seed": cfg["seed"]}
+def _transfer(t: Transfer, src, meta: dict, data: dict, device: str, out_dir: Path, key: str, label: str) -> dict:
+    d = {**t.detect, "seed": t.seed}
 
     def log(it: int, losses: dict) -> None:
         mlflow.log_metrics({key_of(label, k): v for k, v in losses.items()}, step=it)
 
-    if cfg["engine"] == "torchvision":
-        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
+    if t.engine == "torchvision":
+        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], t.seed)
         mean = [m / 255.0 for m in meta["pixel"]["PIXEL_MEAN"]]
         std = [s / 255.0 for s in meta["pixel"]["PIXEL_STD"]]
         return tv_engine.transfer(net, data, d, mean, std, torch.device(device), log, label)
@@ -177,7 +190,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
     from pipeline.detect import d2_engine
 
     weights = str(export(src, "detectron2", out_dir / "backbone.pkl")) if label == "pretrained" else ""
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(t.seed)
     active = tracking.active_run_id()
     return d2_engine.transfer(
         meta,
@@ -189,7 +202,7 @@ def _transfer(cfg: dict, src, meta: dict, data: dict, device: str, out_dir: Path
         f"augssl_{key}",
         (mlflow.get_tracking_uri(), active, key_of(label, "")),
         label,
-        verbose=bool(cfg.get("verbose")),
+        verbose=t.verbose,
     )
 
 

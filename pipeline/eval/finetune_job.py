@@ -5,6 +5,7 @@ settings and checks; the run is pipeline.eval.finetune_run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
@@ -13,7 +14,8 @@ from pipeline.fields import Bool, Choice, Int, Num, Section, Str, check_model
 
 
 class Finetune(Section):
-    """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check()."""
+    """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check(),
+    which words their errors itself. The job's run reads its settings from this model once check() has passed."""
 
     label_fraction: Num(gt=0, le=1)
     subset: Str(null=True) = None
@@ -27,6 +29,11 @@ class Finetune(Section):
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
     val_size: Int(1, null=True) = None
+    # checked by check(), each in a line of its own
+    milestones: Any
+    lr_head: Any  # "auto" or a number > 0
+    crop_scale: Any  # "auto" or [lo, hi]
+    flip: Any  # "auto", true or false
 
 
 def check(cfg: dict) -> None:

@@ -18,6 +18,7 @@ from pipeline.data.reader import load_split
 from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
 from pipeline.eval.finetune import Schedule, decodable, finetune, out_dim
+from pipeline.eval.finetune_job import Finetune
 from pipeline.eval.job_errors import FinetuneError
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
@@ -26,52 +27,55 @@ from pipeline.store import Store
 METRIC_KEYS = ("top1", "top5", "mse", "r2")
 
 
-def schedule(cfg: dict, task: str):
+def schedule(f: Finetune, task: str) -> Schedule:
+    """The schedule of the settings for the task: each `auto` resolved (no crop or flip for regression targets)."""
     regression = task == "regression"
-    scale = cfg["crop_scale"] if cfg["crop_scale"] != "auto" else ([1.0, 1.0] if regression else [0.08, 1.0])
-    flip = cfg["flip"] if cfg["flip"] != "auto" else not regression
-    lr_head = cfg["lr_head"] if cfg["lr_head"] != "auto" else (cfg["lr_backbone"] if regression else 1.0)
+    scale = f.crop_scale if f.crop_scale != "auto" else ([1.0, 1.0] if regression else [0.08, 1.0])
+    flip = f.flip if f.flip != "auto" else not regression
+    lr_head = f.lr_head if f.lr_head != "auto" else (f.lr_backbone if regression else 1.0)
     return Schedule(
-        cfg["epochs"],
-        cfg["batch_size"],
-        cfg["lr_backbone"],
+        f.epochs,
+        f.batch_size,
+        f.lr_backbone,
         lr_head,
-        cfg["milestones"],
-        cfg["gamma"],
-        cfg["momentum"],
-        cfg["weight_decay"],
+        f.milestones,
+        f.gamma,
+        f.momentum,
+        f.weight_decay,
         [float(v) for v in scale],
         bool(flip),
     )
 
 
 def run(cfg: dict) -> dict:
-    """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random)."""
+    """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random). `cfg` has passed
+    finetune_job.check."""
+    f = Finetune.model_validate(cfg)
     try:
-        downstream.pick_device(cfg["device"])
+        downstream.pick_device(f.device)
         tracking.setup(Store.of(cfg))  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
     data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
-    names = _subset_names(cfg)
-    s = schedule(cfg, data["task"])
+    names = _subset_names(f)
+    s = schedule(f, data["task"])
     settings = {
         "source": src.ref,
         "data": {k: data[k] for k in ("train", "val", "task") if k in data},
         "targets": data.get("targets"),
-        "subset": names if names is not None else cfg["label_fraction"],
+        "subset": names if names is not None else f.label_fraction,
         "schedule": s.__dict__,
-        "baseline": cfg["baseline"],
-        "seed": cfg["seed"],
-        "val_size": cfg["val_size"],
+        "baseline": f.baseline,
+        "seed": f.seed,
+        "val_size": f.val_size,
     }
-    what = "subset" if names is not None else f"{cfg['label_fraction']:g}"
+    what = "subset" if names is not None else f"{f.label_fraction:g}"
     ev = downstream.find(Store.of(cfg), src, "finetune", settings, what)
     if ev.finished:
         return _finished(ev)
     try:
-        train, keys, val = _splits(cfg, data, names)
+        train, keys, val = _splits(f, data, names)
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
     out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
@@ -80,39 +84,39 @@ def run(cfg: dict) -> dict:
             mlflow.log_params(
                 {
                     "source": src.ref,
-                    "label_fraction": cfg["label_fraction"],
-                    "subset": cfg["subset"],
+                    "label_fraction": f.label_fraction,
+                    "subset": f.subset,
                     "subset_size": len(train.encoded),
                     "val_size": len(val.encoded),
                     "data.train": data["train"],
                     "data.val": data["val"],
-                    "seed": cfg["seed"],
+                    "seed": f.seed,
                     **{f"schedule.{k}": v for k, v in s.__dict__.items()},
                 }
             )
             mlflow.log_text("\n".join(keys) + "\n", "finetune/subset.txt")
             # the splits as dataset inputs; the training one counts the labelled subset it was tuned on
-            mlflow_ui.log_datasets({"data": data}, len(train.encoded))
+            mlflow_ui.log_datasets(data, len(train.encoded))
         try:
-            results = _all(cfg, src, data, train, val, s, out_dir)
+            results = _all(f, src, data, train, val, s, out_dir)
         except FloatingPointError as e:  # the run ends FAILED (child_run), the user gets one line
             raise FinetuneError(str(e)) from None
     print(f"[finetune] done: MLflow run {run_id}" + (f" (a child of {src.run_id})" if src.run_id else ""), flush=True)
     return results
 
 
-def _subset_names(cfg: dict) -> list[str] | None:
-    if cfg["subset"] is None:
+def _subset_names(f: Finetune) -> list[str] | None:
+    if f.subset is None:
         return None
-    names = [ln.strip() for ln in Path(cfg["subset"]).read_text().splitlines() if ln.strip()]
+    names = [ln.strip() for ln in Path(f.subset).read_text().splitlines() if ln.strip()]
     if not names:
-        raise FinetuneError(f"subset={cfg['subset']}: the file lists no samples")
+        raise FinetuneError(f"subset={f.subset}: the file lists no samples")
     return names
 
 
-def _splits(cfg: dict, data: dict, names: list[str] | None):
+def _splits(f: Finetune, data: dict, names: list[str] | None):
     targets = data.get("targets")
-    train, keys = select(data["train"], data["task"], targets, cfg["label_fraction"], cfg["seed"], names=names)
+    train, keys = select(data["train"], data["task"], targets, f.label_fraction, f.seed, names=names)
     good, kept = decodable(train)
     keys = [keys[i] for i in kept]  # what trains is what is logged
     if len(good.encoded) < len(train.encoded):
@@ -121,30 +125,29 @@ def _splits(cfg: dict, data: dict, names: list[str] | None):
         )
     if len(good.encoded) < 2:
         raise ValueError(f"the labelled subset has {len(good.encoded)} decodable image(s): raise label_fraction")
-    val, _ = decodable(load_split(data["val"], data["task"], targets, limit=cfg["val_size"]))
-    src = "listed in " + cfg["subset"] if names is not None else f"{cfg['label_fraction']:g} of the train split"
+    val, _ = decodable(load_split(data["val"], data["task"], targets, limit=f.val_size))
+    src = f"listed in {f.subset}" if names is not None else f"{f.label_fraction:g} of the train split"
     print(
-        f"[finetune] {len(good.encoded)} labelled images ({src}, seed {cfg['seed']}), "
-        f"{len(val.encoded)} validation images",
+        f"[finetune] {len(good.encoded)} labelled images ({src}, seed {f.seed}), {len(val.encoded)} validation images",
         flush=True,
     )
     return good, keys, val
 
 
-def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
+def _all(f: Finetune, src, data: dict, train, val, s, out_dir: Path) -> dict:
     """Each backbone in turn; one whose results an earlier attempt logged is kept, one it left part-way resumes
     from its last epoch's checkpoint."""
     size, mean, std = eval_settings(src.cfg["augment"])
-    device = torch.device(downstream.pick_device(cfg["device"]))
+    device = torch.device(downstream.pick_device(f.device))
     logged = mlflow.get_run(tracking.active_run_id()).data.metrics
     results = {}
-    for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
+    for label in ["pretrained", "random"] if f.baseline else ["pretrained"]:
         done = {k: logged[_key(label, k)] for k in METRIC_KEYS if _key(label, k) in logged}
         if done:
             results[label] = done
             print(f"[finetune] {label}: done before; kept", flush=True)
             continue
-        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
+        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], f.seed)
         t0 = time.monotonic()
 
         def log(epoch: int, m: dict, label=label) -> None:
@@ -162,7 +165,7 @@ def _all(cfg: dict, src, data: dict, train, val, s, out_dir: Path) -> dict:
             mean,
             std,
             device,
-            cfg["seed"],
+            f.seed,
             out_dir / label / "last.pt",
             log,
         )

@@ -16,13 +16,15 @@ from pipeline.eval.downstream import pick_device, results_table
 from pipeline.eval.extract import check_actors, load_features, split_features
 from pipeline.eval.job_errors import KnnError
 from pipeline.eval.knn import knn_streamed
+from pipeline.eval.knn_job import Knn
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
 from pipeline.store import Store
 
 
 def run(cfg: dict) -> dict:
-    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}."""
+    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}. `cfg` has passed knn_job.check."""
+    knn = Knn.model_validate(cfg)
     try:
         tracking.setup(Store.of(cfg))  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
@@ -37,12 +39,12 @@ def run(cfg: dict) -> dict:
     settings = {
         "source": src.ref,
         "data": {k: data[k] for k in ("train", "val", "task")},
-        "k": cfg["k"],
-        "temperature": cfg["temperature"],
-        "baseline": cfg["baseline"],
-        "seed": cfg["seed"],
+        "k": knn.k,
+        "temperature": knn.temperature,
+        "baseline": knn.baseline,
+        "seed": knn.seed,
     }
-    ev = downstream.find(Store.of(cfg), src, "knn", settings, f"k{cfg['k']}")
+    ev = downstream.find(Store.of(cfg), src, "knn", settings, f"k{knn.k}")
     if ev.finished:
         assert ev.found is not None  # finished: an earlier attempt's run
         m = ev.found.data.metrics
@@ -53,9 +55,9 @@ def run(cfg: dict) -> dict:
         results = {label: _logged(m, label) for label in ("pretrained", "random")}
         print(_table({k: v for k, v in results.items() if v}), flush=True)
         return results
-    init_ray(cfg)
+    init_ray(cfg["trainer"], bool(cfg.get("verbose")))
     try:  # before the run is made: actors the cluster cannot place
-        check_actors(cfg["actors"], cfg["actor_resources"], autoscale=bool(cfg["trainer"].get("autoscale")))
+        check_actors(knn.actors, knn.actor_resources, autoscale=bool(cfg["trainer"].get("autoscale")))
     except ConfigError as e:
         raise KnnError(str(e)) from None
     with downstream.child_run(Store.of(cfg), src, ev, "knn") as run_id:
@@ -63,14 +65,14 @@ def run(cfg: dict) -> dict:
             mlflow.log_params(
                 {
                     "source": src.ref,
-                    "k": cfg["k"],
-                    "temperature": cfg["temperature"],
+                    "k": knn.k,
+                    "temperature": knn.temperature,
                     "data.train": data["train"],
                     "data.val": data["val"],
                 }
             )
-            mlflow_ui.log_datasets({"data": data})  # the splits it ran on, as the run page's dataset inputs
-        results = _all(cfg, src, data)
+            mlflow_ui.log_datasets(data)  # the splits it ran on, as the run page's dataset inputs
+        results = _all(knn, src, data, cfg["paths"]["runs"])
         table = _table(results)
         print(table, flush=True)
         mlflow.log_text(table, "knn/table.md")
@@ -78,28 +80,29 @@ def run(cfg: dict) -> dict:
     return results
 
 
-def _all(cfg: dict, src, data: dict) -> dict:
+def _all(knn: Knn, src, data: dict, runs: str) -> dict:
+    """Each backbone's features (cached under `runs`, paths.runs) and its kNN scores, logged."""
     size, mean, std = eval_settings(src.cfg["augment"])
     targets = data.get("targets")
     names = read_manifest(data["train"])[0].get("class_names") or []
     device = pick_device("auto")
     results = {}
-    extraction = {"batch_size": cfg["batch_size"], "actors": cfg["actors"], "resources": cfg["actor_resources"]}
-    for label in ["pretrained", "random"] if cfg["baseline"] else ["pretrained"]:
-        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], cfg["seed"])
+    extraction = {"batch_size": knn.batch_size, "actors": knn.actors, "resources": knn.actor_resources}
+    for label in ["pretrained", "random"] if knn.baseline else ["pretrained"]:
+        net = backbone_from(src.state) if label == "pretrained" else random_backbone(src.cfg["model"], knn.seed)
         state = net.state_dict()
         feats, metas = {}, {}
         for split in ("train", "val"):
             out, metas[split] = split_features(
-                data, src.cfg["model"], state, cfg["paths"]["runs"], split, size, mean, std, **extraction
+                data, src.cfg["model"], state, runs, split, size, mean, std, **extraction
             )
             feats[split] = load_features(out)
         res = knn_streamed(
             *feats["train"],
             *feats["val"],
             data["task"],
-            cfg["k"],
-            cfg["temperature"],
+            knn.k,
+            knn.temperature,
             len(names) or None,
             list(targets or []),
             device=device,

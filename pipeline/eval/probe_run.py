@@ -75,7 +75,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         print(format_table({k: v for k, v in results.items() if k != "invariance"}), flush=True)
         return results
     if probe_solver(spec) == "sgd":  # before the run is made: Ray Data's actors, can they be placed?
-        init_ray(cfg)
+        init_ray(cfg["trainer"], bool(cfg.get("verbose")))
         try:
             check_probe_actors(spec)
         except ConfigError as e:
@@ -90,7 +90,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
     try:
         if found is None:
             mlflow.log_params(params)
-            mlflow_ui.log_datasets(cfg)  # the splits it probed on, as the run page's dataset inputs
+            mlflow_ui.log_datasets(cfg["data"])  # the splits it probed on, as the run page's dataset inputs
         results = compare_with_random(spec, src.state, run_name=name)  # the SGD probe starts Ray itself
     except (FloatingPointError, ValueError) as e:  # a diverging probe, data without decodable images
         tracking.end_failed(e)

@@ -47,7 +47,7 @@ class ProbeSpec:
             fa_m=int(ev["feature_averaging"]["m"]),
             invariance=inv if inv.enabled else None,
             autoscale=bool(cfg["trainer"].get("autoscale")),
-            start_ray=partial(init_ray, cfg),
+            start_ray=partial(init_ray, cfg["trainer"], bool(cfg.get("verbose"))),
         )
 
     @property

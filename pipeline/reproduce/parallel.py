@@ -54,7 +54,7 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
     if not todo:
         return
     cfg = first
-    init_ray(cfg, trials=concurrent)
+    init_ray(cfg["trainer"], bool(cfg.get("verbose")), trials=concurrent)
     workers = cfg["trainer"]["num_workers"]
     threads = max(1, (os.cpu_count() or 1) // (min(concurrent, len(todo)) * workers))
     logs = Path(cfg["paths"]["runs"]) / "reproductions"

@@ -95,7 +95,7 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     its MLflow run is a child of the sweep's run."""
     if plan is None:  # resolve() not run yet: the config is checked and completed, the data made
         plan = resolve(cfg)
-    quiet_logs(cfg)
+    quiet_logs(bool(cfg.get("verbose")))
     name = cfg["run"]["name"]
     with run_lock(cfg["paths"]["runs"], name):
         found = tracking.find_run(tracking.setup(Store.of(cfg)), name)
@@ -107,7 +107,7 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
             )
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
-        init_ray(cfg)
+        init_ray(cfg["trainer"], bool(cfg.get("verbose")))
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if cfg["eval"]["probe"]["after_pretrain"]:
             run_probe.check_probe_actors(ProbeSpec.of(cfg))
@@ -150,7 +150,7 @@ def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = 
     if not mlflow.get_run(run_id).data.params:
         mlflow.log_params(tracking.flatten(cfg))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
-        datasets = mlflow_ui.log_datasets(cfg, plan.num_train_samples)
+        datasets = mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
         mlflow_ui.set_description(run_id, mlflow_ui.describe_pretrain(cfg, datasets, trial.label if trial else None))
         if cfg["gallery"]["at_pretrain"] and trial is None:
             log_gallery(cfg)

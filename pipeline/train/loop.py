@@ -321,7 +321,8 @@ def _system_metrics(cfg: dict, plan: RunPlan, ctx, placed: list[str]):
     node_id = f"node{ctx.get_node_rank()}" if len(set(placed)) > 1 else None
     run_id, uri = plan.mlflow_run_id, plan.tracking_uri
     assert run_id and uri, "the driver opens the MLflow run before training starts (RunPlan.opened)"
-    return start_system_metrics(cfg, run_id, uri, node_id, resume=True)
+    enabled = bool(cfg["tracking"].get("system_metrics", True))
+    return start_system_metrics(run_id, uri, node_id, True, enabled, bool(cfg.get("verbose")))
 
 
 def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label: str) -> None:

@@ -56,7 +56,9 @@ def resolve(cfg: dict) -> RunPlan:
 def _must_make(cfg: dict) -> bool:
     """The chosen data is embedded data (Spirograph, Photos) not made yet."""
     data = cfg["data"]
-    return managed_data(cfg) and not (_has_manifest(data["train"]) and _has_manifest(data["val"]))
+    return managed_data(data, cfg["paths"]["data"]) and not (
+        _has_manifest(data["train"]) and _has_manifest(data["val"])
+    )
 
 
 def _has_manifest(path: str) -> bool:

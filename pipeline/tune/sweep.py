@@ -32,7 +32,7 @@ from pipeline.tune.space import Dim, num_trials, to_tune
 def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dict:
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
-    quiet_logs(cfg)
+    quiet_logs(bool(cfg.get("verbose")))
     spec = SweepSpec.of(cfg)
     name = spec.name
     with run_lock(spec.runs, name):
@@ -41,7 +41,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
             return _finished(spec, found)
         if found is not None:
             _log(f"resuming sweep {name} (MLflow run {found.info.run_id}, {found.info.status})")
-        init_ray(cfg, trials=spec.sweep.max_concurrent_trials)
+        init_ray(spec.trainer, spec.verbose, trials=spec.sweep.max_concurrent_trials)
         asked = _check_room(spec)
         run_id = tracking.start_or_resume(Store.of(cfg), name, name, job="tune")
         try:
@@ -105,9 +105,8 @@ def _run(cfg: dict, spec: SweepSpec, argv: list[str], dims: list[Dim], plan: Run
             }
         )
         mlflow.log_text(to_yaml(cfg), "config.yaml")
-        mlflow_ui.log_datasets(
-            cfg, plan.num_train_samples
-        )  # the data every trial trains on, on the sweep's own page too
+        # the data every trial trains on, on the sweep's own page too
+        mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
         if cfg["gallery"]["at_pretrain"]:
             log_gallery(cfg)
     total = num_trials(dims, s.num_samples)

@@ -68,7 +68,7 @@ def no_ray(monkeypatch):
             raise calls.fit_error
         return SimpleNamespace(checkpoint=SimpleNamespace(path="memory://"))
 
-    monkeypatch.setattr(launch, "init_ray", lambda cfg: None)
+    monkeypatch.setattr(launch, "init_ray", lambda trainer, verbose=False: None)
     monkeypatch.setattr(resources, "check_resources", lambda *a, **k: None)
     monkeypatch.setattr(launch, "build_trainer", lambda cfg, plan, callbacks=(): SimpleNamespace(fit=fit))
     return calls
@@ -112,7 +112,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
     assert "resuming run r1" in capsys.readouterr().out
 
     # and again: a finished run prints its results, starts nothing and logs nothing
-    monkeypatch.setattr(launch, "init_ray", lambda cfg: pytest.fail("a finished run started Ray"))
+    monkeypatch.setattr(launch, "init_ray", lambda *a: pytest.fail("a finished run started Ray"))
 
     def logged(r):
         return (

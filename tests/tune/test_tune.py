@@ -496,17 +496,22 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
 
 
 def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypatch):
+    from dataclasses import replace
+
     from pipeline.tune import sweep
+    from pipeline.tune.settings import SweepSpec
     from pipeline.tune.space import Dim
 
     monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
-    cfg = {"sweep": {"max_concurrent_trials": 2, "num_samples": 1}, "trainer": {"num_workers": 2}}
+    cfg, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=2", "trainer.num_workers=2"])
+    spec = SweepSpec.of(cfg)
+    assert spec.trainer["num_workers"] == 2 and spec.sweep.max_concurrent_trials == 2
     one = [Dim("method.temperature", "grid", (0.2,), False)]
     five = [Dim("plugin.invclr.lam", "grid", (0, 1e-4, 1e-3, 1e-2, 1e-1), True)]
-    assert sweep._threads(cfg, five) == 2  # 2 trials x 2 workers on 8 cores
-    assert sweep._threads(cfg, one) == 4  # a one-trial sweep: its workers get every core
-    cfg["sweep"]["max_concurrent_trials"] = 16
-    assert sweep._threads(cfg, five) == 1  # never below one thread
+    assert sweep._threads(spec, five) == 2  # 2 trials x 2 workers on 8 cores
+    assert sweep._threads(spec, one) == 4  # a one-trial sweep: its workers get every core
+    many = replace(spec, sweep=spec.sweep.model_copy(update={"max_concurrent_trials": 16}))
+    assert sweep._threads(many, five) == 1  # never below one thread
 
 
 def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tmp_path):
