@@ -1,39 +1,16 @@
 """jobs/finetune.py: check the settings (one line, before MLflow or torch's work), draw or read the labelled
 subset, fine-tune the run's backbone and a random-init twin on it, log both into a child run of the run. Here: its
-settings and checks; the run is pipeline.eval.finetune_run."""
+checks (its typed keys: pipeline.eval.job_settings); the run is pipeline.eval.finetune_run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
 from pipeline.eval.job_errors import FinetuneError
-from pipeline.fields import Bool, Choice, Int, Num, Section, Str, check_model
-
-
-class Finetune(Section):
-    """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check(),
-    which words their errors itself. The job's run reads its settings from this model once check() has passed."""
-
-    label_fraction: Num(gt=0, le=1)
-    subset: Str(null=True) = None
-    baseline: Bool()
-    device: Choice("auto", "cpu", "cuda")
-    seed: Int(0)
-    epochs: Int(1)
-    batch_size: Int(2)
-    lr_backbone: Num(ge=0)
-    gamma: Num(gt=0, le=1)
-    momentum: Num(ge=0, lt=1)
-    weight_decay: Num(ge=0)
-    val_size: Int(1, null=True) = None
-    # checked by check(), each in a line of its own
-    milestones: Any
-    lr_head: Any  # "auto" or a number > 0
-    crop_scale: Any  # "auto" or [lo, hi]
-    flip: Any  # "auto", true or false
+from pipeline.eval.job_settings import Finetune
+from pipeline.fields import check_model
 
 
 def check(cfg: dict) -> None:

@@ -18,8 +18,8 @@ from pipeline.data.reader import load_split
 from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
 from pipeline.eval.finetune import Schedule, decodable, finetune, out_dim
-from pipeline.eval.finetune_job import Finetune
 from pipeline.eval.job_errors import FinetuneError
+from pipeline.eval.job_settings import Finetune
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
 from pipeline.store import Store

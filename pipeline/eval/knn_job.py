@@ -1,25 +1,15 @@
 """jobs/knn.py: weighted kNN of a pretraining run's frozen features (k=200, T=0.07 by default): both splits'
 features extracted by Ray Data to disk (pipeline.eval.extract), the whole train split as the memory bank, the
 whole validation split as queries; the same for a random-init twin; a child run of the pretraining run. Here: its
-settings and checks; the run is pipeline.eval.knn_run."""
+checks (its typed keys: pipeline.eval.job_settings); the run is pipeline.eval.knn_run."""
 
 from __future__ import annotations
 
 from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation
 from pipeline.eval.job_errors import KnnError
-from pipeline.fields import Bool, Int, Num, Section, check_model
-from pipeline.schema import Resources
-
-
-class Knn(Section):
-    k: Int(1)
-    temperature: Num(gt=0)
-    baseline: Bool()
-    batch_size: Int(1)
-    actors: Int(1, null=True) = None
-    actor_resources: Resources = None
-    seed: Int(0)
+from pipeline.eval.job_settings import Knn
+from pipeline.fields import check_model
 
 
 def check(cfg: dict) -> None:

@@ -1,0 +1,42 @@
+"""The typed keys of the evaluation jobs' own configs (conf/knn.yaml, conf/finetune.yaml): checked by their jobs
+(knn_job, finetune_job) and read by their runs (knn_run, finetune_run), so here, below both (as job_errors is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.fields import Bool, Choice, Int, Num, Section, Str
+from pipeline.schema import Resources
+
+
+class Knn(Section):
+    k: Int(1)
+    temperature: Num(gt=0)
+    baseline: Bool()
+    batch_size: Int(1)
+    actors: Int(1, null=True) = None
+    actor_resources: Resources = None
+    seed: Int(0)
+
+
+class Finetune(Section):
+    """The typed keys of conf/finetune.yaml; lr_head, crop_scale, flip, milestones and the subset file in check(),
+    which words their errors itself. The job's run reads its settings from this model once check() has passed."""
+
+    label_fraction: Num(gt=0, le=1)
+    subset: Str(null=True) = None
+    baseline: Bool()
+    device: Choice("auto", "cpu", "cuda")
+    seed: Int(0)
+    epochs: Int(1)
+    batch_size: Int(2)
+    lr_backbone: Num(ge=0)
+    gamma: Num(gt=0, le=1)
+    momentum: Num(ge=0, lt=1)
+    weight_decay: Num(ge=0)
+    val_size: Int(1, null=True) = None
+    # checked by check(), each in a line of its own
+    milestones: Any
+    lr_head: Any  # "auto" or a number > 0
+    crop_scale: Any  # "auto" or [lo, hi]
+    flip: Any  # "auto", true or false
