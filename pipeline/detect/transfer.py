@@ -86,7 +86,8 @@ def run(cfg: dict) -> dict:
         quiet_torch_notices()
     try:
         device = downstream.pick_device(cfg["device"])
-        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
+        store = Store.of(cfg)
+        tracking.setup(store)  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
         meta = backbone_meta(src)
     except (FileNotFoundError, ValueError) as e:
@@ -111,11 +112,11 @@ def run(cfg: dict) -> dict:
     data = prepare_data(d["data"], cfg["paths"]["data"])
     t = Transfer.of(cfg)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": t.baseline, "seed": t.seed}
-    ev = downstream.find(Store.of(cfg), src, "detect", settings, f"{engine}-{d['name']}")
+    ev = downstream.find(store, src, "detect", settings, f"{engine}-{d['name']}")
     if ev.finished:
         return _finished(ev.found, ev.name)
     out_dir = Path(cfg["paths"]["runs"]) / "detect" / ev.name
-    with downstream.child_run(Store.of(cfg), src, ev, "detect") as run_id:
+    with downstream.child_run(store, src, ev, "detect") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

@@ -50,10 +50,10 @@ def schedule(f: Finetune, task: str) -> Schedule:
 def run(cfg: dict) -> dict:
     """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random). `cfg` has passed
     finetune_job.check."""
-    f = Finetune.model_validate(cfg)
+    f, store = Finetune.model_validate(cfg), Store.of(cfg)
     try:
         downstream.pick_device(f.device)
-        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
+        tracking.setup(store)  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
@@ -71,7 +71,7 @@ def run(cfg: dict) -> dict:
         "val_size": f.val_size,
     }
     what = "subset" if names is not None else f"{f.label_fraction:g}"
-    ev = downstream.find(Store.of(cfg), src, "finetune", settings, what)
+    ev = downstream.find(store, src, "finetune", settings, what)
     if ev.finished:
         return _finished(ev)
     try:
@@ -79,7 +79,7 @@ def run(cfg: dict) -> dict:
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
     out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
-    with downstream.child_run(Store.of(cfg), src, ev, "finetune") as run_id:
+    with downstream.child_run(store, src, ev, "finetune") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

@@ -24,9 +24,9 @@ from pipeline.store import Store
 
 def run(cfg: dict) -> dict:
     """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}. `cfg` has passed knn_job.check."""
-    knn = Knn.model_validate(cfg)
+    knn, store = Knn.model_validate(cfg), Store.of(cfg)
     try:
-        tracking.setup(Store.of(cfg))  # a run id is looked up in the store
+        tracking.setup(store)  # a run id is looked up in the store
         src = load_source(str(cfg["run"]))
     except (FileNotFoundError, ValueError) as e:
         raise KnnError(str(e)) from None
@@ -44,7 +44,7 @@ def run(cfg: dict) -> dict:
         "baseline": knn.baseline,
         "seed": knn.seed,
     }
-    ev = downstream.find(Store.of(cfg), src, "knn", settings, f"k{knn.k}")
+    ev = downstream.find(store, src, "knn", settings, f"k{knn.k}")
     if ev.finished:
         assert ev.found is not None  # finished: an earlier attempt's run
         m = ev.found.data.metrics
@@ -60,7 +60,7 @@ def run(cfg: dict) -> dict:
         check_actors(knn.actors, knn.actor_resources, autoscale=bool(cfg["trainer"].get("autoscale")))
     except ConfigError as e:
         raise KnnError(str(e)) from None
-    with downstream.child_run(Store.of(cfg), src, ev, "knn") as run_id:
+    with downstream.child_run(store, src, ev, "knn") as run_id:
         if ev.found is None:
             mlflow.log_params(
                 {

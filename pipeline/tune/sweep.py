@@ -33,17 +33,17 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
     quiet_logs(bool(cfg.get("verbose")))
-    spec = SweepSpec.of(cfg)
+    spec, store = SweepSpec.of(cfg), Store.of(cfg)
     name = spec.name
     with run_lock(spec.runs, name):
-        found = tracking.find_run(tracking.setup(Store.of(cfg)), name)
+        found = tracking.find_run(tracking.setup(store), name)
         if found is not None and found.info.status == "FINISHED":
             return _finished(spec, found)
         if found is not None:
             _log(f"resuming sweep {name} (MLflow run {found.info.run_id}, {found.info.status})")
         init_ray(spec.trainer, spec.verbose, trials=spec.sweep.max_concurrent_trials)
         asked = _check_room(spec)
-        run_id = tracking.start_or_resume(Store.of(cfg), name, name, job="tune")
+        run_id = tracking.start_or_resume(store, name, name, job="tune")
         try:
             out = _run(cfg, spec, argv, dims, plan, run_id)
         except BaseException as e:
