@@ -42,10 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from augment import PilGaussianBlur  # noqa: E402
 
 from pipeline.augment.view_maker import build_view_maker  # noqa: E402
-from pipeline.build import build_method  # noqa: E402
+from pipeline.build import build_method, complete_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.photos import iter_photos  # noqa: E402
-from pipeline.methods import METHODS  # noqa: E402
 from pipeline.schedules import scaled_lr  # noqa: E402
 from pipeline.schema import validate  # noqa: E402
 from pipeline.train.optim import build_optimizer  # noqa: E402
@@ -61,7 +60,7 @@ def photos_config(overrides: list[str]) -> dict:
     """The pretraining config for one worker on Photos, with the values prepare.resolve derives (BN groups)."""
     cfg = compose_config(["data=photos", "trainer.num_workers=1", *overrides])
     validate(cfg)
-    METHODS[cfg["method"]["kind"]].complete(cfg)
+    complete_method(cfg)
     return cfg
 
 

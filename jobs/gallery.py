@@ -21,15 +21,15 @@ def main(argv: list[str]) -> int:
 
     try:  # the whole config, checked before any work; then the default Spirograph data is generated if missing
         validate(cfg)
-        from pipeline.train.artifacts import gallery_path
         from pipeline.train.prepare import prepare_data
 
-        prepare_data(cfg)
+        prepare_data(cfg["data"], cfg["paths"]["data"])
     except ConfigError as e:
         fail(str(e))
     from pipeline.augment.gallery import write_gallery
+    from pipeline.train.spec import gallery_path
 
-    path = gallery_path(cfg)
+    path = gallery_path(cfg["gallery"]["out"], cfg["paths"]["runs"], cfg["augment"]["name"], cfg["data"]["name"])
     path.parent.mkdir(parents=True, exist_ok=True)
     out = write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
     print(

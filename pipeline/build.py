@@ -19,20 +19,28 @@ from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract, satisfied
 from pipeline.methods.settings import MethodRun
 from pipeline.plugins import PLUGINS, build_plugin
+from pipeline.run_shape import RunShape
 
 
 def check_method(cfg: dict) -> None:
-    """The method's own keys against its `Settings`, then its `check` of the rest of the config: ConfigError with
-    one line."""
+    """The method's own keys against its `Settings`, then its `check` of the run's shape: ConfigError with one
+    line."""
     method = METHODS[cfg["method"]["kind"]]
     check_model(method.Settings, cfg["method"], root="method")
-    method.check(cfg)
+    method.check(method.Settings.model_validate(cfg["method"]), RunShape.of(cfg))
+
+
+def complete_method(cfg: dict) -> None:
+    """Write the method's settled `auto` settings (its `complete`) into the checked config: the checkpoint's config
+    then rebuilds the same model."""
+    method = METHODS[cfg["method"]["kind"]]
+    cfg["method"].update(method.complete(method.Settings.model_validate(cfg["method"]), RunShape.of(cfg)))
 
 
 def check_plugins(cfg: dict) -> None:
     """ValueError with one line when a plug-in is unknown, is not defined on the framework, needs context the
     method does not provide, lacks its views or has bad settings."""
-    kind = cfg["method"]["kind"]
+    kind, shape = cfg["method"]["kind"], RunShape.of(cfg)
     for name in cfg.get("plugin") or {}:
         if name not in PLUGINS:
             raise ValueError(f"unknown plugin {name!r}; known: {sorted(PLUGINS)}")
@@ -42,8 +50,9 @@ def check_plugins(cfg: dict) -> None:
                 f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})"
             )
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
-        check_model(PLUGINS[name].Settings, cfg["plugin"][name] or {}, root=f"plugin.{name}")
-        PLUGINS[name].check(cfg)  # what it asks of the rest of the config
+        own = cfg["plugin"][name] or {}
+        check_model(PLUGINS[name].Settings, own, root=f"plugin.{name}")
+        PLUGINS[name].check(PLUGINS[name].Settings.model_validate(own), shape)  # what it asks of the run
     for name in cfg.get("plugin") or {}:
         build_plugin(name, cfg)  # constructors check their settings against the run (CoCor's composite views)
 

@@ -8,6 +8,7 @@ index 0 is "epoch 1/N"."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -35,11 +36,12 @@ def save(
     optimizer,
     epoch: int,
     step: int,
-    cfg: dict,
+    config: Mapping[str, Any],
     plan: dict | None = None,
     plugin_optimizers: dict | None = None,
 ) -> Path:
-    """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt. `plan`: the
+    """Write to a temporary name and rename, so an interrupted save never leaves a truncated state.pt. `config`: the
+    run's whole config, recorded as it is (a reader rebuilds the model from it: pipeline.eval.source); `plan`: the
     run's plan (pipeline.plan.RunPlan.as_dict), its MLflow run among it; `plugin_optimizers`: the state of the
     plug-ins' own optimisers (pipeline.train.plugin_optim)."""
     path = Path(directory) / STATE_FILE
@@ -47,7 +49,7 @@ def save(
     state = {"method": method_state(method), "optimizer": optimizer.state_dict(), "epoch": epoch, "step": step}
     if plugin_optimizers:
         state["plugin_optimizers"] = plugin_optimizers
-    torch.save({**state, "cfg": cfg, "plan": plan}, tmp)
+    torch.save({**state, "cfg": dict(config), "plan": plan}, tmp)
     tmp.replace(path)
     return path
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -11,6 +11,7 @@ from pipeline.methods.context import StepContext, visible
 from pipeline.methods.settings import Head, MethodSettings
 from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import mlp_head
+from pipeline.run_shape import RunShape
 
 
 class Encoder(nn.Module):
@@ -72,14 +73,15 @@ class Method(nn.Module):
     provides: frozenset[str] = frozenset()  # the StepContext fields framework_loss fills
 
     @classmethod
-    def check(cls, cfg: dict) -> None:
-        """What the method asks of the rest of the config (e.g. its batch against the workers): ConfigError with
-        one line (pipeline.fields.bad). Runs after `Settings` has checked the method's own keys."""
+    def check(cls, s: MethodSettings, shape: RunShape) -> None:
+        """What the method asks of the run (e.g. its BN groups against the per-worker batch): ConfigError with one
+        line (pipeline.fields.bad). `s` is its `Settings`, already checked; `shape` what it may read of the run."""
 
     @classmethod
-    def complete(cls, cfg: dict) -> None:
-        """Settle the method's `auto` settings in `cfg["method"]` once the config is checked (the checkpoint's
-        config then rebuilds the same model)."""
+    def complete(cls, s: MethodSettings, shape: RunShape) -> dict[str, Any]:
+        """The method's `auto` settings settled for this run, as `method.*` keys and values: the job writes them into
+        the config once it is checked, so that the checkpoint's config rebuilds the same model."""
+        return {}
 
     def __init__(self):
         super().__init__()

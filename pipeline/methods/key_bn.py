@@ -24,13 +24,12 @@ from pipeline import dist
 MODES = ("auto", "shuffle", "shuffle_node", "sync", "split")
 
 
-def split_groups(m: dict, workers: int) -> int:
-    """method.bn_splits resolved: `auto` is 4 where the key encoder's BN splits within a worker (key_bn split, or
-    auto on one worker), else 1."""
-    splits = m.get("bn_splits", "auto")
+def split_groups(splits: int | str, key: str | None, workers: int) -> int:
+    """method.bn_splits resolved: `auto` is 4 where the key encoder's BN splits within a worker (method.key_bn
+    split, or auto on one worker), else 1."""
     if splits != "auto":
         return int(splits)
-    key = m.get("key_bn") or "auto"
+    key = key or "auto"
     return 4 if key == "split" or (key == "auto" and workers == 1) else 1
 
 

@@ -3,7 +3,7 @@ BatchNorm kept from leaking (shuffle-BN and its variants: methods/key_bn.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import torch
 import torch.nn.functional as F
@@ -15,10 +15,11 @@ from pipeline.losses.contrastive import info_nce
 from pipeline.methods import key_bn
 from pipeline.methods.base import Method, build_encoder, unwrap
 from pipeline.methods.context import StepContext
-from pipeline.methods.settings import Head, MethodRun, MomentumSettings
+from pipeline.methods.settings import Head, MethodRun, MethodSettings, MomentumSettings
 from pipeline.models.momentum import Queue, ema_update, momentum_copy
 from pipeline.models.split_bn import convert_split_bn
 from pipeline.models.sync_bn import convert_sync_stats_bn
+from pipeline.run_shape import RunShape
 from pipeline.schedules import Momentum
 
 KEY_BN_MODES = key_bn.MODES  # by another name: the Settings field `key_bn` hides the module in its class body
@@ -39,9 +40,9 @@ class MoCo(Method):
         key_bn: Choice(*KEY_BN_MODES, null=True) = None  # null: auto
 
     @classmethod
-    def check(cls, cfg: dict) -> None:
-        m, workers = cfg["method"], cfg["trainer"]["num_workers"]
-        key = m.get("key_bn") or "auto"
+    def check(cls, s: MethodSettings, shape: RunShape) -> None:
+        assert isinstance(s, MoCo.Settings)
+        workers, key = shape.workers, s.key_bn or "auto"
         if key in ("sync", "shuffle_node") and workers < 2:
             raise bad(
                 "method.key_bn",
@@ -49,26 +50,26 @@ class MoCo(Method):
                 "needs 2 or more workers (trainer.num_workers): one worker shares its statistics with nobody; use "
                 "split (BN groups within the worker) or auto",
             )
-        splits = key_bn.split_groups(m, workers)
+        splits = key_bn.split_groups(s.bn_splits, key, workers)
         if key == "sync" and splits != 1:
             raise bad("method.bn_splits", splits, "must be 1 with method.key_bn=sync (the key encoder's BN is synced)")
         if key == "split" and splits < 2:
             raise bad("method.bn_splits", splits, "must be 2 or more with method.key_bn=split (its BN groups)")
-        local_bs = cfg["train"]["batch_size"] // workers
+        local_bs = shape.local_batch
         if local_bs % splits:
             raise bad(
                 "method.bn_splits",
-                m.get("bn_splits", "auto"),
+                s.bn_splits,
                 f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
                 f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
                 f"method.bn_splits to a divisor of {local_bs}",
             )
 
     @classmethod
-    def complete(cls, cfg: dict) -> None:
-        m = cfg["method"]
-        m["bn_splits"] = key_bn.split_groups(m, cfg["trainer"]["num_workers"])
-        m["key_bn"] = m.get("key_bn") or "auto"  # key_bn.resolve decides by the workers' node layout
+    def complete(cls, s: MethodSettings, shape: RunShape) -> dict[str, Any]:
+        assert isinstance(s, MoCo.Settings)
+        key = s.key_bn or "auto"  # key_bn.resolve decides `auto` by the workers' node layout, as training starts
+        return {"bn_splits": key_bn.split_groups(s.bn_splits, key, shape.workers), "key_bn": key}
 
     def __init__(self, s: Settings, run: MethodRun):
         super().__init__()

@@ -27,6 +27,7 @@ from torch import nn
 
 from pipeline.fields import Section
 from pipeline.methods.context import StepContext
+from pipeline.run_shape import RunShape
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ class Plugin(nn.Module):
     needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad
 
     @classmethod
-    def check(cls, cfg: dict) -> None:
-        """What the plug-in asks of the rest of the config (its views, the trainer's settings): ValueError with one
-        line, before anything starts. Its own settings are its `Settings`' to check."""
+    def check(cls, s: Section, shape: RunShape) -> None:
+        """What the plug-in asks of the run (its views, torch.compile): ValueError with one line, before anything
+        starts. `s` is its `Settings`, already checked; `shape` what it may read of the run."""
 
     def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""

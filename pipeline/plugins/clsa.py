@@ -13,6 +13,7 @@ from pipeline.augment.view_maker import image_recipe
 from pipeline.fields import Bool, Num, Section
 from pipeline.losses.clsa import ddm
 from pipeline.plugins.base import Plugin, PluginRun
+from pipeline.run_shape import RunShape
 
 
 class CLSA(Plugin):
@@ -32,8 +33,8 @@ class CLSA(Plugin):
         temperature: Num(gt=0, null=True) = None  # null: the framework's tau (MoCo's); 0.2 on BYOL
 
     @classmethod
-    def check(cls, cfg: dict) -> None:
-        aug = cfg["augment"]
+    def check(cls, s: Section, shape: RunShape) -> None:
+        aug = shape.augment
         if aug.get("kind", "views") != "views" or not any(v.strong_ops for v in image_recipe(aug).views[2:]):
             raise ValueError("plugin clsa needs strong views after the two weak ones: augment=clsa or clsa_multi")
 

@@ -18,6 +18,7 @@ from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuis
 from pipeline.fields import Bool, Int, Num, Section
 from pipeline.losses.invclr import gradient_penalty
 from pipeline.plugins.base import Plugin, PluginRun
+from pipeline.run_shape import RunShape
 
 
 class InvCLR(Plugin):
@@ -33,8 +34,9 @@ class InvCLR(Plugin):
         normalize: Bool() = True  # F = e . h/|h| (false: the code's --no-gp-normalization)
 
     @classmethod
-    def check(cls, cfg: dict) -> None:
-        if cfg["train"].get("compile") and float((cfg["plugin"]["invclr"] or {}).get("lam", 0) or 0) > 0:
+    def check(cls, s: Section, shape: RunShape) -> None:
+        assert isinstance(s, InvCLR.Settings)
+        if shape.compile and s.lam > 0:
             raise ValueError(
                 "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
                 "backward): drop train.compile or set plugin.invclr.lam=0"

@@ -15,26 +15,26 @@ from pathlib import Path
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
 from pipeline.mlflow_ui import link, ui_base, ui_command
-from pipeline.store import Store
 from pipeline.train.curves import write_curves
+from pipeline.train.spec import PretrainSpec
 
 
 def _log(msg: str) -> None:
     print(f"[pretrain] {msg}", flush=True)
 
 
-def print_summary(cfg: dict, run_id: str, uri: str, ckpt_dir: Path, minutes: float) -> None:
+def print_summary(spec: PretrainSpec, run_id: str, uri: str, ckpt_dir: Path, minutes: float) -> None:
     """What the job made and where, closing the console."""
-    name, runs = cfg["run"]["name"], Path(cfg["paths"]["runs"])
+    name, runs = spec.name, spec.runs
     made = [
         ("MLflow run", f"{run_id} in {uri}"),
         ("checkpoint", str(ckpt_dir)),
-        ("training curves", str(runs / "curves" / f"{name}.png")),
-        ("views gallery", str(gallery_path(cfg))),
+        ("training curves", str(curves_path(spec))),
+        ("views gallery", str(spec.gallery_path)),
         ("probe chart", str(runs / "probe" / f"{name}.png")),
     ]
     width = max(len(k) for k, _ in made)
-    print(f"\nDone: run {name}, {cfg['train']['epochs']} epochs in {minutes:.1f} min.", flush=True)
+    print(f"\nDone: run {name}, {spec.train.epochs} epochs in {minutes:.1f} min.", flush=True)
     for what, where in made:
         if "://" in where or Path(where).exists() or what == "MLflow run":
             print(f"  {what:<{width}}  {where}", flush=True)
@@ -51,29 +51,27 @@ def run_link(tracking_uri: str, run_id: str) -> str:
     return link(ui_base(tracking_uri), exp_id, run_id)
 
 
-def report_finished(cfg: dict, run) -> dict:
+def report_finished(spec: PretrainSpec, run) -> dict:
     """A FINISHED run found again: print what it made, run nothing and log nothing (except the probe, when it
     never ran and eval.probe.after_pretrain asks for it); returns what pretrain() returns."""
     from pipeline import tracking  # mlflow
 
-    name, run_id = cfg["run"]["name"], run.info.run_id
+    name, run_id = spec.name, run.info.run_id
     probe = probe_results(run.data.metrics)
-    local = Path(cfg["paths"]["runs"]) / "checkpoints" / name
-    if not probe and cfg["eval"]["probe"]["after_pretrain"]:
-        probe = probe_finished(cfg, run, local)
+    local = spec.checkpoint_dir
+    if not probe and spec.probe is not None:
+        probe = probe_finished(spec.probe, name, run, local)
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime((run.info.end_time or run.info.start_time) / 1000))
     _log(f"run {name} finished before (MLflow run {run_id}, {when}): nothing to train; its results:")
     where = f"{local / 'state.pt'}, " if (local / "state.pt").exists() else ""
     print(f"  checkpoint  {where}MLflow runs:/{run_id}/checkpoint/state.pt", flush=True)
-    print(f"  run page    {run_link(tracking.tracking_uri(Store.of(cfg)), run_id)}", flush=True)
+    print(f"  run page    {run_link(tracking.tracking_uri(spec.store), run_id)}", flush=True)
     if "train/minutes" in run.data.metrics:
         print(f"  trained in  {run.data.metrics['train/minutes']:.1f} min", flush=True)
     if probe:
         shown = {k: v for k, v in probe.items() if k != "invariance"}
         solver = {"sgd": "SGD"}.get(run.data.tags.get("probe_solver"), "L-BFGS")
-        print(
-            f"\nLinear probe on {cfg['data']['name']} (frozen features, {solver}):\n{format_table(shown)}\n", flush=True
-        )
+        print(f"\nLinear probe on {spec.data.name} (frozen features, {solver}):\n{format_table(shown)}\n", flush=True)
     print(
         f"  train again under another name with run.name=<name>; probe again with "
         f"python jobs/linear_probe.py run={run_id}",
@@ -86,7 +84,7 @@ def report_finished(cfg: dict, run) -> dict:
     }
 
 
-def probe_finished(cfg: dict, run, local: Path) -> dict:
+def probe_finished(probe: ProbeSpec, name: str, run, local: Path) -> dict:
     """The probe of a finished run that was trained without one, logged into that run. The run stays FINISHED
     even if the probe fails (its error recorded): the training is done, and the next rerun probes again."""
     import mlflow  # not at load: see the module docstring
@@ -97,7 +95,7 @@ def probe_finished(cfg: dict, run, local: Path) -> dict:
     from pipeline.eval.source import download_state  # torch
 
     run_id = run.info.run_id
-    _log(f"run {cfg['run']['name']} finished without a probe: probing its checkpoint")
+    _log(f"run {name} finished without a probe: probing its checkpoint")
     if "error" in run.data.tags:  # a failed probe's, from before
         mlflow.MlflowClient().delete_tag(run_id, "error")
     mlflow.start_run(run_id=run_id)
@@ -107,7 +105,7 @@ def probe_finished(cfg: dict, run, local: Path) -> dict:
         else:
             with tempfile.TemporaryDirectory() as d:
                 state = download_state(run_id, d)
-        results = compare_with_random(ProbeSpec.of(cfg), state, run_name=cfg["run"]["name"])
+        results = compare_with_random(probe, state, run_name=name)
     except BaseException as e:
         tracking.end_failed(e, status="FINISHED")
         raise
@@ -115,37 +113,35 @@ def probe_finished(cfg: dict, run, local: Path) -> dict:
     return results
 
 
-def gallery_path(cfg: dict) -> Path:
-    out = cfg["gallery"]["out"]
-    name = f"{cfg['augment']['name']}-{cfg['data']['name']}.png"
-    return Path(out) if out else Path(cfg["paths"]["runs"]) / "gallery" / name
-
-
-def log_gallery(cfg: dict) -> None:
+def log_gallery(spec: PretrainSpec) -> None:
     """The recipe's views of a few training images, annotated with their parameters, as a PNG in MLflow."""
     import mlflow  # not at load: see the module docstring
 
     from pipeline.augment.gallery import write_gallery  # torch
 
-    path = gallery_path(cfg)
+    path = spec.gallery_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_gallery(cfg, str(path), n_images=cfg["gallery"]["n_images"], seed=cfg["seed"])
+    write_gallery(spec.config, str(path), n_images=spec.gallery.n_images, seed=spec.seed)
     mlflow.log_artifact(str(path), artifact_path="gallery")
     _log(f"views gallery {path}")
 
 
-def log_curves(cfg: dict, run_id: str, uri: str) -> None:
+def curves_path(spec: PretrainSpec) -> Path:
+    return spec.runs / "curves" / f"{spec.name}.png"
+
+
+def log_curves(spec: PretrainSpec, run_id: str, uri: str) -> None:
     """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
     import mlflow  # not at load: see the module docstring
 
     client = mlflow.MlflowClient(uri)
-    path = write_curves(client, run_id, Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png")
+    path = write_curves(client, run_id, curves_path(spec))
     if path:
         mlflow.log_artifact(str(path), artifact_path="curves")
         _log(f"training curves {path}")
 
 
-def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
+def log_checkpoint(checkpoint, spec: PretrainSpec, model: bool = True) -> Path:
     """Log state.pt as an artifact and (`model`) the backbone as an mlflow.pytorch model; return a local copy."""
     import mlflow  # not at load: see the module docstring
     import mlflow.pytorch
@@ -155,7 +151,7 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
     from pipeline.augment.view_maker import eval_settings  # torch
     from pipeline.build import build_method  # torch
 
-    local = Path(cfg["paths"]["runs"]) / "checkpoints" / cfg["run"]["name"]
+    local = spec.checkpoint_dir
     local.mkdir(parents=True, exist_ok=True)
     with checkpoint.as_directory() as d:
         state = ck.load(d)
@@ -163,9 +159,9 @@ def log_checkpoint(checkpoint, cfg: dict, model: bool = True) -> Path:
     mlflow.log_artifact(str(local / ck.STATE_FILE), artifact_path="checkpoint")
     if not model:
         return local
-    method = build_method(cfg)
+    method = build_method(spec.config)
     method.backbone.load_state_dict(ck.backbone_state(state))
-    size = eval_settings(cfg["augment"])[0]
+    size = eval_settings(spec.augment)[0]
     example = torch.zeros(1, 3, size, size).numpy()
     mlflow.pytorch.log_model(
         method.backbone.eval(), name="backbone", input_example=example, pip_requirements=model_requirements()

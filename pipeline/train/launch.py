@@ -18,13 +18,12 @@ from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
 from pipeline.eval import run_probe
-from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.plan import RunPlan
-from pipeline.store import Store
 from pipeline.train import resources
 from pipeline.train.artifacts import log_checkpoint, log_curves, log_gallery, print_summary, report_finished
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import run_lock
+from pipeline.train.spec import PretrainSpec
 
 
 def _log(msg: str) -> None:
@@ -43,7 +42,7 @@ class Trial:
     callbacks: tuple = field(default=())
 
 
-def build_trainer(cfg: dict, plan: RunPlan, callbacks: tuple = ()):
+def build_trainer(spec: PretrainSpec, plan: RunPlan, callbacks: tuple = ()):
     # Ray loads here, for a run that trains: a finished run's rerun reports its results without it
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -53,33 +52,33 @@ def build_trainer(cfg: dict, plan: RunPlan, callbacks: tuple = ()):
     # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
     # console; plain prints are enough (the driver propagates this variable to the workers).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    tr = cfg["trainer"]
+    tr = spec.trainer
     # Ray Data hands blocks to whichever worker asks first; keeping their order makes each worker's batches a
     # function of the seed alone (the same curve on 1 node x 2 workers and 2 nodes x 1), at some throughput
     with warnings.catch_warnings():  # Ray's own default sets the option it calls deprecated (Ray 2.60)
         warnings.filterwarnings("ignore", message=".*exclude_resources.*deprecated")
         ingest = ray.train.DataConfig.default_ingest_options()
-    ingest.preserve_order = bool(cfg["train"].get("deterministic_data"))
+    ingest.preserve_order = spec.train.deterministic_data
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"cfg": cfg, "plan": plan},
+        train_loop_config={"spec": spec, "plan": plan},
         scaling_config=ray.train.ScalingConfig(
-            num_workers=tr["num_workers"],
-            use_gpu=tr["use_gpu"],
-            resources_per_worker=resources.worker_bundle(tr),
-            placement_strategy=tr.get("placement_strategy", "PACK"),
+            num_workers=tr.num_workers,
+            use_gpu=tr.use_gpu,
+            resources_per_worker=resources.worker_bundle(spec.config["trainer"]),
+            placement_strategy=tr.placement_strategy,
         ),
         # ray.train re-exports Train V2's RunConfig at runtime (it takes logging_config); mypy sees V1's
         run_config=ray.train.RunConfig(  # type: ignore[call-arg]
-            name=cfg["run"]["name"],
-            storage_path=tr["storage"],
+            name=spec.name,
+            storage_path=tr.storage,
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            failure_config=ray.train.FailureConfig(max_failures=tr["max_failures"]),
+            failure_config=ray.train.FailureConfig(max_failures=tr.max_failures),
             # Train's own "Reporting training result ..." lines: verbose=true only
-            logging_config=ray.train.LoggingConfig(log_level="INFO" if cfg.get("verbose") else "WARNING"),
+            logging_config=ray.train.LoggingConfig(log_level="INFO" if spec.verbose else "WARNING"),
             callbacks=list(callbacks),
         ),
-        datasets={"train": train_dataset(cfg["data"]["train"], seed=cfg["seed"])},
+        datasets={"train": train_dataset(spec.data.train, seed=spec.seed)},
         dataset_config=ray.train.DataConfig(execution_options=ingest),
     )
 
@@ -95,41 +94,42 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     its MLflow run is a child of the sweep's run."""
     if plan is None:  # resolve() not run yet: the config is checked and completed, the data made
         plan = resolve(cfg)
-    quiet_logs(bool(cfg.get("verbose")))
-    name = cfg["run"]["name"]
-    with run_lock(cfg["paths"]["runs"], name):
-        found = tracking.find_run(tracking.setup(Store.of(cfg)), name)
+    spec = PretrainSpec.of(cfg)  # the config is complete: from here on the run reads the spec alone
+    quiet_logs(spec.verbose)
+    name = spec.name
+    with run_lock(spec.runs, name):
+        found = tracking.find_run(tracking.setup(spec.store), name)
         if found is not None and found.info.status == "FINISHED":
-            return report_finished(cfg, found)
+            return report_finished(spec, found)
         if found is not None:  # FAILED, KILLED, or RUNNING: left so by a job killed outright (we hold the lock)
             why = found.data.tags.get("error") or (
                 "its job ended without a status (killed?)" if found.info.status == "RUNNING" else ""
             )
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
-        init_ray(cfg["trainer"], bool(cfg.get("verbose")))
+        init_ray(spec.config["trainer"], spec.verbose)
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
-        if cfg["eval"]["probe"]["after_pretrain"]:
-            run_probe.check_probe_actors(ProbeSpec.of(cfg))
-        asked = resources.check_resources(cfg["trainer"], log=_log)
+        if spec.probe is not None:
+            run_probe.check_probe_actors(spec.probe)
+        asked = resources.check_resources(spec.config["trainer"], log=_log)
         try:
-            out = _run(cfg, plan, name, trial)
+            out = _run(spec, plan, trial)
         finally:
             if asked:  # the autoscaler may remove the job's nodes once they idle
                 resources.withdraw_request(_log)
     return out
 
 
-def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
+def _run(spec: PretrainSpec, plan: RunPlan, trial: Trial | None) -> dict:
     """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
     if trial is None:
-        run_id = tracking.start_or_resume(Store.of(cfg), name, name, job="pretrain")
+        run_id = tracking.start_or_resume(spec.store, spec.name, spec.name, job="pretrain")
     else:
         run_id = tracking.start_child(
-            trial.parent_run_id, name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
+            trial.parent_run_id, spec.name, trial.label, job="tune-trial", tags={"tune_trial_id": trial.trial_id}
         )
     try:
-        out = _train_and_log(cfg, plan, run_id, trial)
+        out = _train_and_log(spec, plan, run_id, trial)
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
@@ -141,36 +141,37 @@ def _run(cfg: dict, plan: RunPlan, name: str, trial: Trial | None) -> dict:
     return out
 
 
-def _train_and_log(cfg: dict, plan: RunPlan, run_id: str, trial: Trial | None = None) -> dict:
+def _train_and_log(spec: PretrainSpec, plan: RunPlan, run_id: str, trial: Trial | None = None) -> dict:
     """The job's body inside its open MLflow run: params, gallery, fit, curves, checkpoint and backbone, probe."""
-    uri = tracking.tracking_uri(Store.of(cfg))
+    uri = tracking.tracking_uri(spec.store)
     # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
     plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
-    _log(f"run {cfg['run']['name']}  mlflow run {run_id}  store {uri}")
-    if not mlflow.get_run(run_id).data.params:
+    _log(f"run {spec.name}  mlflow run {run_id}  store {uri}")
+    if not mlflow.get_run(run_id).data.params:  # what the run was made from, as the config has it
+        cfg = dict(spec.config)
         mlflow.log_params(tracking.flatten(cfg))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
         datasets = mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
         mlflow_ui.set_description(run_id, mlflow_ui.describe_pretrain(cfg, datasets, trial.label if trial else None))
-        if cfg["gallery"]["at_pretrain"] and trial is None:
-            log_gallery(cfg)
+        if spec.gallery.at_pretrain and trial is None:
+            log_gallery(spec)
 
     t0 = time.monotonic()
-    result = build_trainer(cfg, plan, trial.callbacks if trial else ()).fit()
+    result = build_trainer(spec, plan, trial.callbacks if trial else ()).fit()
     if result.checkpoint is None:
         raise RuntimeError("training produced no checkpoint")
     minutes = (time.monotonic() - t0) / 60
     _log(f"training finished in {minutes:.1f} min; checkpoint {result.checkpoint.path}")
     mlflow.log_metric("train/minutes", minutes)
-    log_curves(cfg, run_id, uri)
-    ckpt_dir = log_checkpoint(result.checkpoint, cfg, model=trial is None)
+    log_curves(spec, run_id, uri)
+    ckpt_dir = log_checkpoint(result.checkpoint, spec, model=trial is None)
     out: dict[str, Any] = {"run_id": run_id, "checkpoint": str(ckpt_dir), "probe": None}
-    if cfg["eval"]["probe"]["after_pretrain"]:
+    if spec.probe is not None:
         out["probe"] = run_probe.compare_with_random(
-            ProbeSpec.of(cfg), ckpt_dir, run_name=cfg["run"]["name"], baseline=None if trial is None else False
+            spec.probe, ckpt_dir, run_name=spec.name, baseline=None if trial is None else False
         )
     metrics = mlflow.get_run(run_id).data.metrics
     mlflow_ui.append_description(run_id, mlflow_ui.describe_results(metrics, out["probe"], minutes))
     if trial is None:
-        print_summary(cfg, run_id, uri, ckpt_dir, minutes)
+        print_summary(spec, run_id, uri, ckpt_dir, minutes)
     return out

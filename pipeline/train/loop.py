@@ -29,24 +29,25 @@ from pipeline.eval.knn import knn_metrics
 from pipeline.mlflow_ui import metric_name, start_system_metrics
 from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
+from pipeline.schema import Debug
 from pipeline.train.optim import build_optimizer
 from pipeline.train.plugin_optim import PluginOptimizers, from_method_state
 from pipeline.train.precision import resolve_precision
 from pipeline.train.prefetch import Timing, made_ahead, views_threads
+from pipeline.train.spec import PretrainSpec
 from pipeline.train.step import _Pending, compile_backbones, memory_format, optimisation_step, schedule_step, to_device
 
 
 class _KnnMonitor:
     """Rank 0's online kNN: a bank from the train split and a held-out query set, both un-augmented."""
 
-    def __init__(self, cfg: dict):
-        k, data = cfg["eval"]["knn"], cfg["data"]
-        self.task, self.k, self.t = data["task"], k["k"], k["temperature"]
-        targets = data.get("targets")
-        self.bank = load_split(data["train"], self.task, targets, limit=k["bank_size"])
-        self.val = load_split(data["val"], self.task, targets, limit=k["val_size"])
-        aug = cfg["augment"]
-        self.pre = eval_preprocess(*eval_settings(aug))
+    def __init__(self, spec: PretrainSpec):
+        k, data = spec.knn, spec.data
+        self.task, self.k, self.t = data.task, k.k, k.temperature
+        targets = list(data.targets) if data.targets else None
+        self.bank = load_split(data.train, self.task, targets, limit=k.bank_size)
+        self.val = load_split(data.val, self.task, targets, limit=k.val_size)
+        self.pre = eval_preprocess(*eval_settings(spec.augment))
 
     def __call__(self, backbone, device) -> dict[str, float]:
         fb, kb = extract(backbone, self.bank.encoded, self.pre, device=device)
@@ -93,10 +94,9 @@ def _file_named_loggers() -> list[str]:
     return [train_context.__file__]
 
 
-def _maybe_fail(cfg: dict, epoch: int) -> None:
+def _maybe_fail(debug: Debug, epoch: int) -> None:
     """Test hook: raise once at the start of `epoch` (marker file), to exercise resume and restarts."""
-    fail = cfg.get("debug", {}).get("fail_at_epoch")
-    marker = cfg.get("debug", {}).get("fail_marker")
+    fail, marker = debug.fail_at_epoch, debug.fail_marker
     if fail is not None and epoch == fail and marker and not os.path.exists(marker):
         Path(marker).write_text("failed once")
         raise RuntimeError(f"injected failure at epoch {epoch}")
@@ -105,26 +105,26 @@ def _maybe_fail(cfg: dict, epoch: int) -> None:
 class _Trainer:
     """One worker's state: the method, its optimiser and schedule, the views, the step counter."""
 
-    def __init__(self, cfg: dict, plan: RunPlan, rank: int, world: int, device):
-        self.cfg, self.plan, self.rank, self.world, self.device = cfg, plan, rank, world, device
-        self.memory_format = memory_format(cfg["train"], device)
-        self.method = build_method(cfg)
+    def __init__(self, spec: PretrainSpec, plan: RunPlan, rank: int, world: int, device):
+        self.spec, self.plan, self.rank, self.world, self.device = spec, plan, rank, world, device
+        self.memory_format = memory_format(spec.train.channels_last, device)
+        self.method = build_method(spec.config)
         for plugin in self.method.plugins:
             plugin.schedule(plan.steps_per_epoch)
         # Module.to takes a device and a memory_format together; torch's overloads type each alone
         self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
-        if cfg["train"].get("compile"):
+        if spec.train.compile:
             compile_backbones(self.method)
         # SimSiam's predictor at a fixed lr: its parameters, known before DDP wraps the module
-        predictor = getattr(self.method.online, "predictor", None) if cfg["method"].get("fix_predictor_lr") else None
+        predictor = getattr(self.method.online, "predictor", None) if spec.method.fix_predictor_lr else None
         fixed_lr = list(predictor.parameters()) if isinstance(predictor, torch.nn.Module) else []
         # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
         self.method.online = ray.train.torch.prepare_model(
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()
         )
-        dist.register_grad_hook(self.method.online, cfg["trainer"].get("grad_compression"))
+        dist.register_grad_hook(self.method.online, spec.trainer.grad_compression)
         self.local_bs = plan.local_batch
-        self.optimizer = build_optimizer(self.method.online, cfg["optim"], plan.lr, fixed_lr)
+        self.optimizer = build_optimizer(self.method.online, spec.optim, plan.lr, fixed_lr)
         self.plugin_optimizers = PluginOptimizers(self.method.plugins)
         self.peak_lr = plan.lr
         self.total_steps = plan.total_steps
@@ -133,14 +133,14 @@ class _Trainer:
         self.step = 0
         self.step_s = 0.0  # where an epoch's time goes (seconds): the step's, and the data path's in self.timing
         self.timing = Timing()
-        self.precision = resolve_precision(cfg["train"]["precision"], device)
-        self.views_ahead = int(cfg["train"].get("views_ahead", 1))
+        self.precision = resolve_precision(spec.train.precision, device)
+        self.views_ahead = spec.train.views_ahead
         self.views_threads = views_threads(torch.get_num_threads(), self.views_ahead)
         self.views_of = build_view_maker(
-            cfg["augment"],
+            spec.augment,
             self.local_bs,
             num_threads=self.views_threads,
-            seed=cfg["seed"] + rank,
+            seed=spec.seed + rank,
             device=device,
         )
 
@@ -159,7 +159,7 @@ class _Trainer:
         t0 = time.monotonic()
         lr = schedule_step(
             self.optimizer,
-            self.cfg["optim"],
+            self.spec.optim,
             self.step,
             self.total_steps,
             self.warmup,
@@ -185,15 +185,16 @@ class _Trainer:
     def batches(self, shard, epoch: int):
         """Full batches of views for this epoch, in lockstep across ranks: a rank short of samples after
         dropping corrupt ones skips the step together with every other rank."""
-        rng = np.random.default_rng([self.cfg["seed"], self.rank, epoch])
+        seed = self.spec.seed
+        rng = np.random.default_rng([seed, self.rank, epoch])
         pending = _Pending(self.local_bs)
         raw_batches = shard.iter_batches(
             batch_size=self.local_bs,
             batch_format="numpy",
             drop_last=True,
             prefetch_batches=2,
-            local_shuffle_buffer_size=self.cfg["train"]["shuffle_buffer"],
-            local_shuffle_seed=self.cfg["seed"] * 1000 + epoch * self.world + self.rank,
+            local_shuffle_buffer_size=self.spec.train.shuffle_buffer,
+            local_shuffle_seed=seed * 1000 + epoch * self.world + self.rank,
         )
         views_ahead = made_ahead(
             raw_batches,
@@ -221,7 +222,7 @@ class _Trainer:
                     self.optimizer,
                     epoch,
                     self.step,
-                    self.cfg,
+                    self.spec.config,
                     self.plan.as_dict(),
                     plugin_optimizers=self.plugin_optimizers.state_dict(),
                 )
@@ -230,21 +231,20 @@ class _Trainer:
 
 
 def train_loop_per_worker(config: dict) -> None:
-    """One Train worker: `config` is {"cfg": the run's config, "plan": its RunPlan} (launch.build_trainer)."""
-    cfg, plan = config["cfg"], config["plan"]
+    """One Train worker: `config` is {"spec": the run's PretrainSpec, "plan": its RunPlan} (launch.build_trainer)."""
+    spec, plan = config["spec"], config["plan"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    threads = cfg["trainer"]["torch_threads"] or (os.cpu_count() or 1) // ctx.get_local_world_size()
+    threads = spec.trainer.torch_threads or (os.cpu_count() or 1) // ctx.get_local_world_size()
     torch.set_num_threads(max(1, threads))
-    torch.manual_seed(cfg["seed"])  # identical initialisation on every rank
+    torch.manual_seed(spec.seed)  # identical initialisation on every rank
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
     dist.set_node_rank(ctx.get_node_rank())  # MoCo's key_bn=auto and shuffle_node read the node layout
-    dist.count_bytes(bool(cfg["trainer"].get("count_bytes")))
-    tr = _Trainer(cfg, plan, rank, world, device)
-    epochs = cfg["train"]["epochs"]
-    verbose = bool(cfg.get("verbose"))
+    dist.count_bytes(spec.trainer.count_bytes)
+    tr = _Trainer(spec, plan, rank, world, device)
+    epochs, verbose = spec.train.epochs, spec.verbose
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
         for name in ("ray.train", "ray.data", *_file_named_loggers()):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -256,9 +256,7 @@ def train_loop_per_worker(config: dict) -> None:
         with ckpt.as_directory() as d:
             state = checkpoint.load(d)
     # a newer complete checkpoint than Ray registered (the run was interrupted while reporting it)
-    on_disk = checkpoint.newest_on_disk(
-        os.path.join(cfg["trainer"]["storage"], cfg["run"]["name"]), ckpt.path if ckpt else None
-    )
+    on_disk = checkpoint.newest_on_disk(os.path.join(spec.trainer.storage, spec.name), ckpt.path if ckpt else None)
     if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
         state = on_disk
     label = plan.trial or ""  # a sweep's trial: the sweep prints one line per epoch for it
@@ -268,7 +266,7 @@ def train_loop_per_worker(config: dict) -> None:
             f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
             f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
             f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
-            f"{', compiled' if cfg['train'].get('compile') else ''}",
+            f"{', compiled' if spec.train.compile else ''}",
             flush=True,
         )
     if state:
@@ -278,19 +276,17 @@ def train_loop_per_worker(config: dict) -> None:
 
     # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
     placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
-    monitor = _system_metrics(cfg, plan, ctx, placed)
+    monitor = _system_metrics(spec, plan, ctx, placed)
     logger = knn = None
     if rank == 0:
         from pipeline.tracking import StepLogger  # mlflow: only rank 0 logs steps, the other ranks skip loading it
 
-        logger = StepLogger(
-            plan.tracking_uri, plan.mlflow_run_id, flush_every_s=float(cfg["tracking"].get("flush_every_s", 5.0))
-        )
+        logger = StepLogger(plan.tracking_uri, plan.mlflow_run_id, flush_every_s=float(spec.tracking.flush_every_s))
         logger.tag("worker_nodes", ",".join(placed))
-        knn = _KnnMonitor(cfg) if cfg["eval"]["knn"]["every"] else None
+        knn = _KnnMonitor(spec) if spec.knn.every else None
     shard = ray.train.get_dataset_shard("train")
     try:
-        _epochs(cfg, tr, shard, start_epoch, logger, knn, label)
+        _epochs(spec, tr, shard, start_epoch, logger, knn, label)
     finally:
         if monitor:
             monitor.finish()
@@ -312,7 +308,7 @@ def comm_metrics(traffic: dist.Traffic, steps: int, device) -> dict[str, float]:
     return {k: v for k, v in mean.items() if v or k in ("comm_sent_bytes", "comm_received_bytes")}
 
 
-def _system_metrics(cfg: dict, plan: RunPlan, ctx, placed: list[str]):
+def _system_metrics(spec: PretrainSpec, plan: RunPlan, ctx, placed: list[str]):
     """System metrics where the training runs: from local rank 0 of each training node (the driver may sit on a
     CPU-only head). A run on several nodes names each node in the metrics (system/node<k>/...); a resumed run
     continues its steps."""
@@ -321,17 +317,15 @@ def _system_metrics(cfg: dict, plan: RunPlan, ctx, placed: list[str]):
     node_id = f"node{ctx.get_node_rank()}" if len(set(placed)) > 1 else None
     run_id, uri = plan.mlflow_run_id, plan.tracking_uri
     assert run_id and uri, "the driver opens the MLflow run before training starts (RunPlan.opened)"
-    enabled = bool(cfg["tracking"].get("system_metrics", True))
-    return start_system_metrics(run_id, uri, node_id, True, enabled, bool(cfg.get("verbose")))
+    return start_system_metrics(run_id, uri, node_id, True, spec.tracking.system_metrics, spec.verbose)
 
 
-def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label: str) -> None:
+def _epochs(spec: PretrainSpec, tr: _Trainer, shard, start_epoch: int, logger, knn, label: str) -> None:
     """The epochs from `start_epoch` on: train, log (rank 0), report and checkpoint."""
     rank, world = tr.rank, tr.world
-    epochs, log_every = cfg["train"]["epochs"], cfg["tracking"]["log_every"]
-    verbose = bool(cfg.get("verbose"))
+    epochs, log_every, verbose = spec.train.epochs, spec.tracking.log_every, spec.verbose
     for epoch in range(start_epoch, epochs):
-        _maybe_fail(cfg, epoch)
+        _maybe_fail(spec.debug, epoch)
         tr.method.train()
         skipped_before, losses = tr.views_of.skipped, []
         tr.timing, tr.step_s = Timing(), 0.0
@@ -372,11 +366,11 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
             "skipped_images": skipped,
             "time_step_s": tr.step_s,
             **{f"time_{k}": v for k, v in tr.timing.as_dict().items()},
-            **(comm_metrics(traffic, len(losses), tr.device) if cfg["trainer"].get("count_bytes") else {}),
+            **(comm_metrics(traffic, len(losses), tr.device) if spec.trainer.count_bytes else {}),
         }
         if skipped and rank == 0:
             warnings.warn(f"epoch {epoch + 1}/{epochs}: skipped {int(skipped)} undecodable images")
-        if knn and (epoch + 1) % cfg["eval"]["knn"]["every"] == 0:
+        if knn and (epoch + 1) % spec.knn.every == 0:
             t_knn = time.monotonic()
             metrics.update(knn(tr.method.backbone, tr.device))
             metrics["time_knn_s"] = time.monotonic() - t_knn
@@ -388,4 +382,4 @@ def _epochs(cfg: dict, tr: _Trainer, shard, start_epoch: int, logger, knn, label
             if verbose or not label:
                 print(f"[train] epoch {epoch + 1}/{epochs} done: " + _epoch_summary(shown, verbose), flush=True)
         last = epoch + 1 == epochs
-        tr.save_and_report(metrics, epoch, last or (epoch + 1) % cfg["train"]["checkpoint_every"] == 0)
+        tr.save_and_report(metrics, epoch, last or (epoch + 1) % spec.train.checkpoint_every == 0)

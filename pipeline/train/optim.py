@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, Mapping, cast
 
 import torch
 from torch import nn
@@ -116,15 +116,17 @@ def sgd_kernels(params) -> dict:
 
 
 def build_optimizer(
-    model: nn.Module, cfg: dict, lr: float, fixed_lr: Iterable[nn.Parameter] = ()
+    model: nn.Module, optim: Mapping[str, Any], lr: float, fixed_lr: Iterable[nn.Parameter] = ()
 ) -> torch.optim.Optimizer:
-    groups = param_groups(model, float(cfg["weight_decay"]), bool(cfg.get("decay_bias_and_norm", False)), fixed_lr)
-    name = cfg["name"]
+    """The optimiser the config's `optim` section names, at `lr`; `fixed_lr`: parameters whose lr the schedule
+    leaves at the peak (SimSiam's predictor)."""
+    groups = param_groups(model, float(optim["weight_decay"]), bool(optim.get("decay_bias_and_norm", False)), fixed_lr)
+    name = optim["name"]
     if name == "sgd":
         for g in groups:
             g.pop("lars")
         kernels = sgd_kernels(p for g in groups for p in g["params"])
-        opt = torch.optim.SGD(groups, lr=lr, momentum=float(cfg["momentum"]), **kernels)
+        opt = torch.optim.SGD(groups, lr=lr, momentum=float(optim["momentum"]), **kernels)
 
         def keep_kernels(o: torch.optim.Optimizer) -> None:
             # a checkpoint's param groups carry the kernel choice of the machine that saved it (fused on a GPU
@@ -135,13 +137,13 @@ def build_optimizer(
         opt.register_load_state_dict_post_hook(keep_kernels)
         return opt
     if name == "lars":
-        return LARS(groups, lr=lr, momentum=float(cfg["momentum"]), eta=float(cfg.get("eta", 1e-3)))
+        return LARS(groups, lr=lr, momentum=float(optim["momentum"]), eta=float(optim.get("eta", 1e-3)))
     if name == "adamw":  # MoCo v3's and DINO's optimiser for ViTs
         for g in groups:
             g.pop("lars")
         params = [p for g in groups for p in g["params"]]
         kernels = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {"foreach": True}
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.get("betas") or (0.9, 0.999)), **kernels)
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.get("betas") or (0.9, 0.999)), **kernels)
     raise ValueError(f"unknown optimizer {name!r}; choose sgd, lars or adamw")
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
 from pipeline.data import DATASETS
 from pipeline.locations import managed_data
-from pipeline.methods import METHODS
 from pipeline.plan import RunPlan, make_plan
 from pipeline.schema import check_method, validate
 from pipeline.store import Store
@@ -32,16 +32,18 @@ def resolve(cfg: dict) -> RunPlan:
     server = Store.of(cfg).server()
     if server:  # before the data is made or checked: a refused login is answered at once
         preflight.check_server(server, cfg["tracking"]["experiment"])
-    making = _must_make(cfg)
+    data, data_root = cfg["data"], cfg["paths"]["data"]
+    making = _must_make(data, data_root)
     if making:  # nothing is made before every check has passed
         check_method(cfg)
-    data = cfg["data"]
-    n = int(prepare_data(cfg)["num_samples"])
+    n = int(prepare_data(data, data_root)["num_samples"])
     if not making:  # after the shards' check, so that a bad shard is answered before torch is imported
         check_method(cfg)
     m, t = cfg["method"], cfg["train"]
     workers = cfg["trainer"]["num_workers"]
-    METHODS[m["kind"]].complete(cfg)  # e.g. MoCo's BN groups, which check_method checked against the batch
+    from pipeline.build import complete_method  # torch, already loaded by check_method's import of the method
+
+    complete_method(cfg)  # e.g. MoCo's BN groups, which check_method checked against the batch
     plan = make_plan(cfg, n)
     if plan.steps_per_epoch < 1:
         raise ConfigError(
@@ -53,12 +55,9 @@ def resolve(cfg: dict) -> RunPlan:
     return plan
 
 
-def _must_make(cfg: dict) -> bool:
-    """The chosen data is embedded data (Spirograph, Photos) not made yet."""
-    data = cfg["data"]
-    return managed_data(data, cfg["paths"]["data"]) and not (
-        _has_manifest(data["train"]) and _has_manifest(data["val"])
-    )
+def _must_make(data: Mapping[str, Any], data_root: str) -> bool:
+    """The chosen data (the data section) is embedded data (Spirograph, Photos) not made yet."""
+    return managed_data(data, data_root) and not (_has_manifest(data["train"]) and _has_manifest(data["val"]))
 
 
 def _has_manifest(path: str) -> bool:
@@ -72,22 +71,22 @@ def _local_manifest(path: str) -> dict | None:
         return None
 
 
-def prepare_data(cfg: dict) -> dict:
+def prepare_data(data: Mapping[str, Any], data_root: str) -> dict:
     """Make the embedded data (Spirograph, Photos) if it is the chosen data and missing; check that embedded data
     is the data `data.generate` describes (_check_provenance); check every shard of both splits, refusing bad
     ones in one line or leaving them out with a warning naming them, as `data.on_bad_shard` says.
 
     Returns the train manifest (when shards were left out: `num_samples` without theirs, and `bad_shards`);
-    ConfigError with one line naming the key when a split is missing, empty, other data or has bad shards."""
+    ConfigError with one line naming the key when a split is missing, empty, other data or has bad shards.
+    `data`: the config's data section; `data_root`: paths.data, where embedded data is made."""
     from pipeline.data.manifest import check_shards, describe_bad, shard_samples
 
-    data = cfg["data"]
-    if _must_make(cfg):
+    if _must_make(data, data_root):
         for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
             manifest = _local_manifest(data[split])
             if manifest is not None:
-                _check_provenance(cfg, split, manifest)
-        _make_embedded(cfg)
+                _check_provenance(data, split, manifest)
+        _make_embedded(data)
     policy = data.get("on_bad_shard", "fail")
     manifests = {}
     for split in ("train", "val"):
@@ -95,7 +94,7 @@ def prepare_data(cfg: dict) -> dict:
             manifest, uris, bad = check_shards(data[split])
         except (FileNotFoundError, ValueError, OSError) as e:
             raise ConfigError(f"data.{split}={data[split]}: {str(e).splitlines()[0]}") from None
-        _check_provenance(cfg, split, manifest)
+        _check_provenance(data, split, manifest)
         if bad:
             if policy == "fail":
                 raise ConfigError(
@@ -116,7 +115,7 @@ def prepare_data(cfg: dict) -> dict:
     return manifests["train"]
 
 
-def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
+def _check_provenance(data: Mapping[str, Any], split: str, manifest: dict) -> None:
     """Generated embedded data (Spirograph, Photos) must be the data `data.generate` says (the run's params record
     it).
 
@@ -125,7 +124,6 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
     folder that holds other data anyway (one given by hand as data.train/data.val, or made by make_shards with
     other settings) is refused in one line naming the differing key, never silently used or overwritten.
     Data that is not this dataset's generated data (its manifest's source says otherwise) is not checked."""
-    data = cfg["data"]
     source = manifest.get("source")
     generated = data.get("generate") and data["name"] in DATASETS
     if not generated or not isinstance(source, dict) or source.get("kind") != data["name"]:
@@ -148,9 +146,9 @@ def _check_provenance(cfg: dict, split: str, manifest: dict) -> None:
             )
 
 
-def _make_embedded(cfg: dict) -> None:
+def _make_embedded(data: Mapping[str, Any]) -> None:
     """Generate the embedded dataset `data.name` into the managed folder."""
-    g = cfg["data"]["generate"]
-    root = Path(cfg["data"]["train"]).parent
-    _log(f"generating {cfg['data']['name'].capitalize()} shards in {root} ({g['n_train']} train / {g['n_val']} val)")
-    DATASETS[cfg["data"]["name"]]().make_splits(root, g)
+    g, name = data["generate"], data["name"]
+    root = Path(data["train"]).parent
+    _log(f"generating {name.capitalize()} shards in {root} ({g['n_train']} train / {g['n_val']} val)")
+    DATASETS[name]().make_splits(root, g)

@@ -5,6 +5,8 @@ plug-ins), and the views topped up to a full batch after corrupt samples were dr
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 
 from pipeline.schedules import cosine, warmup_cosine, warmup_step_decay
@@ -13,10 +15,9 @@ from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import autocast
 
 
-def memory_format(train: dict, device: torch.device) -> torch.memory_format:
-    """channels_last where cuDNN's convolutions are fastest with it (CUDA, tensor cores); `train.channels_last`
-    true/false forces it."""
-    choice = train.get("channels_last", "auto")
+def memory_format(choice: str | bool, device: torch.device) -> torch.memory_format:
+    """channels_last where cuDNN's convolutions are fastest with it (CUDA, tensor cores); `choice`
+    (train.channels_last) true/false forces it, "auto" decides by the device."""
     on = device.type == "cuda" if choice == "auto" else bool(choice)
     return torch.channels_last if on else torch.contiguous_format
 
@@ -51,7 +52,7 @@ def to_device(
 
 def schedule_step(
     optimizer,
-    optim: dict,
+    optim: Mapping[str, Any],
     step: int,
     total_steps: int,
     warmup_steps: int,

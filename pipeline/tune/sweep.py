@@ -24,6 +24,7 @@ from pipeline.store import Store
 from pipeline.train import resources
 from pipeline.train.artifacts import log_gallery
 from pipeline.train.run_lock import run_lock
+from pipeline.train.spec import PretrainSpec
 from pipeline.tune.results import _close_children, _finished, _log, _report, _rows
 from pipeline.tune.settings import SweepSpec
 from pipeline.tune.space import Dim, num_trials, to_tune
@@ -108,7 +109,7 @@ def _run(cfg: dict, spec: SweepSpec, argv: list[str], dims: list[Dim], plan: Run
         # the data every trial trains on, on the sweep's own page too
         mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
         if cfg["gallery"]["at_pretrain"]:
-            log_gallery(cfg)
+            log_gallery(PretrainSpec.of(cfg))
     total = num_trials(dims, s.num_samples)
     _log(
         f"sweep {name}: {total} trial(s) of {s.metric} ({s.mode}), {s.scheduler.upper()}, "

@@ -135,7 +135,7 @@ def test_checkpoint_prediction_matches_the_file_checkpoint_save_writes(tmp_path)
     for p in method.online.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()  # SGD's momentum buffers exist from the first step on, as in every saved checkpoint
-    path = checkpoint.save(tmp_path, method, optimizer, epoch=0, step=1, cfg=cfg)
+    path = checkpoint.save(tmp_path, method, optimizer, epoch=0, step=1, config=cfg)
 
     predicted = sm.checkpoint_bytes(method)
     tensors = len(checkpoint.method_state(method)) + len(optimizer.state)

@@ -461,10 +461,10 @@ def test_prepare_data_applies_on_bad_shard(tmp_path):
     ]
 
     with pytest.raises(ConfigError) as e:
-        prepare_data(compose_config(over))  # data.on_bad_shard=fail, the default
+        prepare_data(compose_config(over)["data"], str(tmp_path / "data"))  # data.on_bad_shard=fail, the default
     assert str(e.value).startswith(f"data.train={tmp_path / 'train'}: 1 bad shard(s) of 3: shard-000002.tar (")
     (tmp_path / "val" / "shard-000000.tar").write_bytes(b"")  # an empty file is no tar either
-    manifest = prepare_data(compose_config(over + ["data.on_bad_shard=skip"]))
+    manifest = prepare_data(compose_config(over + ["data.on_bad_shard=skip"])["data"], str(tmp_path / "data"))
     assert manifest["num_samples"] == 20 and manifest["bad_shards"] == [str(tmp_path / "train" / "shard-000002.tar")]
 
 

@@ -18,9 +18,8 @@ from torch import nn
 from pipeline.augment.colour import colour_distort
 from pipeline.augment.params import sample_view_params
 from pipeline.augment.recipe import ViewSpec
-from pipeline.build import build_method
+from pipeline.build import build_method, complete_method
 from pipeline.config import compose_config
-from pipeline.methods import METHODS
 from pipeline.methods.base import Encoder
 from pipeline.models.heads import ScaleBatchNorm1d
 from pipeline.schedules import scaled_lr, warmup_cosine
@@ -41,7 +40,7 @@ AUG_PLUS.update(blur_sigma=[0.1, 2.0], p_blur=0.5, p_flip=0.5)
 
 def _recipe(name: str, data: str = "imagenet") -> dict:
     cfg = compose_config([f"+experiment={name}", f"data={data}"])
-    METHODS[cfg["method"]["kind"]].complete(cfg)  # what the job does before building (MoCo's BN groups)
+    complete_method(cfg)  # what the job does before building (MoCo's BN groups)
     return cfg
 
 

@@ -154,10 +154,10 @@ def test_one_bf16_step_of_every_framework_and_plugin(method, plugin, recipe, dev
 
 
 def test_memory_format_is_channels_last_on_cuda_only_unless_forced():
-    assert memory_format({"channels_last": "auto"}, torch.device("cpu")) == torch.contiguous_format
-    assert memory_format({"channels_last": "auto"}, torch.device("cuda")) == torch.channels_last
-    assert memory_format({"channels_last": True}, torch.device("cpu")) == torch.channels_last
-    assert memory_format({"channels_last": False}, torch.device("cuda")) == torch.contiguous_format
+    assert memory_format("auto", torch.device("cpu")) == torch.contiguous_format
+    assert memory_format("auto", torch.device("cuda")) == torch.channels_last
+    assert memory_format(True, torch.device("cpu")) == torch.channels_last
+    assert memory_format(False, torch.device("cuda")) == torch.contiguous_format
 
 
 def test_channels_last_step_equals_the_contiguous_step():

@@ -56,7 +56,7 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
     for epoch in range(3):
         folder = tmp_path / f"checkpoint_{epoch}"
         folder.mkdir()
-        checkpoint.save(folder, model, opt, epoch=epoch, step=10 * epoch, cfg={})
+        checkpoint.save(folder, model, opt, epoch=epoch, step=10 * epoch, config={})
         os.utime(folder / "state.pt", (1000 + epoch, 1000 + epoch))
     assert checkpoint.newest_on_disk(tmp_path)["epoch"] == 2
     # the newest is the one Ray restored: nothing newer to load (and it is not read again)

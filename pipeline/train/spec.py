@@ -1,0 +1,77 @@
+"""What a pretraining run reads of its config, typed, and taken once where the job hands it over (pipeline.train.launch
+.pretrain, after the config is checked and completed): the driver's launch and artifacts and every Train worker's
+loop (pipeline.train.loop) read nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.methods.settings import MethodSettings
+from pipeline.schema import Data, Debug, Gallery, Knn, Tracking, Train, Trainer
+from pipeline.store import Store
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    name: str  # run.name: the run's MLflow name, its Ray Train folder and its checkpoint's
+    seed: int
+    verbose: bool
+    runs: Path  # paths.runs: the checkpoint's local copy, the curves and the gallery
+    store: Store
+    train: Train
+    trainer: Trainer
+    tracking: Tracking
+    knn: Knn  # eval.knn: the online kNN monitor (every=0: off)
+    data: Data
+    gallery: Gallery
+    debug: Debug
+    method: MethodSettings  # the keys every method shares (the method's own: its Settings, in build_method)
+    # The optimiser's and the recipe's sections as the config has them: pipeline.train.optim and .step, and the
+    # view makers, take their sections (the recipe's keys are the recipe's own, checked by it).
+    optim: Mapping[str, Any]
+    augment: Mapping[str, Any]
+    probe: ProbeSpec | None  # the probe after pretraining (eval.probe.after_pretrain), or None
+    # The whole config: what the method and its plug-ins are built from (pipeline.build.build_method), and what
+    # the checkpoint and the MLflow run record so that a reader rebuilds the same model.
+    config: dict[str, Any]
+
+    @classmethod
+    def of(cls, cfg: dict) -> PretrainSpec:
+        """The spec of a checked and completed config (pipeline.train.prepare.resolve has run)."""
+        ev = cfg["eval"]
+        return cls(
+            name=str(cfg["run"]["name"]),
+            seed=int(cfg["seed"]),
+            verbose=bool(cfg.get("verbose")),
+            runs=Path(cfg["paths"]["runs"]),
+            store=Store.of(cfg),
+            train=Train.model_validate(cfg["train"]),
+            trainer=Trainer.model_validate(cfg["trainer"]),
+            tracking=Tracking.model_validate(cfg["tracking"]),
+            knn=Knn.model_validate(ev["knn"]),
+            data=Data.model_validate(cfg["data"]),
+            gallery=Gallery.model_validate(cfg["gallery"]),
+            debug=Debug.model_validate(cfg.get("debug") or {}),
+            method=MethodSettings.model_validate(cfg["method"]),
+            optim=cfg["optim"],
+            augment=cfg["augment"],
+            probe=ProbeSpec.of(cfg) if ev["probe"]["after_pretrain"] else None,
+            config=cfg,
+        )
+
+    @property
+    def gallery_path(self) -> Path:
+        return gallery_path(self.gallery.out, self.runs, self.augment["name"], self.data.name)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The local copy of the run's last checkpoint (and what a probe of the run loads)."""
+        return self.runs / "checkpoints" / self.name
+
+
+def gallery_path(out: str | None, runs: str | Path, recipe: str, data: str) -> Path:
+    """Where the views gallery is written: gallery.out, else <paths.runs>/gallery/<recipe>-<data>.png."""
+    return Path(out) if out else Path(runs) / "gallery" / f"{recipe}-{data}.png"
