@@ -24,11 +24,11 @@ def main(argv: list[str]) -> int:
     from pipeline.eval.suite import SuiteError, check
 
     try:
-        check(cfg)
+        suite = check(cfg)
         # heavy (MLflow, the evaluations' runs): loaded once the suite has passed its checks
         from pipeline.eval.suite_run import run
 
-        run(cfg)
+        run(suite)
     except SuiteError as e:
         fail(str(e))
     return 0

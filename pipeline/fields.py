@@ -92,8 +92,9 @@ def bad(key: str, value: Any, allowed: str) -> ConfigError:
 _MISSING = object()
 
 
-def _get(cfg: dict, keys: list[str]) -> Any:
-    node: Any = cfg
+def _get(data: dict, keys: list[str]) -> Any:
+    """The value at `keys` in nested mappings, or _MISSING."""
+    node: Any = data
     for k in keys:
         if not isinstance(node, dict) or k not in node:
             return _MISSING

@@ -38,14 +38,14 @@ def _check_folder(key: str, value: str) -> None:
         raise bad(key, value, f"{what} not writable")
 
 
-def _check_paths(cfg: dict) -> None:
-    p = cfg["paths"]
-    for key in ("root", "data", "runs"):
-        if _is_local(p[key]):
-            _check_folder(f"paths.{key}", p[key])
-    if _is_local(cfg["trainer"]["storage"]):
-        _check_folder("trainer.storage", cfg["trainer"]["storage"])
-    out = cfg["gallery"].get("out")
+def check_paths(paths: Mapping[str, str], storage: str, gallery_out: str | None) -> None:
+    """paths.root, .data and .runs (`paths`: the section) and trainer.storage exist as folders or can be made;
+    gallery.out is a file path whose folder can be made."""
+    folders = {**{f"paths.{k}": paths[k] for k in ("root", "data", "runs")}, "trainer.storage": storage}
+    for key, value in folders.items():
+        if _is_local(value):
+            _check_folder(key, value)
+    out = gallery_out
     if out and _is_local(out):
         if Path(out).is_dir():
             raise bad("gallery.out", out, "is a folder; expected a .png file path")
@@ -69,8 +69,9 @@ def tracking_store(store: Store) -> tuple[str, Path | None]:
     return where, None
 
 
-def _check_tracking(cfg: dict) -> None:
-    where, path = tracking_store(Store.of(cfg))
+def check_tracking(store: Store) -> None:
+    """The job's local SQLite store, where it exists, is a healthy database (opened read-only; never created here)."""
+    where, path = tracking_store(store)
     if path is None:
         return  # a tracking server (http://...), a database server or an in-memory store: not checked here
     if path.is_dir():
@@ -123,9 +124,9 @@ def managed_data(data: Mapping, data_root: str) -> bool:
     return train.parent == val.parent and root in train.parents and train.name == "train" and val.name == "val"
 
 
-def _check_data(cfg: dict) -> None:
-    data = cfg["data"]
-    managed = managed_data(data, cfg["paths"]["data"])
+def check_data(data: Mapping, data_root: str) -> None:
+    """The data section's local shard folders exist (the managed ones, generated when missing, can be made)."""
+    managed = managed_data(data, data_root)
     for split in ("train", "val"):
         path = data[split]
         if not _is_local(path):

@@ -201,26 +201,6 @@ def command_line() -> str:
     return "python " + shlex.join(sys.argv)
 
 
-def describe_pretrain(cfg: dict, datasets: list, trial: str | None = None) -> str:
-    """The run page's description of a pretraining run as it starts: the command, what trains on what, where
-    its pictures are. Markdown."""
-    m, t, tr = cfg["method"], cfg["train"], cfg["trainer"]
-    plugins = ", ".join(cfg.get("plugin") or {}) or "none"
-    model = cfg["model"]
-    lines = [
-        f"Pretraining{f' (sweep trial {trial})' if trial else ''}: `{command_line()}`",
-        "",
-        f"- **method** {m['name']}, plug-ins: {plugins}; recipe {cfg['augment']['name']}",
-        f"- **model** {model['backbone']} (width {model.get('width')}); {t['epochs']} epochs, batch {t['batch_size']}"
-        f" on {tr['num_workers']} worker(s){' with GPUs' if tr.get('use_gpu') else ''}",
-        f"- **data** {cfg['data']['name']}: "
-        + "; ".join(f"{d.name} ({d.profile['num_samples']} samples, digest {d.digest})" for d in datasets),
-        "- **pictures** `gallery/` the views with their parameters, `curves/` loss and kNN, `probe/` the linear"
-        " probe against a random-init backbone; `config.yaml` the whole config",
-    ]
-    return "\n".join(lines)
-
-
 def describe_results(metrics: dict[str, float], probe: dict | None, minutes: float) -> str:
     """The headline results, appended to the description when the run ends."""
     lines = ["", "**Results**", "", f"- trained in {minutes:.1f} min"]

@@ -42,7 +42,9 @@ def _declared_name(node: ast.ClassDef, attribute: str) -> str | None:
 
 
 def _base_names(node: ast.ClassDef) -> set[str]:
-    return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))}
+    """The names of a class's bases: `Base`, `module.Base`, and a generic's `Base[...]`."""
+    bases = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
+    return {b.id if isinstance(b, ast.Name) else b.attr for b in bases if isinstance(b, (ast.Name, ast.Attribute))}
 
 
 def declared(packages: tuple[str, ...], attribute: str, base: str) -> Callable[[], dict[str, str]]:

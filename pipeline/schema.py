@@ -26,7 +26,7 @@ pipeline.train.prepare.resolve (every training job) and by jobs/gallery.py; any 
 `pipeline.config.cli` returns.
 """
 
-from typing import Annotated, Optional, Union
+from typing import Annotated, Any, Mapping, Optional, Union
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
@@ -35,10 +35,11 @@ from pipeline.data import DATASETS
 from pipeline.data.formats import ON_BAD_SHARD
 from pipeline.data.generated import Generate
 from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, bad, check_model, field, show
-from pipeline.locations import _check_data, _check_paths, _check_tracking
+from pipeline.locations import check_data, check_paths, check_tracking
 from pipeline.methods import METHODS
 from pipeline.methods.settings import MethodSettings
 from pipeline.registry import RegistryError
+from pipeline.store import Store
 
 # Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries. Method kinds
 # are the method registry's names (pipeline.methods.METHODS: the project's and installed packages').
@@ -48,13 +49,6 @@ OPTIMIZERS = ("sgd", "lars", "adamw")  # pipeline.train.optim.build_optimizer
 # of its own (the rest is padding).
 STRIDE = {True: 8, False: 32}  # by model.cifar_stem
 VIT_PATCH = {"vit_tiny": 4, "vit_s16": 16, "vit_b16": 16}  # pipeline.models.backbones.VITS
-
-
-def _stride(model: dict) -> int:
-    """The backbone's total downsampling: a ViT's patch size, a ResNet's by its stem."""
-    if model["backbone"] in VIT_PATCH:
-        return int(model.get("patch_size") or VIT_PATCH[model["backbone"]])
-    return STRIDE[bool(model["cifar_stem"])]
 
 
 # ----------------------------------------------------------------------------- the config's sections
@@ -261,13 +255,13 @@ def validate(cfg: dict, method: bool = True) -> None:
     """Check the whole composed config (see the module docstring); ConfigError with one line, or None.
     method=False: all but step 8 (the method's own checks, which import torch); the caller runs check_method when
     it is time (pipeline.train.prepare.resolve: after the shards' checks)."""
-    _check_types(cfg)
-    _check_relations(cfg)
+    c = _check_types(cfg)
+    _check_relations(c, cfg["augment"])
     check_augment(cfg["augment"])
-    _check_paths(cfg)
-    _check_tracking(cfg)
+    check_paths(cfg["paths"], c.trainer.storage, c.gallery.out)
+    check_tracking(Store.of(cfg))
     _check_plugins(cfg)
-    _check_data(cfg)
+    check_data(cfg["data"], c.paths.data)
     if method:
         check_method(cfg)
 
@@ -275,7 +269,15 @@ def validate(cfg: dict, method: bool = True) -> None:
 BOTTLENECK_RESNETS = ("resnet50", "resnet101", "resnet152")  # their shortcuts see 4x the width
 
 
-def _check_types(cfg: dict) -> None:
+def _stride(model: Model) -> int:
+    """The backbone's total downsampling: a ViT's patch size, a ResNet's by its stem."""
+    if model.backbone in VIT_PATCH:
+        return int(model.patch_size or VIT_PATCH[model.backbone])
+    return STRIDE[bool(model.cifar_stem)]
+
+
+def _check_types(cfg: dict) -> Config:
+    """Every section's typed keys, the method's kind and a generated dataset's settings; the config, typed."""
     check_model(Config, cfg)
     try:
         kinds = METHODS.names()
@@ -287,32 +289,30 @@ def _check_types(cfg: dict) -> None:
         raise ConfigError(str(e)) from None
     if cfg["method"]["kind"] not in kinds:
         raise bad("method.kind", cfg["method"]["kind"], "expected one of " + ", ".join(kinds))
+    return Config.model_validate(cfg)
 
 
-def _check_relations(cfg: dict) -> None:
-    t, tr, m, data, model = cfg["train"], cfg["trainer"], cfg["method"], cfg["data"], cfg["model"]
-    workers = tr["num_workers"]
-    if t["batch_size"] % workers:
+def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
+    """Relations between typed keys (`c`: the config typed by _check_types); `aug`: the recipe, as the config has it."""
+    t, tr, m, data, model = c.train, c.trainer, c.method, c.data, c.model
+    workers = tr.num_workers
+    if t.batch_size % workers:
         raise bad(
             "train.batch_size",
-            t["batch_size"],
+            t.batch_size,
             f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}",
         )
-    if m.get("fix_predictor_lr") and not m.get("predictor"):
-        raise bad("method.fix_predictor_lr", True, f"method={m['name']} has no predictor (method.predictor)")
+    if m.fix_predictor_lr and not m.predictor:
+        raise bad("method.fix_predictor_lr", True, f"method={m.name} has no predictor (method.predictor)")
     stride = _stride(model)
-    if data["image_size"] < stride:
+    if data.image_size < stride:
+        stem = f"model.cifar_stem={show(model.cifar_stem)}"
+        why = f"{model.backbone}'s patches" if model.backbone in VIT_PATCH else stem
         raise bad(
             "data.image_size",
-            data["image_size"],
-            f"expected an integer >= {stride}: the backbone downsamples by {stride} with "
-            + (
-                f"model.cifar_stem={show(model['cifar_stem'])}"
-                if model["backbone"] not in VIT_PATCH
-                else f"{model['backbone']}'s patches"
-            ),
+            data.image_size,
+            f"expected an integer >= {stride}: the backbone downsamples by {stride} with {why}",
         )
-    aug = cfg["augment"]
     if aug.get("kind", "views") == "views":
         for i, v in enumerate(aug.get("views") or []):
             size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
@@ -320,32 +320,32 @@ def _check_relations(cfg: dict) -> None:
                 raise bad(
                     f"augment.views.{i}.size",
                     size,
-                    f"expected an integer >= {stride}: smaller than one patch of {model['backbone']}"
-                    if model["backbone"] in VIT_PATCH
+                    f"expected an integer >= {stride}: smaller than one patch of {model.backbone}"
+                    if model.backbone in VIT_PATCH
                     else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
                 )
-    if data["task"] == "regression" and not data.get("targets"):
-        raise bad("data.targets", data.get("targets"), "a regression task needs its target names")
-    knn = cfg["eval"]["knn"]
-    if knn["every"] and knn["k"] > knn["bank_size"]:
-        raise bad("eval.knn.k", knn["k"], f"expected at most eval.knn.bank_size={knn['bank_size']}")
-    sgd = cfg["eval"]["probe"]["sgd"]
-    if sgd["milestones"] != sorted(sgd["milestones"]) or any(not 0 < e < sgd["epochs"] for e in sgd["milestones"]):
+    if data.task == "regression" and not data.targets:
+        raise bad("data.targets", data.targets, "a regression task needs its target names")
+    knn = c.eval.knn
+    if knn.every and knn.k > knn.bank_size:
+        raise bad("eval.knn.k", knn.k, f"expected at most eval.knn.bank_size={knn.bank_size}")
+    sgd = c.eval.probe.sgd
+    if sgd.milestones != sorted(sgd.milestones) or any(not 0 < e < sgd.epochs for e in sgd.milestones):
         raise bad(
             "eval.probe.sgd.milestones",
-            sgd["milestones"],
-            f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd['epochs']} - 1",
+            sgd.milestones,
+            f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd.epochs} - 1",
         )
-    if cfg["optim"]["name"] == "lars" and cfg["optim"].get("eta") is None:
+    if c.optim.name == "lars" and c.optim.eta is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
-    shortcut = int(model.get("width", 64)) * (4 if model["backbone"] in BOTTLENECK_RESNETS else 1)
-    cpu_resnet = not tr["use_gpu"] and not model["backbone"].startswith("vit")
+    shortcut = model.width * (4 if model.backbone in BOTTLENECK_RESNETS else 1)
+    cpu_resnet = not tr.use_gpu and not model.backbone.startswith("vit")
     for key in ("channels_last", "compile"):  # inductor lays the CPU's convolutions out channels_last too
-        if t.get(key) is True and cpu_resnet and shortcut < 16:
+        if getattr(t, key) is True and cpu_resnet and shortcut < 16:
             raise bad(
                 f"train.{key}",
                 True,
-                f"on the CPU with model.width={model.get('width')}: oneDNN's channels_last backward of the 1x1 "
+                f"on the CPU with model.width={model.width}: oneDNN's channels_last backward of the 1x1 "
                 f"stride-2 shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; "
                 f"a crash or wrong gradients); use model.width >= 16, or leave train.{key} at its default",
             )

@@ -179,8 +179,8 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
         cfg = compose_config(
             [f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}", *data]
         )
-        _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
-        _check_relations(cfg)
+        typed = _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
+        _check_relations(typed, cfg["augment"])
         check_augment(cfg["augment"])
         check_method(cfg)  # the method's own Settings and checks
     assert list(tmp_path.iterdir()) == []

@@ -47,12 +47,18 @@ def test_a_declared_subclass_is_registered_and_nothing_else(tmp_path, monkeypatc
                     kind = "not a method"  # no Method among its bases
                 class Gamma(Method):
                     kind = 3  # not a string
+                class Delta(Method[int]):
+                    kind = "delta"  # a generic base, subscripted
             """,
         },
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry("augssl.test_nothing_here", declared(("fakemethods",), "kind", "Method"))
-    assert reg.paths() == {"alpha": "fakemethods.one:Alpha", "beta": "fakemethods.one:Beta"}
+    assert reg.paths() == {
+        "alpha": "fakemethods.one:Alpha",
+        "beta": "fakemethods.one:Beta",
+        "delta": "fakemethods.one:Delta",
+    }
     assert "alpha" in reg and "not a method" not in reg
     assert "fakemethods.one" not in sys.modules
 

@@ -8,48 +8,16 @@ from pathlib import Path
 
 from pipeline.config import ConfigError
 from pipeline.detect.job_errors import DetectError
+from pipeline.detect.settings import STAGES, Detection, Transfer
 from pipeline.detect.voc import missing
-from pipeline.eval.evaluation import Evaluation
-from pipeline.fields import Choice, Int, Num, Section, check_model
-
-ENGINES = ("torchvision", "detectron2")
-STAGES = ("res2", "res3", "res4", "res5")
+from pipeline.eval.evaluation import Evaluation, Job
+from pipeline.fields import check_model
 
 
-class Detect(Section):
-    """The typed keys of a conf/detect/ preset; their relations are checked in check()."""
-
-    arch: Choice("fpn", "c4")
-    fpn_channels: Int(1)
-    roi_batch_per_image: Int(1)
-    min_size: Int(1)
-    max_size: Int(1)
-    norm: Choice("bn", "frozen")
-    iterations: Int(1)
-    batch_size: Int(1)
-    lr: Num(gt=0)
-    clip_grad_norm: Num(gt=0, null=True) = None
-    warmup: Int(0)
-    log_every: Int(1)
-    workers: Int(1)
-
-
-class Detection(Section):
-    """The job's own keys (conf/detection.yaml), the preset under `detect`."""
-
-    engine: Choice(*ENGINES)
-    device: Choice("auto", "cpu", "cuda")
-    detect: Detect
-
-
-def check(cfg: dict) -> None:
-    """Everything about the settings that can be checked without the run: the typed keys through the project's
-    schema (pipeline.schema.check_model), then engine, detector, schedule and data together."""
-    try:
-        check_model(Detection, cfg)
-    except ConfigError as e:
-        raise DetectError(str(e)) from None
-    d, engine = cfg["detect"], cfg["engine"]
+def check(t: Transfer) -> None:
+    """What the typed keys (Detection) do not say alone: engine, detector, schedule and data together, and what can be
+    checked without the run."""
+    d, engine = t.detect, t.engine
     if engine == "detectron2":
         try:  # detectron2: an optional install, only asked whether it is there (its engine loads in the run)
             import detectron2  # noqa: F401
@@ -107,17 +75,25 @@ def check(cfg: dict) -> None:
         raise DetectError(f"detect.data.kind={data['kind']}: expected shapes, coco or voc")
 
 
-class DetectionTransfer(Evaluation):
+class DetectionTransfer(Evaluation[Transfer]):
     """Detection fine-tuning of the backbone on detectron2 or torchvision: jobs/detect.py, a suite's `job: detect`."""
 
     name = "detect"
 
     config = "detection"
+    Error = DetectError
 
-    def check(self, cfg: dict) -> None:
-        check(cfg)
+    def job(self, cfg: dict) -> Job[Transfer]:
+        """The typed keys through the project's schema (Detection), then their relations (check)."""
+        try:
+            check_model(Detection, cfg)
+        except ConfigError as e:
+            raise DetectError(str(e)) from None
+        t = Transfer.of(cfg)  # the preset stays as the config has it: the engines take it so
+        check(t)
+        return Job.of(cfg, t)
 
-    def run(self, cfg: dict) -> dict:
+    def run(self, job: Job[Transfer]) -> dict:
         from pipeline.detect import transfer  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
 
-        return transfer.run(cfg)
+        return transfer.run(job)

@@ -8,7 +8,6 @@ import hashlib
 import json
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -22,30 +21,16 @@ from pipeline.detect.draw import predictions_png
 from pipeline.detect.export import backbone_meta, export
 from pipeline.detect.job_errors import DetectError
 from pipeline.detect.notices import quiet_torch_notices
+from pipeline.detect.settings import Transfer
 from pipeline.detect.shapes import make_shapes
 from pipeline.detect.voc import VOC_CLASSES, to_coco, voc07_ap50
 from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
+from pipeline.eval.evaluation import Job
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
-from pipeline.store import Store
 
 METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """What the transfer of each backbone reads of the job's config (checked by pipeline.detect.job.check)."""
-
-    engine: str  # torchvision or detectron2
-    detect: dict  # the preset (detect.*), as the engines take it
-    baseline: bool  # a random-init twin too
-    seed: int
-    verbose: bool
-
-    @classmethod
-    def of(cls, cfg: dict) -> Transfer:
-        return cls(cfg["engine"], cfg["detect"], bool(cfg["baseline"]), int(cfg["seed"]), bool(cfg.get("verbose")))
 
 
 def prepare_data(data: dict, data_root: str | Path) -> dict:
@@ -80,19 +65,19 @@ def prepare_data(data: dict, data_root: str | Path) -> dict:
     }
 
 
-def run(cfg: dict) -> dict:
+def run(job: Job[Transfer]) -> dict:
     """Transfer, evaluate, log; returns {label: {AP, AP50, AP75}}."""
-    if not cfg.get("verbose"):
+    t, store = job.own, job.store
+    if not t.verbose:
         quiet_torch_notices()
     try:
-        device = downstream.pick_device(cfg["device"])
-        store = Store.of(cfg)
+        device = downstream.pick_device(t.device)
         tracking.setup(store)  # a run id is looked up in the store
-        src = load_source(str(cfg["run"]))
+        src = load_source(job.source)
         meta = backbone_meta(src)
     except (FileNotFoundError, ValueError) as e:
         raise DetectError(str(e)) from None
-    d, engine = cfg["detect"], cfg["engine"]
+    d, engine = t.detect, t.engine
     if engine == "detectron2" and d["arch"] == "c4" and meta["resnets"]["DEPTH"] < 50:
         raise DetectError(
             f"detect.arch=c4 needs a ResNet-50 (detectron2's Res5ROIHeads builds res5 from bottleneck "
@@ -109,13 +94,12 @@ def run(cfg: dict) -> dict:
                 f"detect.workers={workers} with device=cpu on a machine with CUDA: detectron2's launch "
                 f"would pick NCCL; use device=cuda (or one worker)"
             )
-    data = prepare_data(d["data"], cfg["paths"]["data"])
-    t = Transfer.of(cfg)
+    data = prepare_data(d["data"], job.data_root)
     settings = {"source": src.ref, "engine": engine, "detect": d, "baseline": t.baseline, "seed": t.seed}
     ev = downstream.find(store, src, "detect", settings, f"{engine}-{d['name']}")
     if ev.finished:
         return _finished(ev.found, ev.name)
-    out_dir = Path(cfg["paths"]["runs"]) / "detect" / ev.name
+    out_dir = job.runs / "detect" / ev.name
     with downstream.child_run(store, src, ev, "detect") as run_id:
         if ev.found is None:
             mlflow.log_params(

@@ -18,7 +18,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -76,7 +76,13 @@ class Extractor:
     the forward pass on the actor's device."""
 
     def __init__(
-        self, backbone_state: dict, model_cfg: dict, mean, std, threads: int | None = None, views: dict | None = None
+        self,
+        backbone_state: dict,
+        model: dict[str, Any],
+        mean,
+        std,
+        threads: int | None = None,
+        views: dict | None = None,
     ):
         import ray  # ray: see the module docstring
 
@@ -85,8 +91,7 @@ class Extractor:
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        m = model_cfg
-        self.net = build_backbone(m)
+        self.net = build_backbone(model)
         self.net.load_state_dict(backbone_state)
         self.net.eval().to(self.device)
         self.views = views  # eval_views' arguments when this actor decodes too (no GPU: one stage, no transfer)
@@ -122,8 +127,8 @@ def feature_dir(root: str | Path, tag: str, split_root: str, size: int, **settin
 
 
 def split_features(
-    cfg_data: dict,
-    model_cfg: dict,
+    data: Mapping[str, Any],
+    model: dict[str, Any],
     state: dict,
     runs: str | Path,
     split: str,
@@ -135,14 +140,14 @@ def split_features(
     resources: dict[str, float] | None = None,
 ) -> tuple[Path, dict]:
     """extract_split for one split of a run's data, in the folder its settings name; (folder, meta)."""
-    task, targets = cfg_data["task"], cfg_data.get("targets")
-    on_bad = cfg_data.get("on_bad_shard", "fail")
+    task, targets = data["task"], data.get("targets")
+    on_bad = data.get("on_bad_shard", "fail")
     out = feature_dir(
         runs,
         weights_tag(state),
-        cfg_data[split],
+        data[split],
         size,
-        model=model_cfg,
+        model=model,
         mean=list(mean),
         std=list(std),
         task=task,
@@ -151,8 +156,8 @@ def split_features(
     )
     meta = extract_split(
         state,
-        model_cfg,
-        cfg_data[split],
+        model,
+        data[split],
         out,
         size,
         mean,
@@ -169,7 +174,7 @@ def split_features(
 
 def extract_split(
     backbone_state: dict,
-    model_cfg: dict,
+    model: dict[str, Any],
     split_root: str,
     out: Path,
     size: int,
@@ -216,7 +221,7 @@ def extract_split(
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         ds = ds.map_batches(
             Extractor,
-            fn_constructor_args=(state_ref, model_cfg, mean, std, threads, None if gpus else views),
+            fn_constructor_args=(state_ref, model, mean, std, threads, None if gpus else views),
             batch_size=batch_size,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=actors),

@@ -17,12 +17,12 @@ from pipeline.data.labelled import select
 from pipeline.data.reader import load_split
 from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
+from pipeline.eval.evaluation import Job
 from pipeline.eval.finetune import Schedule, decodable, finetune, out_dim
 from pipeline.eval.job_errors import FinetuneError
 from pipeline.eval.job_settings import Finetune
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
-from pipeline.store import Store
 
 METRIC_KEYS = ("top1", "top5", "mse", "r2")
 
@@ -47,17 +47,16 @@ def schedule(f: Finetune, task: str) -> Schedule:
     )
 
 
-def run(cfg: dict) -> dict:
-    """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random). `cfg` has passed
-    finetune_job.check."""
-    f, store = Finetune.model_validate(cfg), Store.of(cfg)
+def run(job: Job[Finetune]) -> dict:
+    """Fine-tune, score, log; returns {label: metrics} for label in pretrained (and random)."""
+    f, store = job.own, job.store
     try:
         downstream.pick_device(f.device)
         tracking.setup(store)  # a run id is looked up in the store
-        src = load_source(str(cfg["run"]))
+        src = load_source(job.source)
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
-    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
+    data = {**src.cfg["data"], **job.data}
     names = _subset_names(f)
     s = schedule(f, data["task"])
     settings = {
@@ -78,7 +77,7 @@ def run(cfg: dict) -> dict:
         train, keys, val = _splits(f, data, names)
     except (FileNotFoundError, ValueError) as e:
         raise FinetuneError(str(e)) from None
-    out_dir = Path(cfg["paths"]["runs"]) / "finetune" / ev.name
+    out_dir = job.runs / "finetune" / ev.name
     with downstream.child_run(store, src, ev, "finetune") as run_id:
         if ev.found is None:
             mlflow.log_params(

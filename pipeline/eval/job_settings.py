@@ -1,8 +1,10 @@
-"""The typed keys of the evaluation jobs' own configs (conf/knn.yaml, conf/finetune.yaml): checked by their jobs
-(knn_job, finetune_job) and read by their runs (knn_run, finetune_run), so here, below both (as job_errors is)."""
+"""The typed keys of the evaluation jobs' own configs (conf/knn.yaml, conf/finetune.yaml; the probe's, which is the
+training config): checked by their jobs (knn_job, finetune_job, probe_job) and read by their runs (knn_run,
+finetune_run, probe_run), so here, below both (as job_errors is)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.fields import Bool, Choice, Int, Num, Section, Str
@@ -40,3 +42,13 @@ class Finetune(Section):
     lr_head: Any  # "auto" or a number > 0
     crop_scale: Any  # "auto" or [lo, hi]
     flip: Any  # "auto", true or false
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """The probe's own settings: the command line's training config (pipeline.schema's Config, checked), which the run
+    merges with the probed run's own sections (run_probe.config_for_run), and the overrides that say which keys the
+    command line set."""
+
+    config: dict[str, Any]
+    argv: tuple[str, ...]

@@ -4,6 +4,8 @@ split's bank, for the run's backbone and a random-init twin, logged into a child
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 
 from pipeline import mlflow_ui, tracking
@@ -13,24 +15,24 @@ from pipeline.config import ConfigError
 from pipeline.data.manifest import read_manifest
 from pipeline.eval import downstream
 from pipeline.eval.downstream import pick_device, results_table
+from pipeline.eval.evaluation import Job
 from pipeline.eval.extract import check_actors, load_features, split_features
 from pipeline.eval.job_errors import KnnError
 from pipeline.eval.job_settings import Knn
 from pipeline.eval.knn import knn_streamed
 from pipeline.eval.run_probe import backbone_from, random_backbone
 from pipeline.eval.source import load_source
-from pipeline.store import Store
 
 
-def run(cfg: dict) -> dict:
-    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}. `cfg` has passed knn_job.check."""
-    knn, store = Knn.model_validate(cfg), Store.of(cfg)
+def run(job: Job[Knn]) -> dict:
+    """Extract, vote, log; returns {label: {"knn_top1"} or {"knn_r2", ...}}."""
+    knn, store = job.own, job.store
     try:
         tracking.setup(store)  # a run id is looked up in the store
-        src = load_source(str(cfg["run"]))
+        src = load_source(job.source)
     except (FileNotFoundError, ValueError) as e:
         raise KnnError(str(e)) from None
-    data = {**src.cfg["data"], **{k: v for k, v in cfg["data"].items() if v is not None}}
+    data = {**src.cfg["data"], **job.data}
     for split in ("train", "val"):
         try:
             read_manifest(data[split])
@@ -55,9 +57,9 @@ def run(cfg: dict) -> dict:
         results = {label: _logged(m, label) for label in ("pretrained", "random")}
         print(_table({k: v for k, v in results.items() if v}), flush=True)
         return results
-    init_ray(cfg["trainer"], bool(cfg.get("verbose")))
+    init_ray(job.trainer, job.verbose)
     try:  # before the run is made: actors the cluster cannot place
-        check_actors(knn.actors, knn.actor_resources, autoscale=bool(cfg["trainer"].get("autoscale")))
+        check_actors(knn.actors, knn.actor_resources, autoscale=bool(job.trainer.get("autoscale")))
     except ConfigError as e:
         raise KnnError(str(e)) from None
     with downstream.child_run(store, src, ev, "knn") as run_id:
@@ -72,7 +74,7 @@ def run(cfg: dict) -> dict:
                 }
             )
             mlflow_ui.log_datasets(data)  # the splits it ran on, as the run page's dataset inputs
-        results = _all(knn, src, data, cfg["paths"]["runs"])
+        results = _all(knn, src, data, job.runs)
         table = _table(results)
         print(table, flush=True)
         mlflow.log_text(table, "knn/table.md")
@@ -80,7 +82,7 @@ def run(cfg: dict) -> dict:
     return results
 
 
-def _all(knn: Knn, src, data: dict, runs: str) -> dict:
+def _all(knn: Knn, src, data: dict, runs: Path) -> dict:
     """Each backbone's features (cached under `runs`, paths.runs) and its kNN scores, logged."""
     size, mean, std = eval_settings(src.cfg["augment"])
     targets = data.get("targets")

@@ -6,8 +6,9 @@ run is pipeline.eval.probe_run."""
 from __future__ import annotations
 
 from pipeline.config import ConfigError
-from pipeline.eval.evaluation import Evaluation
+from pipeline.eval.evaluation import Evaluation, Job
 from pipeline.eval.job_errors import ProbeError
+from pipeline.eval.job_settings import ProbeRequest
 from pipeline.fields import check_model
 from pipeline.schema import Config
 
@@ -18,7 +19,7 @@ def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     return (refs[-1] if refs else None), [a for a in argv if not a.startswith("run=")]
 
 
-class LinearProbe(Evaluation):
+class LinearProbe(Evaluation[ProbeRequest]):
     """A linear head on frozen features, beside a random-init twin: jobs/linear_probe.py, a suite's `job:
     linear_probe`. Its config is the training config (the run's own sections, the command line's eval.* and data.*
     on top, merged when it runs); `run=<ref>` names the pretraining run (the config's `run` is a section)."""
@@ -26,6 +27,7 @@ class LinearProbe(Evaluation):
     name = "linear_probe"
 
     config = "config"
+    Error = ProbeError
 
     def __init__(self) -> None:
         self.ref: str | None = None
@@ -35,13 +37,17 @@ class LinearProbe(Evaluation):
         self.ref, self.argv = split_run(argv)
         return self.argv
 
-    def check(self, cfg: dict) -> None:
+    def job(self, cfg: dict) -> Job[ProbeRequest]:
         try:
             check_model(Config, cfg)  # the typed keys; the run's own sections are merged in when it runs
         except ConfigError as e:
             raise ProbeError(str(e)) from None
+        ref = self.ref or cfg["eval"]["probe"]["checkpoint"]
+        if not ref:
+            raise ProbeError("run=<MLflow run id, checkpoint folder or state.pt> is required")
+        return Job.of(cfg, ProbeRequest(cfg, tuple(self.argv)), source=str(ref))
 
-    def run(self, cfg: dict) -> dict:
+    def run(self, job: Job[ProbeRequest]) -> dict:
         from pipeline.eval import probe_run  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
 
-        return probe_run.run(cfg, self.argv, self.ref)
+        return probe_run.run(job)

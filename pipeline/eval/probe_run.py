@@ -12,27 +12,25 @@ from pipeline.augment.view_maker import eval_settings
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError
 from pipeline.eval.downstream import settings_key
+from pipeline.eval.evaluation import Job
 from pipeline.eval.job_errors import ProbeError
+from pipeline.eval.job_settings import ProbeRequest
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
 from pipeline.eval.run_probe import check_probe_actors, compare_with_random, config_for_run, probe_solver
 from pipeline.eval.source import load_source
 from pipeline.schema import validate
-from pipeline.store import Store
 
 
-def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
+def run(job: Job[ProbeRequest]) -> dict:
     """Probe and log; returns compare_with_random's results (or the finished run's, read back)."""
-    ref = ref or cfg["eval"]["probe"]["checkpoint"]
-    if not ref:
-        raise ProbeError("run=<MLflow run id, checkpoint folder or state.pt> is required")
-    exp_id = tracking.setup(Store.of(cfg))
+    exp_id = tracking.setup(job.store)
     try:
-        src = load_source(str(ref))
+        src = load_source(job.source)
     except FileNotFoundError as e:
         raise ProbeError(str(e)) from None
     try:
-        cfg = config_for_run(cfg, src.cfg, argv)
+        cfg = config_for_run(job.own.config, src.cfg, list(job.own.argv))
         validate(cfg)  # the run's sections with the command line's on top: one line, before anything is logged
     except (ValueError, ConfigError) as e:
         raise ProbeError(str(e)) from None
@@ -86,7 +84,7 @@ def run(cfg: dict, argv: list[str], ref: str | None) -> dict:
         run_id = tracking.start_child(parent, run_key, name, job="linear_probe")
     else:
         name = f"probe-{cfg['data']['name']}-{key[:6]}"
-        run_id = tracking.start_or_resume(Store.of(cfg), run_key, name, job="linear_probe")
+        run_id = tracking.start_or_resume(job.store, run_key, name, job="linear_probe")
     try:
         if found is None:
             mlflow.log_params(params)

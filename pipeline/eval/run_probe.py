@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import mlflow
 import torch
@@ -74,9 +74,10 @@ def backbone_from(state: dict) -> torch.nn.Module:
     return net
 
 
-def random_backbone(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
+def random_backbone(model: dict[str, Any], seed: int = 0) -> torch.nn.Module:
+    """A random-init twin of the model section's backbone."""
     torch.manual_seed(seed)
-    return build_backbone(model_cfg)
+    return build_backbone(model)
 
 
 def probe_solver(spec: ProbeSpec) -> str:

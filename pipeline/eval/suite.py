@@ -6,9 +6,13 @@ the checks, the summary); the run, which reads the pretraining run from MLflow, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
 from pipeline.config import ConfigError, JobError, compose_config, config_options
 from pipeline.eval import EVALUATIONS
 from pipeline.registry import RegistryError
+from pipeline.store import Store
 
 
 class SuiteError(Exception):
@@ -19,7 +23,22 @@ def suites() -> list[str]:
     return config_options("suite")
 
 
-def check(cfg: dict) -> None:
+@dataclass(frozen=True)
+class SuiteRun:
+    """jobs/evaluate.py's settings, typed once `check` has passed."""
+
+    source: str  # run: the pretraining run, an MLflow run id or a checkpoint
+    suite: Mapping[str, Any]  # +suite=<name> composed: its name, and its steps (none for `paper`, picked by the run)
+    size: str  # cpu or paper
+    extra: Mapping[str, Mapping[str, Any]]  # extra.<job>: settings for every step of that job
+    skip: tuple[str, ...]
+    paths: Mapping[str, str]  # paths.*, handed to every step
+    store: Store  # tracking.* and paths.runs, handed to every step
+    verbose: bool = False
+
+
+def check(cfg: dict) -> SuiteRun:
+    """The suite's command line, checked and typed: SuiteError with one line."""
     try:
         EVALUATIONS.paths()  # an installed package's evaluation that takes a built-in's name: one line
     except RegistryError as e:
@@ -37,54 +56,68 @@ def check(cfg: dict) -> None:
         )
     if not isinstance(cfg["skip"], list):
         raise SuiteError(f"skip={cfg['skip']}: expected a list of step names, e.g. skip=[detection]")
+    return SuiteRun(
+        source=str(cfg["run"]),
+        suite=s,
+        size=cfg["size"],
+        extra=extra,
+        skip=tuple(cfg["skip"]),
+        paths=dict(cfg["paths"]),
+        store=Store.of(cfg),
+        verbose=bool(cfg.get("verbose")),
+    )
 
 
-def pick(name: str, run_cfg: dict) -> str:
-    """The suite `paper` stands for: the run's plug-in's paper (the suite of the plug-in's name, conf/suite/<name>.yaml,
-    for the first of its plug-ins that has one), JointCrop's with a joint sampler on, else standard."""
+def pick(name: str, plugins: Iterable[str], augment: Mapping[str, Any]) -> str:
+    """The suite `paper` stands for, given the run's plug-ins and recipe: the plug-in's paper (the suite of the
+    plug-in's name, conf/suite/<name>.yaml, for the first of its plug-ins that has one), JointCrop's with a joint
+    sampler on, else standard."""
     if name != "paper":
         return name
-    plugins = [p for p in (run_cfg.get("plugin") or {}) if p in suites()]
-    if plugins:
-        return plugins[0]
-    joint = (run_cfg.get("augment") or {}).get("joint") or {}
+    named = [p for p in plugins if p in suites()]
+    if named:
+        return named[0]
+    joint = augment.get("joint") or {}
     if any(isinstance(v, dict) and v.get("beta") is not None for v in joint.values()):
         return "jointcrop"
     return "standard"
 
 
-def steps(cfg: dict, suite: dict) -> list[tuple[str, str, list[str]]]:
+def steps(run: SuiteRun, suite: dict) -> list[tuple[str, str, list[str]]]:
     """(step name, job, its command line) in order: the run, the paths and store, the step's arguments, those of
     this size, then extra.<job>. SuiteError naming a skip that matches no step."""
     names = [s["name"] for s in suite["steps"]]
-    unknown = [n for n in cfg["skip"] if n not in names]
+    unknown = [n for n in run.skip if n not in names]
     if unknown:
-        raise SuiteError(f"skip={cfg['skip']}: {unknown[0]!r} is no step of suite {suite['name']} ({', '.join(names)})")
+        raise SuiteError(
+            f"skip={list(run.skip)}: {unknown[0]!r} is no step of suite {suite['name']} ({', '.join(names)})"
+        )
     common = [
-        *(f"paths.{k}={v}" for k, v in cfg["paths"].items()),
-        f"verbose={str(bool(cfg.get('verbose'))).lower()}",
-        *(f"tracking.{k}={_value(cfg['tracking'][k])}" for k in ("uri", "experiment")),
+        *(f"paths.{k}={v}" for k, v in run.paths.items()),
+        f"verbose={str(run.verbose).lower()}",
+        f"tracking.uri={_value(run.store.uri)}",
+        f"tracking.experiment={_value(run.store.experiment)}",
     ]
     out = []
     for s in suite["steps"]:
-        if s["name"] in cfg["skip"]:
+        if s["name"] in run.skip:
             continue
         if s["job"] not in EVALUATIONS:
             raise SuiteError(
                 f"suite {suite['name']}, step {s['name']!r}: job {s['job']!r} is none of {', '.join(EVALUATIONS)}"
             )
         argv = [
-            f"run={cfg['run']}",
+            f"run={run.source}",
             *common,
             *s.get("args", []),
-            *s.get(cfg["size"], []),
-            *overrides(cfg["extra"].get(s["job"]) or {}),
+            *s.get(run.size, []),
+            *overrides(run.extra.get(s["job"]) or {}),
         ]
         out.append((s["name"], s["job"], argv))
     return out
 
 
-def overrides(settings: dict, prefix: str = "") -> list[str]:
+def overrides(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Nested settings as the job's command line: {"detect": {"iterations": 2}} -> ["detect.iterations=2"]."""
     out = []
     for k, v in settings.items():
@@ -115,9 +148,8 @@ def run_step(job: str, argv: list[str], dry: bool = False) -> dict:
     checks only."""
     try:
         evaluation = EVALUATIONS[job]()
-        cfg = evaluation.compose(argv)
-        evaluation.check(cfg)
-        return {} if dry else evaluation.run(cfg)
+        typed = evaluation.job(evaluation.compose(argv))
+        return {} if dry else evaluation.run(typed)
     except (JobError, ConfigError, RegistryError) as e:
         raise SuiteError(str(e)) from None
 

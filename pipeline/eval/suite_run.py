@@ -10,22 +10,22 @@ from mlflow.tracking import MlflowClient
 
 from pipeline import tracking
 from pipeline.eval.source import load_source
-from pipeline.eval.suite import SuiteError, load_suite, pick, run_step, steps, summary
-from pipeline.store import Store
+from pipeline.eval.suite import SuiteError, SuiteRun, load_suite, pick, run_step, steps, summary
 
 
-def run(cfg: dict) -> list[dict]:
+def run(s: SuiteRun) -> list[dict]:
     """Every step in order; returns [{"step", "job", "minutes", "results"}]."""
-    tracking.setup(Store.of(cfg))
+    tracking.setup(s.store)
     try:
-        src = load_source(str(cfg["run"]))
+        src = load_source(s.source)
     except FileNotFoundError as e:
         raise SuiteError(str(e)) from None
-    name = pick(cfg["suite"]["name"], src.cfg)
-    suite = load_suite(name) if name != cfg["suite"]["name"] or "steps" not in cfg["suite"] else cfg["suite"]
-    todo = steps(cfg, suite)
+    asked = s.suite["name"]
+    name = pick(asked, src.cfg.get("plugin") or {}, src.cfg.get("augment") or {})
+    suite = load_suite(name) if name != asked or "steps" not in s.suite else dict(s.suite)
+    todo = steps(s, suite)
     print(
-        f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {cfg['size']}: "
+        f"[evaluate] suite {suite['name']} ({suite.get('paper', '')}) at size {s.size}: "
         f"{', '.join(n for n, _, _ in todo)}",
         flush=True,
     )
@@ -47,7 +47,7 @@ def run(cfg: dict) -> list[dict]:
         done.append({"step": step, "job": job, "minutes": (time.monotonic() - t0) / 60, "results": results})
     text = summary(suite, done)
     print(text, flush=True)
-    out = Path(cfg["paths"]["runs"]) / "evaluate" / f"{src.cfg.get('run', {}).get('name') or 'run'}-{suite['name']}.md"
+    out = Path(s.store.runs) / "evaluate" / f"{src.cfg.get('run', {}).get('name') or 'run'}-{suite['name']}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     where = str(out)

@@ -46,7 +46,7 @@ def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurren
         if name in names:  # suites share runs (one MoCo v2 baseline), and keys outside the hash (eval.*) do not count
             continue
         names.add(name)
-        if finished_run(cfg) is None:
+        if finished_run(Store.of(cfg), name) is None:
             # a trial runs in a folder of Tune's: the driver's absolute root and store, not a relative one
             where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(Store.of(cfg))}"]
             todo.append((label, [*argv, *where]))

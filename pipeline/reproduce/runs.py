@@ -30,7 +30,7 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
         fail(f"{label}: {e}")
     t0 = time.monotonic()
     print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
-    out = finished_run(cfg)
+    out = finished_run(Store.of(cfg), cfg["run"]["name"])
     if out is None:
         # the run's heavy side (torch, MLflow, then Ray): loaded for a run that trains, not for bad input
         from pipeline.train.launch import pretrain
@@ -59,13 +59,13 @@ def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]
     return out
 
 
-def finished_run(cfg: dict) -> dict | None:
-    """The results of a FINISHED, probed run of this exact configuration, read back from its MLflow metrics, or
-    None (not run, not finished, or never probed: run it again)."""
+def finished_run(store: Store, name: str) -> dict | None:
+    """The results of the FINISHED, probed run `name` (a configuration's hash) in `store`, read back from its MLflow
+    metrics, or None (not run, not finished, or never probed: run it again)."""
     # pipeline.tracking loads mlflow: here, not with the module, so the job answers a bad command line before it
     from pipeline import tracking
 
-    found = tracking.find_run(tracking.setup(Store.of(cfg)), cfg["run"]["name"])
+    found = tracking.find_run(tracking.setup(store), name)
     if found is None or found.info.status != "FINISHED":
         return None
     probe = probe_results(found.data.metrics)

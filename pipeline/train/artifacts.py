@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
-from pipeline.mlflow_ui import link, ui_base, ui_command
+from pipeline.mlflow_ui import command_line, link, ui_base, ui_command
 from pipeline.train.curves import write_curves
 from pipeline.train.spec import PretrainSpec
 
@@ -41,6 +41,25 @@ def print_summary(spec: PretrainSpec, run_id: str, uri: str, ckpt_dir: Path, min
     if uri.startswith("sqlite:"):
         print(f"  browse it: make mlflow-ui ({shlex.join(ui_command(uri, 5000))})", flush=True)
     print(f"  run page   {run_link(uri, run_id)}", flush=True)
+
+
+def describe_pretrain(spec: PretrainSpec, datasets: list, trial: str | None = None) -> str:
+    """The run page's description of a pretraining run as it starts: the command, what trains on what, where
+    its pictures are. Markdown."""
+    t, tr, model = spec.train, spec.trainer, spec.model
+    plugins = ", ".join(spec.config.get("plugin") or {}) or "none"
+    lines = [
+        f"Pretraining{f' (sweep trial {trial})' if trial else ''}: `{command_line()}`",
+        "",
+        f"- **method** {spec.method.name}, plug-ins: {plugins}; recipe {spec.augment['name']}",
+        f"- **model** {model.backbone} (width {model.width}); {t.epochs} epochs, batch {t.batch_size}"
+        f" on {tr.num_workers} worker(s){' with GPUs' if tr.use_gpu else ''}",
+        f"- **data** {spec.data.name}: "
+        + "; ".join(f"{d.name} ({d.profile['num_samples']} samples, digest {d.digest})" for d in datasets),
+        "- **pictures** `gallery/` the views with their parameters, `curves/` loss and kNN, `probe/` the linear"
+        " probe against a random-init backbone; `config.yaml` the whole config",
+    ]
+    return "\n".join(lines)
 
 
 def run_link(tracking_uri: str, run_id: str) -> str:

@@ -20,7 +20,14 @@ from pipeline.data.reader import train_dataset
 from pipeline.eval import run_probe
 from pipeline.plan import RunPlan
 from pipeline.train import resources
-from pipeline.train.artifacts import log_checkpoint, log_curves, log_gallery, print_summary, report_finished
+from pipeline.train.artifacts import (
+    describe_pretrain,
+    log_checkpoint,
+    log_curves,
+    log_gallery,
+    print_summary,
+    report_finished,
+)
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import run_lock
 from pipeline.train.spec import PretrainSpec
@@ -152,7 +159,7 @@ def _train_and_log(spec: PretrainSpec, plan: RunPlan, run_id: str, trial: Trial 
         mlflow.log_params(tracking.flatten(cfg))
         mlflow.log_text(to_yaml(cfg), "config.yaml")
         datasets = mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
-        mlflow_ui.set_description(run_id, mlflow_ui.describe_pretrain(cfg, datasets, trial.label if trial else None))
+        mlflow_ui.set_description(run_id, describe_pretrain(spec, datasets, trial.label if trial else None))
         if spec.gallery.at_pretrain and trial is None:
             log_gallery(spec)
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.methods.settings import MethodSettings
-from pipeline.schema import Data, Debug, Gallery, Knn, Tracking, Train, Trainer
+from pipeline.schema import Data, Debug, Gallery, Knn, Model, Tracking, Train, Trainer
 from pipeline.store import Store
 
 
@@ -21,6 +21,7 @@ class PretrainSpec:
     verbose: bool
     runs: Path  # paths.runs: the checkpoint's local copy, the curves and the gallery
     store: Store
+    model: Model
     train: Train
     trainer: Trainer
     tracking: Tracking
@@ -48,6 +49,7 @@ class PretrainSpec:
             verbose=bool(cfg.get("verbose")),
             runs=Path(cfg["paths"]["runs"]),
             store=Store.of(cfg),
+            model=Model.model_validate(cfg["model"]),
             train=Train.model_validate(cfg["train"]),
             trainer=Trainer.model_validate(cfg["trainer"]),
             tracking=Tracking.model_validate(cfg["tracking"]),

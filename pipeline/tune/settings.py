@@ -69,7 +69,7 @@ class SweepSpec:
     @classmethod
     def of(cls, cfg: dict) -> SweepSpec:
         """The spec of a checked sweep config (check_sweep has passed)."""
-        epoch, _ = reported_metrics(cfg)
+        epoch, _ = reported_metrics(cfg["data"], cfg["eval"])
         return cls(
             sweep=Sweep.model_validate(cfg["sweep"]),
             name=str(cfg["run"]["name"]),
@@ -129,15 +129,18 @@ def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
                 validate(compose_config(argv + [override(d.key, value)]))
             except ConfigError as e:
                 raise ConfigError(f"sweep.space.{d.key}: the trial with {d.key}={value} is refused: {e}") from None
-    _check_metrics(cfg)
-    _check_local_room(cfg)
+    sweep = Sweep.model_validate(s)
+    _check_metrics(
+        sweep, reported_metrics(cfg["data"], cfg["eval"]), cfg["eval"]["knn"]["every"], cfg["train"]["epochs"]
+    )
+    _check_local_room(cfg["trainer"], sweep.max_concurrent_trials)
     return dims
 
 
-def _check_local_room(cfg: dict) -> None:
-    """On a private local cluster (no trainer.address or $RAY_ADDRESS) the concurrent trials' workers share this
-    machine's cores; a joined cluster is checked once Ray is up (pipeline.tune.sweep._check_room)."""
-    tr, n = cfg["trainer"], cfg["sweep"]["max_concurrent_trials"]
+def _check_local_room(tr: Mapping[str, Any], n: int) -> None:
+    """On a private local cluster (no trainer.address or $RAY_ADDRESS) the `n` concurrent trials' workers (`tr`: the
+    trainer section) share this machine's cores; a joined cluster is checked once Ray is up
+    (pipeline.tune.sweep._check_room)."""
     if cluster_address(tr) or tr.get("autoscale"):
         return
     cores = os.cpu_count() or 1
@@ -171,17 +174,18 @@ def _check_key(cfg: dict, d: Dim) -> None:
         )
 
 
-def _check_metrics(cfg: dict) -> None:
-    s = cfg["sweep"]
-    epoch, final = reported_metrics(cfg)
-    if s["metric"] not in epoch | final:
+def _check_metrics(s: Sweep, reported: tuple[set[str], set[str]], knn_every: int, epochs: int) -> None:
+    """The sweep's metric among what its runs report (`reported`: per epoch, final); ASHA's stop metric among the
+    per-epoch ones (the kNN monitor every epoch: `knn_every`), its grace period within train.epochs (`epochs`)."""
+    epoch, final = reported
+    if s.metric not in epoch | final:
         raise bad(
             "sweep.metric",
-            s["metric"],
+            s.metric,
             f"a metric this sweep's runs never report; they report {', '.join(sorted(epoch | final))}",
         )
-    if s["scheduler"] == "asha":
-        stop = s.get("stop_metric")
+    if s.scheduler == "asha":
+        stop = s.stop_metric
         if stop is None:
             raise ConfigError(
                 "sweep.stop_metric is missing: ASHA compares the trials every epoch; name a per-epoch "
@@ -193,23 +197,23 @@ def _check_metrics(cfg: dict) -> None:
                 stop,
                 f"not reported every epoch, which ASHA needs; expected one of "
                 f"{', '.join(sorted(epoch))}"
-                + (" (eval.knn.every=0 turns the kNN monitor off)" if not cfg["eval"]["knn"]["every"] else ""),
+                + (" (eval.knn.every=0 turns the kNN monitor off)" if not knn_every else ""),
             )
-        if stop.startswith("knn_") and cfg["eval"]["knn"]["every"] != 1:
+        if stop.startswith("knn_") and knn_every != 1:
             raise bad(
                 "eval.knn.every",
-                cfg["eval"]["knn"]["every"],
+                knn_every,
                 f"ASHA stops trials on {stop}: expected 1 (the kNN monitor every epoch)",
             )
-        if s["grace_period"] >= cfg["train"]["epochs"]:
+        if s.grace_period >= epochs:
             raise bad(
                 "sweep.grace_period",
-                s["grace_period"],
+                s.grace_period,
                 f"ASHA judges a trial after at least this many epochs "
-                f"and before its last (train.epochs={cfg['train']['epochs']}), so it could stop none; expected "
-                f"less than {cfg['train']['epochs']}, or sweep.scheduler=fifo",
+                f"and before its last (train.epochs={epochs}), so it could stop none; expected "
+                f"less than {epochs}, or sweep.scheduler=fifo",
             )
-        if s.get("stop_mode") is None:
+        if s.stop_mode is None:
             raise ConfigError(f"sweep.stop_mode is missing: min or max for sweep.stop_metric={stop}")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from pipeline.config import ConfigError
 from pipeline.fields import show
@@ -142,11 +142,10 @@ def _is_number(v: Any) -> bool:
 # ----------------------------------------------------------------------------- what the loop reports
 
 
-def reported_metrics(cfg: dict) -> tuple[set[str], set[str]]:
-    """(per-epoch, final) metric names a pretraining run of `cfg` reports: per epoch the loss, speed and (when
-    eval.knn.every > 0) the kNN monitor; at the end the linear probe of the pretrained backbone (when
-    eval.probe.after_pretrain), with feature averaging and invariance when those are on."""
-    data, ev = cfg["data"], cfg["eval"]
+def reported_metrics(data: Mapping[str, Any], ev: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """(per-epoch, final) metric names a pretraining run reports, given its data and eval sections: per epoch the
+    loss, speed and (when eval.knn.every > 0) the kNN monitor; at the end the linear probe of the pretrained backbone
+    (when eval.probe.after_pretrain), with feature averaging and invariance when those are on."""
     regression = data.get("task") == "regression"
     targets = list(data.get("targets") or [])
     epoch = {"epoch_loss", "epoch_images_per_s"}

@@ -607,10 +607,10 @@ def test_make_shards_writes_the_shapes_set_the_detect_job_reads_as_coco(tmp_path
     assert f"train: 5 images, {manifest['counts']['train']['objects']} boxes -> {out / 'train'}" in r.stdout
     # the same set as the job makes on first use (one folder per settings), and readable as a COCO preset
     from pipeline.config import compose_config
-    from pipeline.detect.job import check
+    from pipeline.detect.job import DetectionTransfer
     from pipeline.detect.shapes import make_shapes
 
-    check(
+    DetectionTransfer().job(
         compose_config(
             [
                 "run=x",

@@ -12,20 +12,17 @@ import torch
 
 from helpers import HAVE_D2, fake_source, job_env
 from pipeline.config import compose_config
-from pipeline.eval.suite import SuiteError, load_suite, pick, steps, suites
+from pipeline.eval.suite import SuiteError, check, load_suite, pick, steps, suites
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_paper_picks_the_suite_of_the_runs_method():
-    assert pick("paper", {"plugin": {"co2": {"alpha": None}}}) == "co2"
-    assert pick("paper", {"plugin": {"invclr": {}}}) == "invclr"
-    assert (
-        pick("paper", {"plugin": {}, "augment": {"joint": {"crop": {"beta": 1}, "blur": {"beta": None}}}})
-        == "jointcrop"
-    )
-    assert pick("paper", {"plugin": {}, "augment": {"joint": {"crop": {"beta": None}}}}) == "standard"
-    assert pick("clsa", {"plugin": {"co2": {}}}) == "clsa"  # asked for by name
+    assert pick("paper", {"co2": {"alpha": None}}, {}) == "co2"
+    assert pick("paper", ["invclr"], {}) == "invclr"
+    assert pick("paper", [], {"joint": {"crop": {"beta": 1}, "blur": {"beta": None}}}) == "jointcrop"
+    assert pick("paper", [], {"joint": {"crop": {"beta": None}}}) == "standard"
+    assert pick("clsa", ["co2"], {}) == "clsa"  # asked for by name
 
 
 def _cfg(**kw) -> dict:
@@ -36,7 +33,7 @@ def test_steps_carry_the_run_the_store_the_size_and_extra_arguments():
     cfg = _cfg(size="cpu")
     cfg["extra"] = {"detect": {"device": "cpu", "detect": {"steps": [1, 2], "norm": None}}}
     cfg["skip"] = ["kNN"]
-    out = steps(cfg, load_suite("standard"))
+    out = steps(check(cfg), load_suite("standard"))
     assert [n for n, _, _ in out] == ["linear probe", "semi-supervised 1%", "semi-supervised 10%", "detection"]
     name, job, argv = out[-1]
     assert job == "detect" and argv[0] == "run=R"
@@ -44,7 +41,7 @@ def test_steps_carry_the_run_the_store_the_size_and_extra_arguments():
     assert {f"paths.{k}={v}" for k, v in cfg["paths"].items()} <= set(argv) and "tracking.uri=null" in argv
     cfg["skip"] = ["detections"]
     with pytest.raises(SuiteError, match="'detections' is no step of suite standard"):
-        steps(cfg, load_suite("standard"))
+        steps(check(cfg), load_suite("standard"))
 
 
 @pytest.mark.parametrize("name", [s for s in suites() if s != "paper"])
@@ -54,14 +51,14 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
     suite for the one day someone runs it at paper size."""
     if not HAVE_D2:  # the check only asks that detectron2 imports; the suites' settings are checked all the same
         monkeypatch.setitem(sys.modules, "detectron2", types.ModuleType("detectron2"))
-    from pipeline.detect import job as detect_job
-    from pipeline.eval import finetune_job, knn_job
+    from pipeline.detect.job_errors import DetectError
+    from pipeline.eval import EVALUATIONS
     from pipeline.eval.probe_job import split_run
     from pipeline.fields import check_model
     from pipeline.schema import Config
 
     cfg = _cfg(size=size)
-    for step, job, argv in steps(cfg, load_suite(name)):
+    for step, job, argv in steps(check(cfg), load_suite(name)):
         if job == "linear_probe":
             _, rest = split_run(argv)
             composed = compose_config(rest)
@@ -70,11 +67,11 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
         config = {"knn": "knn", "finetune": "finetune", "detect": "detection"}[job]
         if job == "detect" and size == "paper":
             argv = [*argv, "detect.data.root=" + str(ROOT)]  # VOC's files are the user's to give
-            with pytest.raises(detect_job.DetectError, match=f"detect.data.root={ROOT}: no "):
-                detect_job.check(compose_config(argv, config))
+            with pytest.raises(DetectError, match=f"detect.data.root={ROOT}: no "):
+                EVALUATIONS[job]().job(compose_config(argv, config))
             continue
-        module = {"knn": knn_job, "finetune": finetune_job, "detect": detect_job}[job]
-        module.check(compose_config(argv, config))
+        typed = EVALUATIONS[job]().job(compose_config(argv, config))
+        assert typed.source == cfg["run"] and typed.store.runs == cfg["paths"]["runs"]
 
 
 def _evaluate(tmp_path: Path, *args: str, timeout: int = 900):

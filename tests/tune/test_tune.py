@@ -117,12 +117,11 @@ def test_a_sampled_value_round_trips_through_the_command_line(key, value):
 
 def test_reported_metrics_follow_the_task_and_the_evaluation():
     cfg = compose_config([])
-    epoch, final = reported_metrics(cfg)
+    epoch, final = reported_metrics(cfg["data"], cfg["eval"])
     assert {"epoch_loss", "knn_r2", "knn_r2_m"} <= epoch and "knn_top1" not in epoch
     assert {"probe_pretrained_mse", "probe_pretrained_r2_sigma"} <= final
-    epoch, final = reported_metrics(
-        compose_config(["data=cifar10", "eval.knn.every=0", "eval.probe.after_pretrain=false"])
-    )
+    off = compose_config(["data=cifar10", "eval.knn.every=0", "eval.probe.after_pretrain=false"])
+    epoch, final = reported_metrics(off["data"], off["eval"])
     assert epoch == {"epoch_loss", "epoch_images_per_s"} and final == set()
 
 
@@ -135,7 +134,7 @@ def test_every_shipped_sweep_composes_and_validates_at_its_cpu_size(name):
     dims = check_sweep(cfg, argv)  # every value of the space composed and validated as its trial would be
     assert cfg["sweep"]["name"] == name and cfg["sweep"]["size"] == "cpu" and dims
     assert sweep_name(cfg).startswith(f"sweep-{name}-")
-    epoch, final = reported_metrics(cfg)
+    epoch, final = reported_metrics(cfg["data"], cfg["eval"])
     assert cfg["sweep"]["metric"] in final  # ranked on the probe at the end
     if cfg["sweep"]["scheduler"] == "asha":
         assert cfg["sweep"]["stop_metric"] in epoch

@@ -8,25 +8,23 @@ import torch
 
 from augssl_barlow.uniformity import uniformity
 from pipeline.config import JobError
-from pipeline.eval.evaluation import Evaluation
-from pipeline.fields import Int, Num, Section, check_model
+from pipeline.eval.evaluation import Evaluation, Job
+from pipeline.fields import Int, Num, Section
 
 
-class Spread(Evaluation):
+class SpreadSettings(Section):
+    """Its own keys (conf/spread.yaml); `run`, `paths.*`, `tracking.*` and `verbose` are every evaluation's (Job)."""
+
+    t: Num(gt=0)
+    n: Int(2)
+    seed: Int(0)
+
+
+class Spread(Evaluation[SpreadSettings]):
     config = "spread"  # conf/spread.yaml in this package
+    Settings = SpreadSettings
 
-    class Settings(Section):
-        t: Num(gt=0)
-        n: Int(2)
-        seed: Int(0)
-
-    def check(self, cfg: dict) -> None:
-        try:
-            check_model(self.Settings, {k: cfg[k] for k in ("t", "n", "seed")})
-        except ValueError as e:
-            raise JobError(str(e)) from None
-
-    def run(self, cfg: dict) -> dict:
+    def run(self, job: Job[SpreadSettings]) -> dict:
         import mlflow
         import torch.nn.functional as F
 
@@ -37,29 +35,28 @@ class Spread(Evaluation):
         from pipeline.eval.features import eval_preprocess, extract
         from pipeline.eval.run_probe import backbone_from, random_backbone
         from pipeline.eval.source import load_source
-        from pipeline.store import Store
 
-        store = Store.of(cfg)
+        s, store = job.own, job.store
         tracking.setup(store)
         try:
-            src = load_source(str(cfg["run"]))
+            src = load_source(job.source)
         except (FileNotFoundError, ValueError) as e:
             raise JobError(str(e)) from None
-        settings = {"source": src.ref, "t": cfg["t"], "n": cfg["n"], "seed": cfg["seed"]}
+        settings = {"source": src.ref, "t": s.t, "n": s.n, "seed": s.seed}
         ev = downstream.find(store, src, "spread", settings)
         if ev.finished and ev.found is not None:
             m = ev.found.data.metrics
             return {label: {"uniformity": m[f"spread/{label}_uniformity"]} for label in ("pretrained", "random")}
         data = src.cfg["data"]
-        split = load_split(data["val"], data["task"], data.get("targets"), limit=cfg["n"])
+        split = load_split(data["val"], data["task"], data.get("targets"), limit=s.n)
         preprocess = eval_preprocess(*eval_settings(src.cfg["augment"]))
         results = {}
         with downstream.child_run(store, src, ev, "spread"):
             for label in ("pretrained", "random"):
                 pretrained = label == "pretrained"
-                net = backbone_from(src.state) if pretrained else random_backbone(src.cfg["model"], cfg["seed"])
+                net = backbone_from(src.state) if pretrained else random_backbone(src.cfg["model"], s.seed)
                 feats, _ = extract(net, split.encoded, preprocess)
-                u = float(uniformity(F.normalize(feats.to(torch.float64), dim=1), cfg["t"]))
+                u = float(uniformity(F.normalize(feats.to(torch.float64), dim=1), s.t))
                 results[label] = {"uniformity": u}
                 mlflow.log_metric(f"spread/{label}_uniformity", u)
         print(f"[spread] {results}", flush=True)
