@@ -6,7 +6,7 @@ method's StepContext, pipeline.methods.context)."""
 
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Any, Callable, cast
 
 import yaml
 
@@ -22,12 +22,12 @@ from pipeline.plugins import PLUGINS, build_plugin
 from pipeline.run_shape import RunShape
 
 
-def check_method(cfg: dict) -> None:
-    """The method's own keys against its `Settings`, then its `check` of the run's shape: ConfigError with one
-    line."""
-    method = METHODS[cfg["method"]["kind"]]
-    check_model(method.Settings, cfg["method"], root="method")
-    method.check(method.Settings.model_validate(cfg["method"]), RunShape.of(cfg))
+def check_method(settings: dict[str, Any], shape: RunShape) -> None:
+    """The method's own keys (`settings`: the method section) against its `Settings`, then its `check` of the run's
+    shape: ConfigError with one line."""
+    method = METHODS[settings["kind"]]
+    check_model(method.Settings, settings, root="method")
+    method.check(method.Settings.model_validate(settings), shape)
 
 
 def complete_method(cfg: dict) -> None:

@@ -5,6 +5,7 @@ made; the MLflow run it logs into is added by `opened`, which makes a new plan."
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
 
 from pipeline.schedules import scaled_lr
 
@@ -59,15 +60,15 @@ class RunPlan:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def make_plan(cfg: dict, num_train_samples: int) -> RunPlan:
-    t = cfg["train"]
+def make_plan(train: Mapping[str, Any], optim: Mapping[str, Any], workers: int, num_train_samples: int) -> RunPlan:
+    """The plan of a checked config's train and optim sections on `workers` Train workers."""
     return RunPlan(
-        workers=cfg["trainer"]["num_workers"],
-        batch_size=t["batch_size"],
+        workers=workers,
+        batch_size=train["batch_size"],
         num_train_samples=num_train_samples,
-        epochs=t["epochs"],
-        warmup_epochs=cfg["optim"]["warmup_epochs"],
-        lr=scaled_lr(cfg["optim"]["base_lr"], t["batch_size"]),
+        epochs=train["epochs"],
+        warmup_epochs=optim["warmup_epochs"],
+        lr=scaled_lr(optim["base_lr"], train["batch_size"]),
     )
 
 

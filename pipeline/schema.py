@@ -39,6 +39,7 @@ from pipeline.locations import check_data, check_paths, check_tracking
 from pipeline.methods import METHODS
 from pipeline.methods.settings import MethodSettings
 from pipeline.registry import RegistryError
+from pipeline.run_shape import RunShape
 from pipeline.store import Store
 
 # Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries. Method kinds
@@ -381,7 +382,7 @@ def check_method(cfg: dict) -> None:
     so torch."""
     from pipeline import build  # torch: only once the cheap checks have passed
 
-    build.check_method(cfg)
+    build.check_method(cfg["method"], RunShape.of(cfg))
 
 
 def _check_plugins(cfg: dict) -> None:

@@ -169,8 +169,7 @@ def test_channels_last_on_the_cpu_is_refused_where_onednn_would_corrupt_the_shor
 
 @pytest.mark.parametrize("group", ["experiment", "method", "augment", "data", "optim"])
 def test_the_schema_takes_every_shipped_option(tmp_path, group):
-    from pipeline.build import check_method
-    from pipeline.schema import _check_relations, _check_types, check_augment
+    from pipeline.schema import _check_relations, _check_types, check_augment, check_method
 
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
         # the ViT and ResNet-50 recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a

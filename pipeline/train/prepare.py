@@ -44,7 +44,7 @@ def resolve(cfg: dict) -> RunPlan:
     from pipeline.build import complete_method  # torch, already loaded by check_method's import of the method
 
     complete_method(cfg)  # e.g. MoCo's BN groups, which check_method checked against the batch
-    plan = make_plan(cfg, n)
+    plan = make_plan(t, cfg["optim"], workers, n)
     if plan.steps_per_epoch < 1:
         raise ConfigError(
             f"train.batch_size={t['batch_size']}: more than the {n} training samples in "

@@ -23,6 +23,7 @@ from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.fields import Choice, Int, Section, Str, bad, check_model
 from pipeline.schema import validate
+from pipeline.store import Store
 from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 
 # Sections a trial may not vary: where the data lives and how the cluster and store are reached are the
@@ -65,6 +66,8 @@ class SweepSpec:
     epoch_metrics: frozenset[str]  # what a trial reports every epoch (reported_metrics)
     model: Mapping[str, Any]  # the backbone of the random-init baseline
     probe: ProbeSpec  # the baseline's probe, the trials' own
+    store: Store  # tracking.*: the sweep's MLflow run and its trials' children
+    config: dict[str, Any]  # the whole config, as the sweep's run records it (params, config.yaml, datasets, gallery)
 
     @classmethod
     def of(cls, cfg: dict) -> SweepSpec:
@@ -82,6 +85,8 @@ class SweepSpec:
             epoch_metrics=frozenset(epoch),
             model=cfg["model"],
             probe=ProbeSpec.of(cfg),
+            store=Store.of(cfg),
+            config=cfg,
         )
 
 

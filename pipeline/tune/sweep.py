@@ -20,7 +20,6 @@ from pipeline import mlflow_ui, tracking
 from pipeline.cluster import cluster_address, init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.plan import RunPlan
-from pipeline.store import Store
 from pipeline.train import resources
 from pipeline.train.artifacts import log_gallery
 from pipeline.train.run_lock import run_lock
@@ -34,8 +33,8 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
     quiet_logs(bool(cfg.get("verbose")))
-    spec, store = SweepSpec.of(cfg), Store.of(cfg)
-    name = spec.name
+    spec = SweepSpec.of(cfg)
+    name, store = spec.name, spec.store
     with run_lock(spec.runs, name):
         found = tracking.find_run(tracking.setup(store), name)
         if found is not None and found.info.status == "FINISHED":
@@ -46,7 +45,7 @@ def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dic
         asked = _check_room(spec)
         run_id = tracking.start_or_resume(store, name, name, job="tune")
         try:
-            out = _run(cfg, spec, argv, dims, plan, run_id)
+            out = _run(spec, argv, dims, plan, run_id)
         except BaseException as e:
             status = tracking.end_failed(e)
             _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
@@ -92,12 +91,11 @@ def _threads(spec: SweepSpec, dims: list[Dim]) -> int:
     return max(1, (os.cpu_count() or 1) // (concurrent * spec.trainer["num_workers"]))
 
 
-def _run(cfg: dict, spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
-    """The sweep inside its open MLflow run: `cfg` is what the run logs (its params, config.yaml, datasets, gallery),
-    `spec` what drives it."""
-    s, name = spec.sweep, spec.name
-    uri = tracking.tracking_uri(Store.of(cfg))
-    if not mlflow.get_run(run_id).data.params:
+def _run(spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:
+    """The sweep inside its open MLflow run."""
+    s, name, cfg = spec.sweep, spec.name, spec.config
+    uri = tracking.tracking_uri(spec.store)
+    if not mlflow.get_run(run_id).data.params:  # what the sweep was made from, as its config has it
         mlflow.log_params(
             {
                 **{f"sweep.{k}": v for k, v in cfg["sweep"].items() if k not in ("space", "sizes")},
