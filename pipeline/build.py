@@ -26,8 +26,7 @@ def check_method(settings: dict[str, Any], shape: RunShape) -> None:
     """The method's own keys (`settings`: the method section) against its `Settings`, then its `check` of the run's
     shape: ConfigError with one line."""
     method = METHODS[settings["kind"]]
-    check_model(method.Settings, settings, root="method")
-    method.check(method.Settings.model_validate(settings), shape)
+    method.check(check_model(method.Settings, settings, root="method"), shape)
 
 
 def complete_method(cfg: dict) -> None:
@@ -51,8 +50,8 @@ def check_plugins(cfg: dict) -> None:
             )
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
         own = cfg["plugin"][name] or {}
-        check_model(PLUGINS[name].Settings, own, root=f"plugin.{name}")
-        PLUGINS[name].check(PLUGINS[name].Settings.model_validate(own), shape)  # what it asks of the run
+        typed = check_model(PLUGINS[name].Settings, own, root=f"plugin.{name}")
+        PLUGINS[name].check(typed, shape)  # what it asks of the run
     for name in cfg.get("plugin") or {}:
         build_plugin(name, cfg)  # constructors check their settings against the run (CoCor's composite views)
 

@@ -4,11 +4,13 @@ turns pydantic's first error into the one line a user reads (`train.epochs=abc: 
 Imports no torch: every job checks its command line with it before anything heavy is imported."""
 
 import json
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from pipeline.config import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def show(value: Any) -> str:
@@ -110,11 +112,11 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def check_model(model: type[BaseModel], data: dict, root: str = "") -> None:
-    """Validate `data` against a section model; ConfigError with one line naming the first bad key (prefixed
+def check_model(model: type[M], data: dict, root: str = "") -> M:
+    """`data` validated against a section model, typed; ConfigError with one line naming the first bad key (prefixed
     with `root`, e.g. "sweep"), its value and what the field allows."""
     try:
-        model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         if err["type"] == "extra_forbidden":

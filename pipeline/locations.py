@@ -45,11 +45,10 @@ def check_paths(paths: Mapping[str, str], storage: str, gallery_out: str | None)
     for key, value in folders.items():
         if _is_local(value):
             _check_folder(key, value)
-    out = gallery_out
-    if out and _is_local(out):
-        if Path(out).is_dir():
-            raise bad("gallery.out", out, "is a folder; expected a .png file path")
-        _check_folder("gallery.out", str(Path(out).parent))
+    if gallery_out and _is_local(gallery_out):
+        if Path(gallery_out).is_dir():
+            raise bad("gallery.out", gallery_out, "is a folder; expected a .png file path")
+        _check_folder("gallery.out", str(Path(gallery_out).parent))
 
 
 def tracking_store(store: Store) -> tuple[str, Path | None]:

@@ -4,7 +4,7 @@ that a component's `check` and `complete` see this and their `Settings`, never t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 
@@ -12,9 +12,8 @@ from typing import Any, Mapping
 class RunShape:
     workers: int  # trainer.num_workers
     batch_size: int  # train.batch_size, the global batch
-    compile: bool = False  # train.compile
-    augment: Mapping[str, Any] = field(default_factory=dict)  # the recipe as the config has it (its keys are its own)
-    method_kind: str = ""
+    compile: bool  # train.compile
+    augment: Mapping[str, Any]  # the recipe as the config has it (its keys are its own)
 
     @property
     def local_batch(self) -> int:
@@ -28,5 +27,4 @@ class RunShape:
             batch_size=int(cfg["train"]["batch_size"]),
             compile=bool(cfg["train"].get("compile")),
             augment=cfg.get("augment") or {},
-            method_kind=str(cfg["method"]["kind"]),
         )

@@ -279,7 +279,7 @@ def _stride(model: Model) -> int:
 
 def _check_types(cfg: dict) -> Config:
     """Every section's typed keys, the method's kind and a generated dataset's settings; the config, typed."""
-    check_model(Config, cfg)
+    typed = check_model(Config, cfg)
     try:
         kinds = METHODS.names()
         generate = cfg["data"].get("generate")
@@ -290,7 +290,7 @@ def _check_types(cfg: dict) -> Config:
         raise ConfigError(str(e)) from None
     if cfg["method"]["kind"] not in kinds:
         raise bad("method.kind", cfg["method"]["kind"], "expected one of " + ", ".join(kinds))
-    return Config.model_validate(cfg)
+    return typed
 
 
 def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
@@ -303,7 +303,7 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
             t.batch_size,
             f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}",
         )
-    if m.fix_predictor_lr and not m.predictor:
+    if m.fix_predictor_lr and m.predictor is None:
         raise bad("method.fix_predictor_lr", True, f"method={m.name} has no predictor (method.predictor)")
     stride = _stride(model)
     if data.image_size < stride:
@@ -378,8 +378,7 @@ def check_augment(aug: dict) -> None:
 
 
 def check_method(cfg: dict) -> None:
-    """The method's own settings and checks (its `Settings`, `check`: pipeline.build); they import the method, and
-    so torch."""
+    """The method's own settings and checks (its `Settings`, `check`: pipeline.build), which import it and torch."""
     from pipeline import build  # torch: only once the cheap checks have passed
 
     build.check_method(cfg["method"], RunShape.of(cfg))

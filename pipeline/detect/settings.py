@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.fields import Choice, Int, Num, Section
+from pipeline.fields import Bool, Choice, Int, Num, Section
 
 ENGINES = ("torchvision", "detectron2")
 STAGES = ("res2", "res3", "res4", "res5")
@@ -35,6 +35,8 @@ class Detection(Section):
 
     engine: Choice(*ENGINES)
     device: Choice("auto", "cpu", "cuda")
+    baseline: Bool()
+    seed: Int(0)
     detect: Detect
 
 

@@ -76,12 +76,8 @@ class Evaluation(Generic[T]):
         `check`), bad input a JobError with one line. The one place an evaluation reads its config; it runs before
         anything is logged or started (a suite makes every step's Job before its first step runs)."""
         try:
-            check_model(self.Settings, cfg)
-        except ConfigError as e:
-            raise self.Error(str(e)) from None
-        try:
-            job: Job[Any] = Job.of(cfg, self.Settings.model_validate(cfg))
-        except JobError as e:
+            job: Job[Any] = Job.of(cfg, check_model(self.Settings, cfg))
+        except (ConfigError, JobError) as e:
             raise self.Error(str(e)) from None
         self.check(job)
         return job

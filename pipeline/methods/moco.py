@@ -3,7 +3,7 @@ BatchNorm kept from leaking (shuffle-BN and its variants: methods/key_bn.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +41,8 @@ class MoCo(Method):
 
     @classmethod
     def check(cls, s: MethodSettings, shape: RunShape) -> None:
-        assert isinstance(s, MoCo.Settings)
-        workers, key = shape.workers, s.key_bn or "auto"
+        own = cast(MoCo.Settings, s)  # the registry hands each method its own Settings
+        workers, key = shape.workers, own.key_bn or "auto"
         if key in ("sync", "shuffle_node") and workers < 2:
             raise bad(
                 "method.key_bn",
@@ -50,7 +50,7 @@ class MoCo(Method):
                 "needs 2 or more workers (trainer.num_workers): one worker shares its statistics with nobody; use "
                 "split (BN groups within the worker) or auto",
             )
-        splits = key_bn.split_groups(s.bn_splits, key, workers)
+        splits = key_bn.split_groups(own.bn_splits, key, workers)
         if key == "sync" and splits != 1:
             raise bad("method.bn_splits", splits, "must be 1 with method.key_bn=sync (the key encoder's BN is synced)")
         if key == "split" and splits < 2:
@@ -59,7 +59,7 @@ class MoCo(Method):
         if local_bs % splits:
             raise bad(
                 "method.bn_splits",
-                s.bn_splits,
+                own.bn_splits,
                 f"per-worker batch {local_bs} does not split into method.bn_splits={splits} groups "
                 f"(shuffle-BN); use a batch that is a multiple of {splits * workers}, or set "
                 f"method.bn_splits to a divisor of {local_bs}",
@@ -67,9 +67,9 @@ class MoCo(Method):
 
     @classmethod
     def complete(cls, s: MethodSettings, shape: RunShape) -> dict[str, Any]:
-        assert isinstance(s, MoCo.Settings)
-        key = s.key_bn or "auto"  # key_bn.resolve decides `auto` by the workers' node layout, as training starts
-        return {"bn_splits": key_bn.split_groups(s.bn_splits, key, shape.workers), "key_bn": key}
+        own = cast(MoCo.Settings, s)
+        key = own.key_bn or "auto"  # key_bn.resolve decides `auto` by the workers' node layout, as training starts
+        return {"bn_splits": key_bn.split_groups(own.bn_splits, key, shape.workers), "key_bn": key}
 
     def __init__(self, s: Settings, run: MethodRun):
         super().__init__()

@@ -10,6 +10,8 @@ re-rendered from the sample's factors with alpha requiring grad).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from pipeline import dist
@@ -35,8 +37,8 @@ class InvCLR(Plugin):
 
     @classmethod
     def check(cls, s: Section, shape: RunShape) -> None:
-        assert isinstance(s, InvCLR.Settings)
-        if shape.compile and s.lam > 0:
+        lam = cast(InvCLR.Settings, s).lam  # the registry hands each plug-in its own Settings
+        if shape.compile and lam > 0:
             raise ValueError(
                 "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
                 "backward): drop train.compile or set plugin.invclr.lam=0"

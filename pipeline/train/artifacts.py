@@ -1,8 +1,8 @@
 """What a pretraining run leaves in MLflow and on disk besides its metrics: the views gallery, the training
 curves, the checkpoint and the backbone model, the closing summary; and the report of a run that finished before.
 
-On the jobs' light path (train/launch.py, jobs/gallery.py import it before the config is checked): MLflow, torch and
-the modules that load them are imported inside the functions that use them."""
+On the jobs' light path (train/launch.py imports it before the config is checked): MLflow, torch and the modules that
+load them are imported inside the functions that use them."""
 
 from __future__ import annotations
 
