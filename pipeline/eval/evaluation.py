@@ -25,12 +25,16 @@ class Job(Generic[T]):
     own: T  # the evaluation's own keys: its `Settings`, validated
     source: str  # `run`: the pretraining run, an MLflow run id, a checkpoint folder or a state.pt
     store: Store  # tracking.* and paths.runs: where the child run goes, and where a run id is looked up
-    runs: Path  # paths.runs: the evaluation's own outputs (charts, caches)
     data_root: Path  # paths.data: data an evaluation makes (the detection shapes)
     verbose: bool = False
     # data.*: keys on top of the run's own data (data.train=<shards elsewhere>); nulls dropped
     data: Mapping[str, Any] = field(default_factory=dict)
     trainer: Mapping[str, Any] = field(default_factory=dict)  # the Ray cluster it joins or starts (trainer.*)
+
+    @property
+    def runs(self) -> Path:
+        """paths.runs, the store's folder: the evaluation's own outputs (charts, caches)."""
+        return Path(self.store.runs)
 
     @classmethod
     def of(cls, cfg: dict, own: T, source: str | None = None) -> Job[T]:
@@ -43,7 +47,6 @@ class Job(Generic[T]):
             own=own,
             source=str(cfg["run"]) if source is None else source,
             store=Store.of(cfg),
-            runs=Path(cfg["paths"]["runs"]),
             data_root=Path(cfg["paths"]["data"]),
             verbose=bool(cfg.get("verbose")),
             data={k: v for k, v in (data or {}).items() if v is not None},
