@@ -59,8 +59,7 @@ TARGET = 1.0  # the issue's: the project's epoch rate >= 1.0x the bare loop's on
 def photos_config(overrides: list[str]) -> dict:
     """The pretraining config for one worker on Photos, with the values prepare.resolve derives (BN groups)."""
     cfg = compose_config(["data=photos", "trainer.num_workers=1", *overrides])
-    validate(cfg)
-    complete_method(cfg)
+    cfg["method"].update(complete_method(validate(cfg)))
     return cfg
 
 

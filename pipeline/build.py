@@ -13,13 +13,14 @@ import yaml
 from pipeline.augment.colour import ModelColourStage
 from pipeline.augment.view_maker import image_recipe
 from pipeline.config import CONF_DIR
-from pipeline.fields import check_model
+from pipeline.fields import Checked, check_model
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract, satisfied
 from pipeline.methods.settings import MethodRun
-from pipeline.plugins import PLUGINS, build_plugin
+from pipeline.plugins import PLUGINS, build_plugins
 from pipeline.run_shape import RunShape
+from pipeline.sections import Config
 
 
 def check_method(settings: dict[str, Any], shape: RunShape) -> None:
@@ -29,18 +30,18 @@ def check_method(settings: dict[str, Any], shape: RunShape) -> None:
     method.check(check_model(method.Settings, settings, root="method"), shape)
 
 
-def complete_method(cfg: dict) -> None:
-    """Write the method's settled `auto` settings (its `complete`) into the checked config: the checkpoint's config
-    then rebuilds the same model."""
-    method = METHODS[cfg["method"]["kind"]]
-    cfg["method"].update(method.complete(method.Settings.model_validate(cfg["method"]), RunShape.of(cfg)))
+def complete_method(c: Checked[Config]) -> dict[str, Any]:
+    """The method's settled `auto` settings (its `complete`), which the job writes into its config: the checkpoint's
+    config then rebuilds the same model."""
+    method = METHODS[c.typed.method.kind]
+    return method.complete(method.Settings.model_validate(c.raw["method"]), RunShape.of(c))
 
 
-def check_plugins(cfg: dict) -> None:
+def check_plugins(c: Checked[Config]) -> None:
     """ValueError with one line when a plug-in is unknown, is not defined on the framework, needs context the
     method does not provide, lacks its views or has bad settings."""
-    kind, shape = cfg["method"]["kind"], RunShape.of(cfg)
-    for name in cfg.get("plugin") or {}:
+    kind, shape, plugins = c.typed.method.kind, RunShape.of(c), c.raw.get("plugin") or {}
+    for name in plugins:
         if name not in PLUGINS:
             raise ValueError(f"unknown plugin {name!r}; known: {sorted(PLUGINS)}")
         if kind not in PLUGINS[name].frameworks:
@@ -49,11 +50,9 @@ def check_plugins(cfg: dict) -> None:
                 f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})"
             )
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
-        own = cfg["plugin"][name] or {}
-        typed = check_model(PLUGINS[name].Settings, own, root=f"plugin.{name}")
+        typed = check_model(PLUGINS[name].Settings, plugins[name] or {}, root=f"plugin.{name}")
         PLUGINS[name].check(typed, shape)  # what it asks of the run
-    for name in cfg.get("plugin") or {}:
-        build_plugin(name, cfg)  # constructors check their settings against the run (CoCor's composite views)
+    build_plugins(c.raw)  # constructors check their settings against the run (CoCor's composite views)
 
 
 def build_method(cfg: dict) -> Method:
@@ -73,8 +72,7 @@ def build_method(cfg: dict) -> Method:
     if aug.get("kind", "views") == "views" and aug:
         stage = ModelColourStage(image_recipe(aug))
         method.colour_stage = stage if stage else None
-    for name in cfg.get("plugin") or {}:
-        plugin = build_plugin(name, cfg)
+    for plugin in build_plugins(cfg):
         method.plugins.append(plugin)
         plugin.attach(method)
     return method

@@ -116,8 +116,9 @@ def config_hash(
     return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def to_yaml(cfg: dict) -> str:
-    return OmegaConf.to_yaml(OmegaConf.create(cfg))
+def to_yaml(data: dict) -> str:
+    """A mapping (a config, a sweep's best values) as YAML."""
+    return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def _default_groups(config_name: str) -> list[str]:

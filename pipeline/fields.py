@@ -4,13 +4,15 @@ turns pydantic's first error into the one line a user reads (`train.epochs=abc: 
 Imports no torch: every job checks its command line with it before anything heavy is imported."""
 
 import json
-from typing import Annotated, Any, Literal, Optional, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from pipeline.config import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
 
 
 def show(value: Any) -> str:
@@ -139,3 +141,19 @@ def check_model(model: type[M], data: dict, root: str = "") -> M:
         if value is _MISSING:
             raise ConfigError(f"{key} is missing: {what}") from None
         raise bad(key, value, what) from None
+
+
+@dataclass(frozen=True)
+class Checked(Generic[M_co]):
+    """A composed config its model passed: `typed`, what a job's typed objects (their `.of`) read, and `raw`, the
+    config as composed, what a run records and hashes and where the sections whose keys are their components' own
+    (the method's, the plug-ins', the recipe's) are read by those components. Made where a job starts; a job that
+    completes its config afterwards (pipeline.train.prepare.resolve) makes a new one."""
+
+    typed: M_co
+    raw: dict[str, Any]
+
+    @classmethod
+    def of(cls, model: type[M], data: dict[str, Any], root: str = "") -> "Checked[M]":
+        """`data` checked against `model` (check_model: ConfigError with one line), beside its typed form."""
+        return Checked(check_model(model, data, root), data)

@@ -5,7 +5,12 @@ that a component's `check` and `complete` see this and their `Settings`, never t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pipeline.fields import Checked
+
+if TYPE_CHECKING:
+    from pipeline.sections import Config
 
 
 @dataclass(frozen=True)
@@ -21,10 +26,10 @@ class RunShape:
         return self.batch_size // self.workers
 
     @classmethod
-    def of(cls, cfg: dict) -> RunShape:
+    def of(cls, c: Checked[Config]) -> RunShape:
         return cls(
-            workers=int(cfg["trainer"]["num_workers"]),
-            batch_size=int(cfg["train"]["batch_size"]),
-            compile=bool(cfg["train"].get("compile")),
-            augment=cfg.get("augment") or {},
+            workers=c.typed.trainer.num_workers,
+            batch_size=c.typed.train.batch_size,
+            compile=c.typed.train.compile,
+            augment=c.raw["augment"],
         )

@@ -169,7 +169,9 @@ def test_channels_last_on_the_cpu_is_refused_where_onednn_would_corrupt_the_shor
 
 @pytest.mark.parametrize("group", ["experiment", "method", "augment", "data", "optim"])
 def test_the_schema_takes_every_shipped_option(tmp_path, group):
-    from pipeline.schema import _check_relations, _check_types, check_augment, check_method
+    from pipeline.fields import Checked
+    from pipeline.schema import _check_components, _check_relations, check_augment, check_method
+    from pipeline.sections import Config
 
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
         # the ViT and ResNet-50 recipes are ImageNet's: DINO's 14-px local crops of 32-px data are smaller than a
@@ -178,10 +180,11 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
         cfg = compose_config(
             [f"paths.root={tmp_path}", f"{'+' if group == 'experiment' else ''}{group}={path.stem}", *data]
         )
-        typed = _check_types(cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
-        _check_relations(typed, cfg["augment"])
+        c = Checked.of(Config, cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
+        _check_components(c.typed)
+        _check_relations(c.typed, cfg["augment"])
         check_augment(cfg["augment"])
-        check_method(cfg)  # the method's own Settings and checks
+        check_method(c)  # the method's own Settings and checks
     assert list(tmp_path.iterdir()) == []
 
 
@@ -189,7 +192,8 @@ def test_schema_choices_match_the_registries():
     from pipeline.methods import METHODS
     from pipeline.methods.base import Method
     from pipeline.models import backbones
-    from pipeline.schema import BACKBONES, OPTIMIZERS, VIT_PATCH
+    from pipeline.schema import VIT_PATCH
+    from pipeline.sections import BACKBONES, OPTIMIZERS
     from pipeline.train.optim import build_optimizer
 
     assert all(issubclass(METHODS[kind], Method) for kind in METHODS)  # every registered path loads

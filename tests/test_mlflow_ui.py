@@ -133,13 +133,15 @@ def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, mo
 
 def test_the_description_names_the_command_method_data_and_pictures_then_the_results(tmp_path):
     from pipeline.config import compose_config
+    from pipeline.fields import Checked
+    from pipeline.sections import Config
     from pipeline.train.artifacts import describe_pretrain
     from pipeline.train.spec import PretrainSpec
 
     cfg = compose_config(["plugin=[co2]"])
     manifest = {"num_samples": 10, "shards": ["s0.tar"]}
     data = [mlflow_ui.split_dataset(str(tmp_path / "spiro" / "train"), manifest)]
-    text = describe_pretrain(PretrainSpec.of(cfg), data)
+    text = describe_pretrain(PretrainSpec.of(Checked.of(Config, cfg)), data)
     assert "`python " in text and "**method** mocov2, plug-ins: co2" in text
     assert f"spiro/train (10 samples, digest {mlflow_ui.split_digest(manifest)[:16]})" in text
     assert "`gallery/`" in text and "`curves/`" in text and "`probe/`" in text

@@ -11,7 +11,7 @@ from pipeline.detect.job_errors import DetectError
 from pipeline.detect.settings import STAGES, Detection, Transfer
 from pipeline.detect.voc import missing
 from pipeline.eval.evaluation import Evaluation, Job
-from pipeline.fields import check_model
+from pipeline.fields import Checked
 
 
 def check(t: Transfer) -> None:
@@ -86,12 +86,12 @@ class DetectionTransfer(Evaluation[Transfer]):
     def job(self, cfg: dict) -> Job[Transfer]:
         """The typed keys through the project's schema (Detection), then their relations (check)."""
         try:
-            check_model(Detection, cfg)
+            c = Checked.of(Detection, cfg)
         except ConfigError as e:
             raise DetectError(str(e)) from None
-        t = Transfer.of(cfg)  # the preset stays as the config has it: the engines take it so
+        t = Transfer.of(c)
         check(t)
-        return Job.of(cfg, t)
+        return Job.of(c, t)
 
     def run(self, job: Job[Transfer]) -> dict:
         from pipeline.detect import transfer  # the heavy part (torch, Ray, MLflow): kept off the bad-input path

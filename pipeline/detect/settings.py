@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.fields import Bool, Choice, Int, Num, Section
+from pipeline.fields import Bool, Checked, Choice, Int, Num, Section
 
 ENGINES = ("torchvision", "detectron2")
 STAGES = ("res2", "res3", "res4", "res5")
@@ -53,12 +53,7 @@ class Transfer:
     verbose: bool
 
     @classmethod
-    def of(cls, cfg: dict) -> Transfer:
-        return cls(
-            cfg["engine"],
-            cfg["device"],
-            cfg["detect"],
-            bool(cfg["baseline"]),
-            int(cfg["seed"]),
-            bool(cfg.get("verbose")),
-        )
+    def of(cls, c: Checked[Detection]) -> Transfer:
+        """The preset stays as the config has it (`raw`): the engines take it so."""
+        t = c.typed
+        return cls(t.engine, t.device, c.raw["detect"], t.baseline, t.seed, bool(c.raw.get("verbose")))

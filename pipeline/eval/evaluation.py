@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from pipeline.config import ConfigError, JobError, cli, compose_config, fail
-from pipeline.fields import Section, check_model
+from pipeline.fields import Checked, Section
 from pipeline.store import Store
 
 T = TypeVar("T")
@@ -37,9 +37,11 @@ class Job(Generic[T]):
         return Path(self.store.runs)
 
     @classmethod
-    def of(cls, cfg: dict, own: T, source: str | None = None) -> Job[T]:
-        """The job of a composed config; `source` where the config's `run` is not the pretraining run (the probe's
-        `run` is the training config's section). JobError with one line for a `data` that is no mapping."""
+    def of(cls, c: Checked[Section], own: T, source: str | None = None) -> Job[T]:
+        """The job of a checked config (its evaluation's model, or the training config's for the probe); `source`
+        where the config's `run` is not the pretraining run (the probe's `run` is the training config's section).
+        JobError with one line for a `data` that is no mapping."""
+        cfg = c.raw
         data = cfg.get("data")
         if data is not None and not isinstance(data, dict):
             raise JobError(f"data={data}: expected keys on top of the run's data (data.train=...)")
@@ -79,7 +81,8 @@ class Evaluation(Generic[T]):
         `check`), bad input a JobError with one line. The one place an evaluation reads its config; it runs before
         anything is logged or started (a suite makes every step's Job before its first step runs)."""
         try:
-            job: Job[Any] = Job.of(cfg, check_model(self.Settings, cfg))
+            c = Checked.of(self.Settings, cfg)
+            job: Job[Any] = Job.of(c, c.typed)
         except (ConfigError, JobError) as e:
             raise self.Error(str(e)) from None
         self.check(job)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.fields import Bool, Choice, Int, Num, Section, Str
-from pipeline.schema import Resources
+from pipeline.sections import Resources
 
 
 class Knn(Section):
@@ -46,7 +46,7 @@ class Finetune(Section):
 
 @dataclass(frozen=True)
 class ProbeRequest:
-    """The probe's own settings: the command line's training config (pipeline.schema's Config, checked), which the run
+    """The probe's own settings: the command line's training config (pipeline.sections' Config, checked), which the run
     merges with the probed run's own sections (run_probe.config_for_run), and the overrides that say which keys the
     command line set."""
 

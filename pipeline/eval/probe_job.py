@@ -9,8 +9,8 @@ from pipeline.config import ConfigError
 from pipeline.eval.evaluation import Evaluation, Job
 from pipeline.eval.job_errors import ProbeError
 from pipeline.eval.job_settings import ProbeRequest
-from pipeline.fields import check_model
-from pipeline.schema import Config
+from pipeline.fields import Checked
+from pipeline.sections import Config
 
 
 def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -39,13 +39,13 @@ class LinearProbe(Evaluation[ProbeRequest]):
 
     def job(self, cfg: dict) -> Job[ProbeRequest]:
         try:
-            check_model(Config, cfg)  # the typed keys; the run's own sections are merged in when it runs
+            c = Checked.of(Config, cfg)  # the typed keys; the run's own sections are merged in when it runs
         except ConfigError as e:
             raise ProbeError(str(e)) from None
-        ref = self.ref or cfg["eval"]["probe"]["checkpoint"]
+        ref = self.ref or c.typed.eval.probe.checkpoint
         if not ref:
             raise ProbeError("run=<MLflow run id, checkpoint folder or state.pt> is required")
-        return Job.of(cfg, ProbeRequest(cfg, tuple(self.argv)), source=str(ref))
+        return Job.of(c, ProbeRequest(cfg, tuple(self.argv)), source=str(ref))
 
     def run(self, job: Job[ProbeRequest]) -> dict:
         from pipeline.eval import probe_run  # the heavy part (torch, Ray, MLflow): kept off the bad-input path

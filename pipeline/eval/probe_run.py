@@ -30,11 +30,13 @@ def run(job: Job[ProbeRequest]) -> dict:
     except FileNotFoundError as e:
         raise ProbeError(str(e)) from None
     try:
-        cfg = config_for_run(job.own.config, src.cfg, list(job.own.argv))
-        validate(cfg)  # the run's sections with the command line's on top: one line, before anything is logged
+        cfg = config_for_run(job.own, src.cfg)
+        checked = validate(
+            cfg
+        )  # the run's sections with the command line's on top: one line, before anything is logged
     except (ValueError, ConfigError) as e:
         raise ProbeError(str(e)) from None
-    spec = ProbeSpec.of(cfg)
+    spec = ProbeSpec.of(checked)
     parent = src.run_id
     parent_run = MlflowClient().get_run(parent) if parent else None
 

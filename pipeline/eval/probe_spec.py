@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pipeline.cluster import init_ray
-from pipeline.schema import Data, Invariance, Probe
+from pipeline.fields import Checked
+from pipeline.sections import Config, Data, Invariance, Probe
 
 
 def _no_ray() -> None:
@@ -33,21 +34,20 @@ class ProbeSpec:
     start_ray: Callable[[], None] = _no_ray  # the job's Ray (a joined cluster or a private one), for the SGD probe
 
     @classmethod
-    def of(cls, cfg: dict) -> ProbeSpec:
-        """The spec of a validated config (pipeline.schema.validate has passed: every section is there)."""
-        ev = cfg["eval"]
-        inv = Invariance.model_validate(ev["invariance"])
+    def of(cls, c: Checked[Config]) -> ProbeSpec:
+        """The spec of a checked config (pipeline.schema.validate has passed: every section is there)."""
+        t, inv = c.typed, c.typed.eval.invariance
         return cls(
-            probe=Probe.model_validate(ev["probe"]),
-            data=Data.model_validate(cfg["data"]),
-            model=cfg["model"],
-            augment=cfg["augment"],
-            seed=int(cfg["seed"]),
-            runs=Path(cfg["paths"]["runs"]),
-            fa_m=int(ev["feature_averaging"]["m"]),
+            probe=t.eval.probe,
+            data=t.data,
+            model=c.raw["model"],
+            augment=c.raw["augment"],
+            seed=t.seed,
+            runs=Path(t.paths.runs),
+            fa_m=t.eval.feature_averaging.m,
             invariance=inv if inv.enabled else None,
-            autoscale=bool(cfg["trainer"].get("autoscale")),
-            start_ray=partial(init_ray, cfg["trainer"], bool(cfg.get("verbose"))),
+            autoscale=t.trainer.autoscale,
+            start_ray=partial(init_ray, c.raw["trainer"], t.verbose),
         )
 
     @property

@@ -35,23 +35,24 @@ from pipeline.eval.invariance import (
     split_targets,
     transformed_features,
 )
+from pipeline.eval.job_settings import ProbeRequest
 from pipeline.eval.linear_probe import probe
 from pipeline.eval.probe_spec import ProbeSpec
 from pipeline.eval.results import format_table
 from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
 from pipeline.models.backbones import build_backbone
-from pipeline.schema import Invariance
+from pipeline.sections import Invariance
 
 RUN_SECTIONS = ("method", "model", "augment", "data")  # what a probe of a run's checkpoint takes from the run
 
 
-def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
-    """The probe's config: the command line's (paths, tracking, eval, seed) with the model, method, augment
+def config_for_run(request: ProbeRequest, trained: dict) -> dict:
+    """The probe's config: the command line's (`request`: paths, tracking, eval, seed) with the model, method, augment
     (hence image size) and data of the run that made the checkpoint. The command line's `data.<key>=` and
     `augment.<key>=` overrides still apply on top of the run's; `data=<option>` probes the run's backbone,
     at the run's image size, on another dataset. Model and method always follow the checkpoint; the run's
-    augment can be tuned key by key but not swapped (ValueError with one line)."""
-    overrides = [(o.split("=", 1)[0].lstrip("+~"), o.lstrip("+")) for o in argv if "=" in o]
+    augment can be tuned key by key but not swapped (ValueError with one line). `trained`: the run's config."""
+    overrides = [(o.split("=", 1)[0].lstrip("+~"), o.lstrip("+")) for o in request.argv if "=" in o]
     swapped_data = any(k == "data" for k, _ in overrides)
     for k, _ in overrides:
         top = k.split(".")[0]
@@ -59,10 +60,10 @@ def config_for_run(cfg: dict, run_cfg: dict, argv: list[str]) -> dict:
             raise ValueError(
                 f"{k}: a probe of a run's checkpoint uses the run's {top} (override eval.* or data.* instead)"
             )
-    taken = {s: run_cfg[s] for s in RUN_SECTIONS if s in run_cfg and not (s == "data" and swapped_data)}
+    taken = {s: trained[s] for s in RUN_SECTIONS if s in trained and not (s == "data" and swapped_data)}
     dotted = [o for k, o in overrides if "." in k and k.split(".")[0] in taken]
     merged = OmegaConf.merge(OmegaConf.create(taken), OmegaConf.from_dotlist(dotted))
-    out = dict(cfg)
+    out = dict(request.config)
     out.update(cast(dict, OmegaConf.to_container(merged, resolve=True)))  # merged mappings: a mapping
     return out
 

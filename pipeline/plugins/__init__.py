@@ -17,14 +17,12 @@ if TYPE_CHECKING:
 PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugins",), "name", "Plugin"))
 
 
-def build_plugin(name: str, cfg: dict) -> Plugin:
-    """The plug-in `name` of the config: its `plugin.<name>` keys typed by its `Settings` (ConfigError with one line
-    naming the first bad key) and what it reads of the rest of the config, a PluginRun."""
+def build_plugins(cfg: dict) -> list[Plugin]:
+    """The config's plug-ins, in its order: each one's `plugin.<name>` keys typed by its `Settings` (ConfigError with
+    one line naming the first bad key) and what it reads of the rest of the config, a PluginRun. `cfg`: a checked
+    config, or the config a checkpoint recorded (the keys a plug-in reads of the run have defaults)."""
     from pipeline.plugins.base import PluginRun  # torch
 
-    cls = PLUGINS[name]
-    own = dict(cfg["plugin"][name] or {})
-    check_model(cls.Settings, own, root=f"plugin.{name}")
     data = cfg.get("data") or {}
     run = PluginRun(
         augment=cfg.get("augment") or {},
@@ -36,5 +34,10 @@ def build_plugin(name: str, cfg: dict) -> Plugin:
         data_task=data.get("task", "classification"),
         data_targets=data.get("targets"),
     )
-    # each plug-in's constructor takes its own settings, typed, and what it reads of the run
-    return cast("Callable[..., Plugin]", cls)(cls.Settings.model_validate(own), run)
+    out = []
+    for name, own in (cfg.get("plugin") or {}).items():
+        cls = PLUGINS[name]
+        settings = check_model(cls.Settings, dict(own or {}), root=f"plugin.{name}")
+        # each plug-in's constructor takes its own settings, typed, and what it reads of the run
+        out.append(cast("Callable[..., Plugin]", cls)(settings, run))
+    return out

@@ -14,7 +14,7 @@ calls `after_outer_step`.
 (any one of the sets), checked against the method's `provides` when the config is validated.
 
 Its constructor is `__init__(self, s: Settings, run: PluginRun)`: its own `plugin.<name>.*` keys, checked and typed,
-and what it reads of the rest of the run (pipeline.plugins.build_plugin makes both from the config).
+and what it reads of the rest of the run (pipeline.plugins.build_plugins makes both from the config).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pipeline.run_shape import RunShape
 
 @dataclass(frozen=True)
 class PluginRun:
-    """What a plug-in reads of the run beside its own settings (pipeline.plugins.build_plugin makes it from the
+    """What a plug-in reads of the run beside its own settings (pipeline.plugins.build_plugins makes it from the
     config): the augment section (the views: InvCLR's colour law or Spirograph size, CoCor's composites), the
     method's kind and name (the framework's constants: CO2's alpha and tau, CLSA's BYOL temperature, CoCor's Table 9
     targets), the seed of its random state, the epochs its schedules span (CoCor's target network) and the training

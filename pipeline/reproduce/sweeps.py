@@ -33,12 +33,12 @@ def run_sweep_for_report(name: str, args: list[str]) -> dict:
 
     argv = [f"+sweep={name}", *args]
     try:
-        cfg, full, dims, plan = prepare(argv)
-        print(f"[reproductions] sweep {name}: {cfg['run']['name']}", flush=True)
-        out = run_sweep(cfg, full, dims, plan)
+        spec, full, dims, plan = prepare(argv)
+        print(f"[reproductions] sweep {name}: {spec.name}", flush=True)
+        out = run_sweep(spec, full, dims, plan)
     except (ConfigError, RunBusy) as e:
         fail(f"sweep {name}: {e}")
-    run = MlflowClient(cfg["tracking"]["uri"]).get_run(out["run_id"])
+    run = MlflowClient(spec.store.uri).get_run(out["run_id"])
     if run.info.status != "FINISHED":
         fail(f"sweep {name} ended {run.info.status} (MLflow run {out['run_id']}); rerun to resume it")
     continuous = {d.key for d in dims if d.is_range}
@@ -49,8 +49,8 @@ def run_sweep_for_report(name: str, args: list[str]) -> dict:
         **out,
         "name": name,
         "argv": argv,
-        "metric": cfg["sweep"]["metric"],
-        "mode": cfg["sweep"]["mode"],
+        "metric": spec.sweep.metric,
+        "mode": spec.sweep.mode,
         "minutes": run.data.metrics.get("sweep/minutes", float("nan")),
         "paper": paper,
         "where": where,

@@ -18,7 +18,9 @@ from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
 from pipeline.eval import run_probe
+from pipeline.fields import Checked
 from pipeline.plan import RunPlan
+from pipeline.sections import Config
 from pipeline.train import resources
 from pipeline.train.artifacts import (
     describe_pretrain,
@@ -101,7 +103,8 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     its MLflow run is a child of the sweep's run."""
     if plan is None:  # resolve() not run yet: the config is checked and completed, the data made
         plan = resolve(cfg)
-    spec = PretrainSpec.of(cfg)  # the config is complete: from here on the run reads the spec alone
+    # the config is complete (named, the method's settings settled): from here on the run reads the spec alone
+    spec = PretrainSpec.of(Checked.of(Config, cfg))
     quiet_logs(spec.verbose)
     name = spec.name
     with run_lock(spec.runs, name):

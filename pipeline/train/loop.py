@@ -29,7 +29,7 @@ from pipeline.eval.knn import knn_metrics
 from pipeline.mlflow_ui import metric_name, start_system_metrics
 from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
-from pipeline.schema import Debug
+from pipeline.sections import Debug
 from pipeline.train.optim import build_optimizer
 from pipeline.train.plugin_optim import PluginOptimizers, from_method_state
 from pipeline.train.precision import resolve_precision

@@ -28,30 +28,28 @@ def resolve(cfg: dict) -> RunPlan:
     login; the method's own checks (which import torch) come before any data is made,
     or, where the data exists, after its shards are checked (prepare_data), so that cheap errors are answered
     fast and nothing is made before everything has been checked."""
-    validate(cfg, method=False)  # the method's own checks import torch: below
+    c = validate(cfg, method=False)  # the method's own checks import torch: below
     server = Store.of(cfg).server()
     if server:  # before the data is made or checked: a refused login is answered at once
-        preflight.check_server(server, cfg["tracking"]["experiment"])
-    data, data_root = cfg["data"], cfg["paths"]["data"]
+        preflight.check_server(server, c.typed.tracking.experiment)
+    data, data_root = cfg["data"], c.typed.paths.data
     making = _must_make(data, data_root)
     if making:  # nothing is made before every check has passed
-        check_method(cfg)
+        check_method(c)
     n = int(prepare_data(data, data_root)["num_samples"])
     if not making:  # after the shards' check, so that a bad shard is answered before torch is imported
-        check_method(cfg)
-    m, t = cfg["method"], cfg["train"]
-    workers = cfg["trainer"]["num_workers"]
+        check_method(c)
     from pipeline.build import complete_method  # torch, already loaded by check_method's import of the method
 
-    complete_method(cfg)  # e.g. MoCo's BN groups, which check_method checked against the batch
-    plan = make_plan(t, cfg["optim"], workers, n)
+    cfg["method"].update(complete_method(c))  # e.g. MoCo's BN groups, which check_method checked against the batch
+    t, workers = c.typed.train, c.typed.trainer.num_workers
+    plan = make_plan(cfg["train"], cfg["optim"], workers, n)
     if plan.steps_per_epoch < 1:
         raise ConfigError(
-            f"train.batch_size={t['batch_size']}: more than the {n} training samples in "
-            f"data.train={data['train']}; use a batch of at most {n - n % workers}"
+            f"train.batch_size={t.batch_size}: more than the {n} training samples in "
+            f"data.train={c.typed.data.train}; use a batch of at most {n - n % workers}"
         )
-    name = cfg["run"]["name"] or f"{m['name']}-{data['name']}-{config_hash(cfg)}"
-    cfg["run"]["name"] = name
+    cfg["run"]["name"] = c.typed.run.name or f"{c.typed.method.name}-{c.typed.data.name}-{config_hash(cfg)}"
     return plan
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.fields import Checked
 from pipeline.methods.settings import MethodSettings
-from pipeline.schema import Data, Debug, Gallery, Knn, Model, Tracking, Train, Trainer
+from pipeline.sections import Config, Data, Debug, Gallery, Knn, Model, Tracking, Train, Trainer
 from pipeline.store import Store
 
 
@@ -40,27 +41,27 @@ class PretrainSpec:
     config: dict[str, Any]
 
     @classmethod
-    def of(cls, cfg: dict) -> PretrainSpec:
-        """The spec of a checked and completed config (pipeline.train.prepare.resolve has run)."""
-        ev = cfg["eval"]
+    def of(cls, c: Checked[Config]) -> PretrainSpec:
+        """The spec of a checked and completed config (pipeline.train.prepare.resolve has run, and named the run)."""
+        t, cfg = c.typed, c.raw
         return cls(
-            name=str(cfg["run"]["name"]),
-            seed=int(cfg["seed"]),
-            verbose=bool(cfg.get("verbose")),
-            runs=Path(cfg["paths"]["runs"]),
+            name=str(t.run.name),
+            seed=t.seed,
+            verbose=t.verbose,
+            runs=Path(t.paths.runs),
             store=Store.of(cfg),
-            model=Model.model_validate(cfg["model"]),
-            train=Train.model_validate(cfg["train"]),
-            trainer=Trainer.model_validate(cfg["trainer"]),
-            tracking=Tracking.model_validate(cfg["tracking"]),
-            knn=Knn.model_validate(ev["knn"]),
-            data=Data.model_validate(cfg["data"]),
-            gallery=Gallery.model_validate(cfg["gallery"]),
-            debug=Debug.model_validate(cfg.get("debug") or {}),
-            method=MethodSettings.model_validate(cfg["method"]),
+            model=t.model,
+            train=t.train,
+            trainer=t.trainer,
+            tracking=t.tracking,
+            knn=t.eval.knn,
+            data=t.data,
+            gallery=t.gallery,
+            debug=t.debug,
+            method=t.method,
             optim=cfg["optim"],
             augment=cfg["augment"],
-            probe=ProbeSpec.of(cfg) if ev["probe"]["after_pretrain"] else None,
+            probe=ProbeSpec.of(c) if t.eval.probe.after_pretrain else None,
             config=cfg,
         )
 

@@ -21,8 +21,9 @@ from pydantic import ConfigDict
 from pipeline.cluster import cluster_address
 from pipeline.config import ConfigError, compose_config, config_hash
 from pipeline.eval.probe_spec import ProbeSpec
-from pipeline.fields import Choice, Int, Section, Str, bad, check_model
+from pipeline.fields import Checked, Choice, Int, Section, Str, bad, check_model
 from pipeline.schema import validate
+from pipeline.sections import Config
 from pipeline.store import Store
 from pipeline.tune.space import Dim, override, parse_space, reported_metrics
 
@@ -50,6 +51,12 @@ class Sweep(Section):
     seed: Int(0) = 0
 
 
+class SweepConfig(Config):
+    """A sweep's config: the base config every trial shares, and the sweep's settings."""
+
+    sweep: Sweep
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     """What the sweep's driver reads of its config (pipeline.tune.sweep, .results), typed and taken once after the
@@ -70,21 +77,22 @@ class SweepSpec:
     config: dict[str, Any]  # the whole config, as the sweep's run records it (params, config.yaml, datasets, gallery)
 
     @classmethod
-    def of(cls, cfg: dict) -> SweepSpec:
-        """The spec of a checked sweep config (check_sweep has passed)."""
+    def of(cls, c: Checked[SweepConfig]) -> SweepSpec:
+        """The spec of a checked sweep config (check_sweep has passed) that names its sweep (sweep_name)."""
+        t, cfg = c.typed, c.raw
         epoch, _ = reported_metrics(cfg["data"], cfg["eval"])
         return cls(
-            sweep=Sweep.model_validate(cfg["sweep"]),
-            name=str(cfg["run"]["name"]),
-            root=cfg["paths"]["root"],
-            runs=Path(cfg["paths"]["runs"]),
-            storage=cfg["trainer"]["storage"],
+            sweep=t.sweep,
+            name=str(t.run.name),
+            root=t.paths.root,
+            runs=Path(t.paths.runs),
+            storage=t.trainer.storage,
             trainer=cfg["trainer"],
-            epochs=int(cfg["train"]["epochs"]),
-            verbose=bool(cfg.get("verbose")),
+            epochs=t.train.epochs,
+            verbose=t.verbose,
             epoch_metrics=frozenset(epoch),
             model=cfg["model"],
-            probe=ProbeSpec.of(cfg),
+            probe=ProbeSpec.of(c),
             store=Store.of(cfg),
             config=cfg,
         )
@@ -222,15 +230,16 @@ def _check_metrics(s: Sweep, reported: tuple[set[str], set[str]], knn_every: int
             raise ConfigError(f"sweep.stop_mode is missing: min or max for sweep.stop_metric={stop}")
 
 
-def sweep_name(cfg: dict) -> str:
+def sweep_name(c: Checked[SweepConfig]) -> str:
     """The sweep's identity: its name and a hash of what decides its trials (the base config, the evaluation
     that scores them, the sweep's settings; how many run at once too, as a restored Tune experiment keeps its
     own). Rerunning the command finds it again."""
+    cfg = c.raw
     s = {k: v for k, v in cfg["sweep"].items() if k not in ("sizes", "size")}
     base = {k: v for k, v in cfg.items() if k != "sweep"}
     what = {"base": config_hash(base), "eval": cfg["eval"], "sweep": s}
     digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"sweep-{cfg['sweep']['name']}-{digest}"
+    return f"sweep-{c.typed.sweep.name}-{digest}"
 
 
 def trials_argv(setup: dict, trial_id: str, params: dict) -> list[str]:

@@ -19,7 +19,9 @@ import pyarrow.fs as pafs
 from pipeline import mlflow_ui, tracking
 from pipeline.cluster import cluster_address, init_ray, quiet_logs
 from pipeline.config import to_yaml
+from pipeline.fields import Checked
 from pipeline.plan import RunPlan
+from pipeline.sections import Config
 from pipeline.train import resources
 from pipeline.train.artifacts import log_gallery
 from pipeline.train.run_lock import run_lock
@@ -29,11 +31,10 @@ from pipeline.tune.settings import SweepSpec
 from pipeline.tune.space import Dim, num_trials, to_tune
 
 
-def run_sweep(cfg: dict, argv: list[str], dims: list[Dim], plan: RunPlan) -> dict:
+def run_sweep(spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan) -> dict:
     """Run (or resume, or report) the sweep; returns {"run_id", "rows", "best", "baseline", "text", "table", "plot"}
     (rows and table are None for a sweep that finished before; best is None when no trial finished)."""
-    quiet_logs(bool(cfg.get("verbose")))
-    spec = SweepSpec.of(cfg)
+    quiet_logs(spec.verbose)
     name, store = spec.name, spec.store
     with run_lock(spec.runs, name):
         found = tracking.find_run(tracking.setup(store), name)
@@ -107,7 +108,7 @@ def _run(spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan, run_i
         # the data every trial trains on, on the sweep's own page too
         mlflow_ui.log_datasets(cfg["data"], plan.num_train_samples)
         if cfg["gallery"]["at_pretrain"]:
-            log_gallery(PretrainSpec.of(cfg))
+            log_gallery(PretrainSpec.of(Checked.of(Config, cfg)))
     total = num_trials(dims, s.num_samples)
     _log(
         f"sweep {name}: {total} trial(s) of {s.metric} ({s.mode}), {s.scheduler.upper()}, "

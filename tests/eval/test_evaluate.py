@@ -55,7 +55,7 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
     from pipeline.eval import EVALUATIONS
     from pipeline.eval.probe_job import split_run
     from pipeline.fields import check_model
-    from pipeline.schema import Config
+    from pipeline.sections import Config
 
     cfg = _cfg(size=size)
     for step, job, argv in steps(check(cfg), load_suite(name)):

@@ -183,8 +183,10 @@ def _probe_spec(train: Path | None = None, **probe):
     """The probe's spec of the default config, with `probe`'s eval.probe keys and data.train=`train` on top."""
     from pipeline.config import compose_config
     from pipeline.eval.probe_spec import ProbeSpec
+    from pipeline.fields import Checked
+    from pipeline.sections import Config
 
-    spec = ProbeSpec.of(compose_config())
+    spec = ProbeSpec.of(Checked.of(Config, compose_config()))
     data = spec.data.model_copy(update={"train": str(train)}) if train else spec.data
     return replace(spec, probe=spec.probe.model_copy(update=probe), data=data)
 

@@ -17,7 +17,9 @@ from pipeline.eval.invariance import (
     feature_average,
     transformed_features,
 )
+from pipeline.fields import Checked
 from pipeline.losses.invclr import rademacher
+from pipeline.sections import Config
 
 SPIRO_AUG = {"kind": "spirograph", "size": 16}
 
@@ -262,7 +264,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
         run_id = tracking.start_or_resume(Store.of(cfg), "test-invariance", "probe", job="linear_probe")
         try:
             torch.manual_seed(0)  # the probe's head is initialised from the global RNG
-            results = compare_with_random(ProbeSpec.of(cfg), ckpt)
+            results = compare_with_random(ProbeSpec.of(Checked.of(Config, cfg)), ckpt)
         finally:
             mlflow.end_run()
     finally:
@@ -302,7 +304,7 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
 
     # the default (m = 0, invariance off) is the single-sample probe alone, with the same numbers
     torch.manual_seed(0)
-    default = compare_with_random(ProbeSpec.of(compose_config(small)), ckpt)
+    default = compare_with_random(ProbeSpec.of(Checked.of(Config, compose_config(small))), ckpt)
     assert set(default) == {"pretrained", "random"}
     assert default["pretrained"] == results["pretrained"] and default["random"] == results["random"]
     assert "FA m=" not in capsys.readouterr().out

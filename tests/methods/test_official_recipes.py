@@ -20,9 +20,11 @@ from pipeline.augment.params import sample_view_params
 from pipeline.augment.recipe import ViewSpec
 from pipeline.build import build_method, complete_method
 from pipeline.config import compose_config
+from pipeline.fields import Checked
 from pipeline.methods.base import Encoder
 from pipeline.models.heads import ScaleBatchNorm1d
 from pipeline.schedules import scaled_lr, warmup_cosine
+from pipeline.sections import Config
 from pipeline.train.optim import build_optimizer
 from pipeline.train.step import schedule_step
 
@@ -40,7 +42,7 @@ AUG_PLUS.update(blur_sigma=[0.1, 2.0], p_blur=0.5, p_flip=0.5)
 
 def _recipe(name: str, data: str = "imagenet") -> dict:
     cfg = compose_config([f"+experiment={name}", f"data={data}"])
-    complete_method(cfg)  # what the job does before building (MoCo's BN groups)
+    cfg["method"].update(complete_method(Checked.of(Config, cfg)))  # what the job does before building (BN groups)
     return cfg
 
 

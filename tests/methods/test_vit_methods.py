@@ -12,6 +12,7 @@ from torchvision.models.vision_transformer import VisionTransformer
 from helpers import assert_close_at_scale, loss_and_grads
 from pipeline.build import build_method, check_plugins
 from pipeline.config import compose_config
+from pipeline.fields import Checked
 from pipeline.losses.co2 import co2_consistency_bank
 from pipeline.losses.contrastive import mocov3_loss
 from pipeline.losses.dino import dino_loss
@@ -21,6 +22,7 @@ from pipeline.models.backbones import build_backbone
 from pipeline.models.heads import DINOHead
 from pipeline.plugins import PLUGINS
 from pipeline.schedules import Momentum, cosine, warmup_cosine
+from pipeline.sections import Config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = {"backbone": "vit_tiny", "image_size": 16, "patch_size": 4}
@@ -348,16 +350,16 @@ def test_a_plugin_sees_only_the_fields_its_needs_name():
 def test_mocov3_takes_the_plugins_its_papers_define(plugin, recipe, ok):
     cfg = _cfg("method=mocov3", f"augment={recipe}", f"plugin=[{plugin}]")
     if ok:
-        check_plugins(cfg)
+        check_plugins(Checked.of(Config, cfg))
     else:
         with pytest.raises(ValueError, match=f"^plugin {plugin} does not plug into method kind 'mocov3'"):
-            check_plugins(cfg)
+            check_plugins(Checked.of(Config, cfg))
 
 
 @pytest.mark.parametrize("plugin, recipe", [("co2", "dino"), ("clsa", "clsa"), ("cocor", "cocor")])
 def test_dino_refuses_the_contrastive_plugins_naming_both(plugin, recipe):
     with pytest.raises(ValueError, match=f"^plugin {plugin} does not plug into method kind 'dino'"):
-        check_plugins(_cfg("method=dino", f"augment={recipe}", f"plugin=[{plugin}]"))
+        check_plugins(Checked.of(Config, _cfg("method=dino", f"augment={recipe}", f"plugin=[{plugin}]")))
 
 
 # ---------------------------------------------------------------------------------------------------------- 2 workers

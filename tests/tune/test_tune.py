@@ -13,12 +13,19 @@ import pytest
 
 from helpers import heavy_imports, probed
 from pipeline.config import CONF_DIR, ConfigError, compose_config
+from pipeline.fields import Checked
 from pipeline.tune import report
-from pipeline.tune.settings import check_sweep, compose_sweep, sweep_argv, sweep_name
+from pipeline.tune.settings import SweepConfig, check_sweep, compose_sweep, sweep_argv
+from pipeline.tune.settings import sweep_name as _sweep_name
 from pipeline.tune.space import Dim, num_trials, override, parse_space, reported_metrics, to_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
+
+
+def sweep_name(cfg: dict) -> str:
+    """The name jobs/tune.py gives the sweep of a composed sweep config."""
+    return _sweep_name(Checked.of(SweepConfig, cfg))
 
 
 # ----------------------------------------------------------------------------- the space
@@ -503,7 +510,7 @@ def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypat
 
     monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
     cfg, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=2", "trainer.num_workers=2"])
-    spec = SweepSpec.of(cfg)
+    spec = SweepSpec.of(Checked.of(SweepConfig, cfg))
     assert spec.trainer["num_workers"] == 2 and spec.sweep.max_concurrent_trials == 2
     one = [Dim("method.temperature", "grid", (0.2,), False)]
     five = [Dim("plugin.invclr.lam", "grid", (0, 1e-4, 1e-3, 1e-2, 1e-1), True)]
