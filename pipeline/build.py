@@ -52,7 +52,7 @@ def check_plugins(c: Checked[Config]) -> None:
         check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
         typed = check_model(PLUGINS[name].Settings, plugins[name] or {}, root=f"plugin.{name}")
         PLUGINS[name].check(typed, shape)  # what it asks of the run
-    build_plugins(c.raw)  # constructors check their settings against the run (CoCor's composite views)
+    list(build_plugins(c.raw))  # constructors check their settings against the run (CoCor's composite views)
 
 
 def build_method(cfg: dict) -> Method:

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pipeline.fields import Checked
-
 if TYPE_CHECKING:
+    from pipeline.fields import Checked
     from pipeline.sections import Config
 
 

@@ -1,7 +1,8 @@
 """The config's schema: one validation pass over the whole composed config, before any work starts.
 
 `validate(cfg)` checks, in this order, and raises `pipeline.config.ConfigError` with one line naming the key,
-its value and what is allowed (`train.epochs=abc: expected an integer >= 1`):
+its value and what is allowed (`train.epochs=abc: expected an integer >= 1`); it returns the config typed beside
+the config as composed (pipeline.fields.Checked), what a job makes its typed objects from:
 
 1. types, ranges and choices of every key the jobs read (pipeline.sections, strict:
    `train.epochs=abc`, `=1.5` or `=true` is not an integer), `method.kind` a registered method (the method's
@@ -162,7 +163,7 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
 
 def check_augment(aug: dict) -> None:
     """An image recipe's own checks (no torch imported). Its executor and kind are the Augment model's, checked
-    before this by _check_types."""
+    before this by validate's typing (pipeline.sections.Config)."""
     from pipeline.augment.recipe import image_recipe
 
     if aug.get("kind", "views") == "views":

@@ -181,7 +181,7 @@ class Data(Section):
     image_size: Int(1)
     mean: Nums(3)
     std: Nums(3, gt=0)
-    generate: Optional[dict] = None  # a generated dataset's Settings (pipeline.data.generated), checked below
+    generate: Optional[dict] = None  # a generated dataset's Settings (pipeline.data.generated): schema's checks
     on_bad_shard: Choice(*ON_BAD_SHARD) = "fail"
 
 

@@ -31,9 +31,8 @@ def run(job: Job[ProbeRequest]) -> dict:
         raise ProbeError(str(e)) from None
     try:
         cfg = config_for_run(job.own, src.cfg)
-        checked = validate(
-            cfg
-        )  # the run's sections with the command line's on top: one line, before anything is logged
+        # the run's sections with the command line's on top: one line, before anything is logged
+        checked = validate(cfg)
     except (ValueError, ConfigError) as e:
         raise ProbeError(str(e)) from None
     spec = ProbeSpec.of(checked)

@@ -6,7 +6,7 @@ nor torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from pipeline.fields import check_model
 from pipeline.registry import Registry, declared
@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugins",), "name", "Plugin"))
 
 
-def build_plugins(cfg: dict) -> list[Plugin]:
-    """The config's plug-ins, in its order: each one's `plugin.<name>` keys typed by its `Settings` (ConfigError with
-    one line naming the first bad key) and what it reads of the rest of the config, a PluginRun. `cfg`: a checked
-    config, or the config a checkpoint recorded (the keys a plug-in reads of the run have defaults)."""
+def build_plugins(cfg: dict) -> Iterator[Plugin]:
+    """The config's plug-ins, in its order, one at a time (the builder attaches each before the next is made):
+    each one's `plugin.<name>` keys typed by its `Settings` (ConfigError with one line naming the first bad key) and
+    what it reads of the rest of the config, a PluginRun. `cfg`: a checked config, or the config a checkpoint
+    recorded (the keys a plug-in reads of the run have defaults)."""
     from pipeline.plugins.base import PluginRun  # torch
 
     data = cfg.get("data") or {}
@@ -34,10 +35,8 @@ def build_plugins(cfg: dict) -> list[Plugin]:
         data_task=data.get("task", "classification"),
         data_targets=data.get("targets"),
     )
-    out = []
     for name, own in (cfg.get("plugin") or {}).items():
         cls = PLUGINS[name]
         settings = check_model(cls.Settings, dict(own or {}), root=f"plugin.{name}")
         # each plug-in's constructor takes its own settings, typed, and what it reads of the run
-        out.append(cast("Callable[..., Plugin]", cls)(settings, run))
-    return out
+        yield cast("Callable[..., Plugin]", cls)(settings, run)
