@@ -51,10 +51,21 @@ def store(root: Path):
     return mlflow.MlflowClient(f"sqlite:///{root / 'runs' / 'mlflow.db'}")
 
 
+_HANDED_OUT: set[int] = set()
+# `ray start` failures worth another try on new ports: a slow start, or a port taken before Ray bound it
+RETRIED = ("timed out during startup", "is trying to use a port number", "Address already in use")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this process: the OS can give a port just closed again, and a
+    node whose GCS and runtime-env agent got the same one fails to start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _node_ip() -> str:
@@ -176,7 +187,7 @@ class SimCluster:
                 return
             except BaseException as e:
                 self.shutdown()
-                if attempt == 2 or "timed out during startup" not in str(e):
+                if attempt == 2 or not any(w in str(e) for w in RETRIED):
                     raise
 
     @property

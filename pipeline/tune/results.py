@@ -71,14 +71,24 @@ def _curve_metric(spec: SweepSpec) -> str:
     return knn[0] if knn else "epoch_loss"
 
 
-def _close_children(uri: str, parent: str, rows: list[dict]) -> None:
+def _close_children(uri: str, parent: str, rows: list[dict], settle_s: float = 20.0) -> None:
     """Trial runs the scheduler stopped end KILLED with the reason (also where their process, torn down
-    mid-training, had ended them FAILED); a failed trial's run that its process could not close ends FAILED."""
+    mid-training, had ended them FAILED); a failed trial's run that its process could not close ends FAILED.
+
+    A stopped trial's process can still be closing its run when Tune returns: its runs get up to `settle_s` seconds
+    to leave RUNNING first, so that a late FAILED from that process does not overwrite the KILLED written here."""
     from mlflow.tracking import MlflowClient  # see the module docstring
 
     client = MlflowClient(uri)
     exp = client.get_run(parent).info.experiment_id
-    children = client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    stopped = {row["trial_id"] for row in rows if row["status"].startswith("stopped")}
+    deadline = time.monotonic() + settle_s
+    while True:
+        children = client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+        closing = [c for c in children if c.data.tags.get("tune_trial_id") in stopped and c.info.status == "RUNNING"]
+        if not closing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     by_trial = {c.data.tags.get("tune_trial_id"): c for c in children}
     for row in rows:
         child = by_trial.get(row["trial_id"])

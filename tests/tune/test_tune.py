@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -532,24 +533,43 @@ def test_stopped_trials_end_killed_even_where_their_process_ended_them_failed(tm
     exp = client.create_experiment("s", artifact_location=str(tmp_path / "art"))
     parent = client.create_run(exp).info.run_id
     ids = {}
-    for trial, end in (("t_00000", "FAILED"), ("t_00001", None), ("t_00002", "RUNNING"), ("t_00003", "FINISHED")):
+    for trial, end in (
+        ("t_00000", "FAILED"),
+        ("t_00001", None),
+        ("t_00002", "RUNNING"),
+        ("t_00003", "FINISHED"),
+        ("t_00004", "FAILED later"),
+    ):
         run = client.create_run(exp, tags={"mlflow.parentRunId": parent, "tune_trial_id": trial})
         ids[trial] = run.info.run_id
         if end == "FAILED":
             client.set_tag(run.info.run_id, "error", "TrainingFailedError: the controller was shut down")
         if end in ("FAILED", "FINISHED"):
             client.set_terminated(run.info.run_id, end)
+
+    def fail_late(run_id: str) -> None:  # a stopped trial's process closing its run after Tune has returned
+        client.set_tag(run_id, "error", "TrainingFailedError: the controller was shut down")
+        client.set_terminated(run_id, "FAILED")
+
+    late = threading.Timer(0.5, fail_late, args=(ids["t_00004"],))
     rows = [
         {"trial_id": "t_00000", "status": "stopped at epoch 1/2"},
         {"trial_id": "t_00001", "status": "stopped at epoch 1/2"},
         {"trial_id": "t_00002", "status": "failed: ValueError: nan loss"},
         {"trial_id": "t_00003", "status": "done"},
+        {"trial_id": "t_00004", "status": "stopped at epoch 1/2"},
     ]
-    results._close_children(uri, parent, rows)
+    late.start()
+    t0 = time.monotonic()
+    results._close_children(uri, parent, rows, settle_s=3)
+    # t_00001's process never closes its run (killed outright): it is closed once the settling time is over
+    assert 3 <= time.monotonic() - t0 < 30
+    late.join()
     got = {t: client.get_run(i) for t, i in ids.items()}
-    assert [got[t].info.status for t in sorted(got)] == ["KILLED", "KILLED", "FAILED", "FINISHED"]
-    assert got["t_00000"].data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
-    assert "error" not in got["t_00000"].data.tags
-    assert got["t_00000"].data.tags["stop_error"].startswith("TrainingFailedError")
+    assert [got[t].info.status for t in sorted(got)] == ["KILLED", "KILLED", "FAILED", "FINISHED", "KILLED"]
+    for t in ("t_00000", "t_00004"):
+        assert got[t].data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
+        assert "error" not in got[t].data.tags
+        assert got[t].data.tags["stop_error"].startswith("TrainingFailedError")
     assert got["t_00002"].data.tags["error"] == "ValueError: nan loss"
     assert [r["run_id"] for r in rows] == [ids[t] for t in sorted(ids)]
