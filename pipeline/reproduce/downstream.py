@@ -3,16 +3,23 @@ the papers' direction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline.config import fail
 from pipeline.eval.suite import SuiteError, run_step
 from pipeline.reproduce.suites import PAPER_DOWNSTREAM
 
 
-def run_downstream(runs: list[dict], downstream: dict, random_baseline: bool = True) -> None:
+def run_downstream(
+    runs: list[dict], downstream: dict, random_baseline: bool = True, done: Callable[[dict], None] | None = None
+) -> None:
     """Each run's fine-tuning and detection (jobs/finetune.py, jobs/detect.py with `downstream`'s arguments), as child
     runs of it; the random-init baseline with the suite's first run only (and not at all without
-    `random_baseline`: a further seed's). Finished ones are read back."""
+    `random_baseline`: a further seed's). Finished ones are read back; a run read from the ledger has its results
+    already. `done(run)` after each run's steps (the ledger records it)."""
     for i, r in enumerate(runs):
+        if r.get("from_ledger"):
+            continue
         r["downstream"] = {}
         for job, args in downstream.items():
             if job == "detect" and any("vit" in o for o in r["overrides"]):  # detection transfer takes ResNets
@@ -27,6 +34,8 @@ def run_downstream(runs: list[dict], downstream: dict, random_baseline: bool = T
                 r["downstream"][job] = run_step(job, argv)
             except SuiteError as e:
                 fail(f"{r['label']}, {job}: {e}")
+        if done is not None:
+            done(r)
 
 
 def downstream_table(suite: str, runs: list[dict], downstream: dict) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import ConfigError, cli, fail
+from pipeline.reproduce import ledger
 from pipeline.reproduce.downstream import run_downstream
 from pipeline.reproduce.report import write_report
 from pipeline.reproduce.runs import run_one
@@ -33,11 +34,14 @@ def main(argv: list[str], description: str = "") -> int:
         fail(f"downstream: {sorted(downstream)}: expected finetune and/or detect")
     if any(a.startswith("baseline=") for args in downstream.values() for a in args):
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
+    if not isinstance(cfg["ledger"], bool):
+        fail(f"ledger={cfg['ledger']}: expected true or false")
     seeds, concurrent = cfg["seeds"], cfg["concurrent"]
     for key, n in (("seeds", seeds), ("concurrent", concurrent)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             fail(f"{key}={n}: expected an integer >= 1")
     scale, results, seeded = list(cfg["scale"]), {}, {}
+    kept = ledger.folder_for(Path(cfg["out"])) if cfg["ledger"] else None
     if concurrent > 1:
         # Ray loads when runs are trained, not when the command line is checked
         from pipeline.reproduce.parallel import train_all
@@ -48,29 +52,36 @@ def main(argv: list[str], description: str = "") -> int:
                 [*ov, *pinned(s, seeds)],
                 scale,
                 list(cfg["extra"].get(suite) or []),
+                s == 0 and i == 0,
             )
             for s in range(seeds)
             for suite in cfg["suites"]
-            for label, ov in SUITES[suite]
+            for i, (label, ov) in enumerate(SUITES[suite])
         ]
-        train_all(jobs, concurrent)  # below, every run is found finished and read back
+        train_all(jobs, concurrent, kept, downstream)  # below, every run is found finished and read back
     for suite in cfg["suites"]:
         extra = list(cfg["extra"].get(suite) or [])
-        seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream)
+        seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream, kept)
         results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
     sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
     write_report(results, scale, Path(cfg["out"]), sweeps, downstream, seeded if seeds > 1 else None)
     return 0
 
 
-def run_seeds(suite: str, seeds: int, scale: list[str], extra: list[str], downstream: dict) -> dict[str, dict]:
+def run_seeds(
+    suite: str, seeds: int, scale: list[str], extra: list[str], downstream: dict, kept: Path | None = None
+) -> dict[str, dict]:
     """Every arm of the suite at seeds 0..seeds-1 (seed=s: the same data order and initialisation for every arm),
     a seed's arms together so that an interrupted run leaves whole pairs; returns label -> {seed: results}. One
-    seed is the suite as it always ran (no seed= added: the same runs, reused)."""
+    seed is the suite as it always ran (no seed= added: the same runs, reused). Each run done is recorded in the
+    ledger folder `kept` (pipeline.reproduce.ledger), and a run recorded there is read from it."""
     arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
     for s in range(seeds):
-        runs = [run_one(label, [*ov, *pinned(s, seeds)], scale, extra) for label, ov in SUITES[suite]]
-        run_downstream(runs, downstream, random_baseline=s == 0)
+        runs = [
+            run_one(label, [*ov, *pinned(s, seeds)], scale, extra, kept, downstream, baseline=s == 0 and i == 0)
+            for i, (label, ov) in enumerate(SUITES[suite])
+        ]
+        run_downstream(runs, downstream, random_baseline=s == 0, done=lambda r: ledger.record(kept, r, downstream))
         for (label, _), r in zip(SUITES[suite], runs):
             arms[label][s] = r
     return arms

@@ -18,27 +18,36 @@ import torch
 
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
+from pipeline.reproduce import ledger
 from pipeline.reproduce.runs import applicable, finished_run
 from pipeline.store import Store
 from pipeline.tracking import tracking_uri
 from pipeline.train.launch import pretrain
-from pipeline.train.prepare import resolve
+from pipeline.train.prepare import resolve, run_name
 
 
 def _log(msg: str) -> None:
     print(f"[reproductions] {msg}", flush=True)
 
 
-def train_all(jobs: list[tuple[str, list[str], list[str], list[str]]], concurrent: int) -> None:
-    """Train the runs of `jobs` (label, overrides, scale, extra) that have not finished, `concurrent` at a time.
-    Fails with one line naming every run whose trial failed (their logs beside them)."""
+def train_all(
+    jobs: list[tuple[str, list[str], list[str], list[str], bool]],
+    concurrent: int,
+    kept: Path | None = None,
+    downstream: dict[str, list[str]] | None = None,
+) -> None:
+    """Train the runs of `jobs` (label, overrides, scale, extra, whether it carries the suite's random-init
+    baseline) that have not finished, and are not recorded complete in the ledger folder `kept`, `concurrent` at a
+    time. Fails with one line naming every run whose trial failed (their logs beside them)."""
     todo: list[tuple[str, list[str]]] = []
     names: set[str] = set()
     first: dict = {}  # the first run to train's config: where the logs go, the workers per run
-    for label, overrides, scale, extra in jobs:
+    for label, overrides, scale, extra, baseline in jobs:
         argv = [*overrides, *scale, *applicable(overrides, scale, extra)]
         cfg = compose_config(argv)
         try:
+            if ledger.find(kept, run_name(cfg), downstream or {}, baseline) is not None:
+                continue  # done on another machine: neither its data nor its store is needed here
             resolve(cfg)  # checked before anything trains; names the run (its config's hash, once completed)
         except ConfigError as e:
             fail(f"{label}: {e}")

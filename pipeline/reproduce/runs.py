@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.eval.results import probe_results
+from pipeline.reproduce import ledger
 from pipeline.store import Store
-from pipeline.train.prepare import resolve
+from pipeline.train.prepare import resolve, run_name
 from pipeline.train.run_lock import RunBusy
 
 
@@ -21,16 +22,37 @@ def applicable(overrides: list[str], scale: list[str], extra: list[str]) -> list
     return [e for e, k in zip(extra, keys) if not k.startswith("plugin.") or k.split(".")[1] in plugins]
 
 
-def run_one(label: str, overrides: list[str], scale: list[str], extra: list[str]) -> dict:
+def run_one(
+    label: str,
+    overrides: list[str],
+    scale: list[str],
+    extra: list[str],
+    kept: Path | None = None,
+    downstream: dict[str, list[str]] | None = None,
+    baseline: bool = False,
+) -> dict:
+    """One run of a suite: read from the ledger folder `kept` where it is recorded there complete for `downstream`
+    (with the random-init `baseline`), else read back from MLflow where it finished, else trained."""
     try:
         extra = applicable(overrides, scale, extra)
         cfg = compose_config([*overrides, *scale, *extra])
+        # a run recorded in the ledger needs neither its data nor a store: looked up before resolve makes them
+        entry = ledger.find(kept, run_name(cfg), downstream or {}, baseline) if kept is not None else None
+        if kept is not None and entry is not None:
+            name = entry["run_name"]
+            print(
+                f"[reproductions] {label}: run {name} recorded in {kept / name}.json; reusing its results", flush=True
+            )
+            recorded = ledger.as_result(kept, entry)
+            recorded.update(run_name=name, label=label, overrides=overrides, extra=extra, store=[])
+            return recorded
         plan = resolve(cfg)
     except ConfigError as e:
         fail(f"{label}: {e}")
     t0 = time.monotonic()
-    print(f"[reproductions] {label}: run {cfg['run']['name']}", flush=True)
-    out = finished_run(Store.of(cfg), cfg["run"]["name"])
+    name = cfg["run"]["name"]
+    print(f"[reproductions] {label}: run {name}", flush=True)
+    out = finished_run(Store.of(cfg), name)
     if out is None:
         # the run's heavy side (torch, MLflow, then Ray): loaded for a run that trains, not for bad input
         from pipeline.train.launch import pretrain

@@ -3,6 +3,7 @@ check every shard, name the run, and make its plan (pipeline.plan: lr, local bat
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,6 +52,17 @@ def resolve(cfg: dict) -> RunPlan:
         )
     cfg["run"]["name"] = c.typed.run.name or f"{c.typed.method.name}-{c.typed.data.name}-{config_hash(cfg)}"
     return plan
+
+
+def run_name(cfg: Mapping[str, Any]) -> str:
+    """The name `resolve` gives the run of `cfg`, without making or checking its data (the reproductions' ledger
+    looks a run up by it). Raises ConfigError as `resolve` would for the config itself."""
+    done = copy.deepcopy(dict(cfg))
+    c = validate(done)
+    from pipeline.build import complete_method  # torch, as check_method (in validate) loaded it
+
+    done["method"].update(complete_method(c))
+    return str(c.typed.run.name or f"{c.typed.method.name}-{c.typed.data.name}-{config_hash(done)}")
 
 
 def _must_make(data: Mapping[str, Any], data_root: str) -> bool:

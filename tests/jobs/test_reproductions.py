@@ -4,6 +4,7 @@ sections rewritten one at a time), the suites' recipes, and bad input answered i
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -347,10 +348,22 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
     text = out.read_text()
     assert "Seeded comparison, 2 seeds" in text and "| SimCLR, τ=0.2 vs SimCLR | probe MSE m |" in text
     assert (out.parent / "img" / "forest-smoke.png").exists()
-    # the same command: every run found finished, nothing trained, the same report
+    # the same command: every run found done (recorded in the ledger beside the report), nothing trained
+    kept = tmp_path / "docs" / "reproductions_runs"
+    recorded = sorted(p.stem for p in kept.glob("*.json"))
+    assert len(recorded) == 4 and {p.stem for p in kept.glob("*.png")} <= set(recorded)  # curves where a run has them
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0 and "to train" not in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
-    assert again.stdout.count("finished before as MLflow run") == 4
+    assert again.stdout.count("; reusing its results") == 4
+    report = out.read_text()
+    # another machine, with the report and its ledger but none of this one's store, data or checkpoints: the same
+    # report, from the ledger alone
+    shutil.rmtree(tmp_path / "runs")
+    shutil.rmtree(tmp_path / "data")
+    moved = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert moved.returncode == 0 and "to train" not in moved.stdout, moved.stdout[-3000:] + moved.stderr[-2000:]
+    assert moved.stdout.count("; reusing its results") == 4 and "finished before" not in moved.stdout
+    assert out.read_text() == report
 
 
 def test_feature_averaging_is_judged_within_each_arm_seed_by_seed():

@@ -1,0 +1,96 @@
+"""The reproductions' ledger (pipeline/reproduce/ledger.py): a run recorded beside the report is found again only
+where it is complete for what is asked now, and reads back as the run it was."""
+
+import json
+
+import numpy as np
+
+from pipeline.reproduce import ledger
+
+DOWNSTREAM = {"finetune": ["label_fraction=0.1"], "detect": ["engine=torchvision"]}
+
+
+def _run(tmp_path, name="mocov2-photos-0123456789", detect=True, random=True):
+    curves = tmp_path / "curves.png"
+    curves.write_bytes(b"\x89PNG curves")
+    results = {"pretrained": {"top1": np.float32(0.5)}, **({"random": {"top1": 0.25}} if random else {})}
+    downstream = {"finetune": results}
+    if detect:
+        downstream["detect"] = {"pretrained": {"AP": 30.0}, **({"random": {"AP": 10.0}} if random else {})}
+    return {
+        "run_name": name,
+        "label": "MoCo v2",
+        "run_id": "abc",
+        "minutes": 12.5,
+        "probe": {"pretrained": {"top1": np.float64(0.61)}, "random": {"top1": 0.3}},
+        "overrides": ["method=mocov2", "data=photos", "seed=1"],
+        "extra": [],
+        "downstream": downstream,
+        "curves": curves,
+        "store": ["paths.root=/elsewhere"],
+    }
+
+
+def test_a_recorded_run_reads_back_as_it_was_with_its_curves(tmp_path):
+    folder = ledger.folder_for(tmp_path / "docs" / "reproductions.md")
+    assert folder == tmp_path / "docs" / "reproductions_runs"
+    run = _run(tmp_path)
+    ledger.record(folder, run, DOWNSTREAM)
+    entry = ledger.find(folder, run["run_name"], DOWNSTREAM, baseline=True)
+    assert entry is not None and entry["overrides"] == run["overrides"]
+    back = ledger.as_result(folder, entry)
+    assert back["probe"] == {"pretrained": {"top1": 0.61}, "random": {"top1": 0.3}}
+    assert back["downstream"]["finetune"] == {"pretrained": {"top1": 0.5}, "random": {"top1": 0.25}}
+    assert back["downstream"]["detect"]["pretrained"]["AP"] == 30.0
+    assert (back["run_id"], back["minutes"], back["from_ledger"]) == ("abc", 12.5, True)
+    assert back["curves"].read_bytes() == b"\x89PNG curves"
+    assert not list(folder.glob(".*.tmp"))  # written whole, then renamed
+
+
+def test_a_run_is_complete_only_for_the_same_downstream_steps_and_its_baseline(tmp_path):
+    folder = tmp_path / "runs"
+    name = "mocov2-photos-0123456789"
+    assert ledger.find(folder, name, DOWNSTREAM, False) is None  # nothing recorded
+    ledger.record(folder, _run(tmp_path, name, random=False), DOWNSTREAM)
+    assert ledger.find(folder, name, DOWNSTREAM, baseline=False) is not None
+    assert ledger.find(folder, name, DOWNSTREAM, baseline=True) is None  # the suite's random init is not there
+    assert ledger.find(folder, name, {"finetune": ["label_fraction=0.01"]}, False) is None  # other arguments
+    assert ledger.find(folder, name, {**DOWNSTREAM, "knn": []}, False) is None  # a step it never took
+    assert ledger.find(folder, name, {"finetune": ["label_fraction=0.1"]}, False) is not None  # fewer asked
+    assert ledger.find(None, name, {}, False) is None  # no ledger
+
+
+def test_a_step_the_run_cannot_take_counts_as_done_and_reads_back_absent(tmp_path):
+    """A ViT run skips detection (the export takes ResNets): recorded with no results, so it is complete, and the
+    report's tables see no detection for it, as when it ran."""
+    folder = tmp_path / "runs"
+    run = _run(tmp_path, "mocov3-photos-0123456789", detect=False)
+    ledger.record(folder, run, DOWNSTREAM)
+    entry = ledger.find(folder, run["run_name"], DOWNSTREAM, baseline=True)
+    assert entry is not None and entry["downstream"]["detect"] == {"args": ["engine=torchvision"], "results": {}}
+    assert "detect" not in ledger.as_result(folder, entry)["downstream"]
+
+
+def test_a_run_read_from_the_ledger_is_not_written_again(tmp_path):
+    folder = tmp_path / "runs"
+    run = _run(tmp_path)
+    ledger.record(folder, run, DOWNSTREAM)
+    path = folder / f"{run['run_name']}.json"
+    before = path.read_text()
+    back = ledger.as_result(folder, json.loads(before))
+    ledger.record(folder, {**run, **back, "minutes": 99.0}, DOWNSTREAM)
+    assert path.read_text() == before
+
+
+def test_the_ledger_finds_a_run_by_the_name_resolve_gives_it_without_its_data(tmp_path):
+    from pipeline.config import compose_config
+    from pipeline.train.prepare import resolve, run_name
+
+    args = [f"paths.root={tmp_path}", "data.generate.n_train=64", "data.generate.n_val=32"]
+    args += ["method=mocov2", "train.batch_size=32", "method.queue_size=64"]
+    name = run_name(compose_config(args))
+    assert not (tmp_path / "data").exists()  # nothing made to name it
+    cfg = compose_config(args)
+    resolve(cfg)
+    assert cfg["run"]["name"] == name and name.startswith("mocov2-spirograph-")
+    assert run_name(compose_config([*args, "seed=1"])) != name
