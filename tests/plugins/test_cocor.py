@@ -56,6 +56,35 @@ def test_fit_constants_starts_from_table_9():
     assert per == pytest.approx([0.80, 0.75, 0.65], abs=0.03)
 
 
+def test_fit_constants_runs_once_per_start_and_constants_and_gives_what_a_fresh_fit_gives(monkeypatch):
+    """The fit is kept per process (the config check builds the plug-in, and the reproductions name dozens of
+    runs): the same start and constants load the kept weights, which are the fit's own; another start or other
+    constants fit anew; the caller's thread count is left as it was."""
+    from pipeline.models import mmnn
+
+    monkeypatch.setattr(mmnn, "_FITTED", {})
+    table9 = {1: 0.80, 2: 0.75, 3: 0.65}
+    threads = torch.get_num_threads()
+    first = MonotoneTarget(14, 64, seed=3)
+    fresh = MonotoneTarget(14, 64, seed=3)
+    mse = first.fit_constants(table9, 14, steps=50)
+    assert torch.get_num_threads() == threads and len(mmnn._FITTED) == 1
+    fits = []
+    monkeypatch.setattr(MonotoneTarget, "_fit", lambda self, *a: fits.append(a) or 0.0)
+    assert fresh.fit_constants(table9, 14, steps=50) == mse and not fits  # kept, not fitted again
+    for a, b in zip(first.parameters(), fresh.parameters()):
+        assert torch.equal(a, b)
+    MonotoneTarget(14, 64, seed=4).fit_constants(table9, 14, steps=50)  # another start
+    MonotoneTarget(14, 64, seed=3).fit_constants({**table9, 3: 0.6}, 14, steps=50)  # other constants
+    assert len(fits) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(mmnn, "_FITTED", {})  # the kept weights are exactly what fitting from scratch gives
+    again = MonotoneTarget(14, 64, seed=3)
+    again.fit_constants(table9, 14, steps=50)
+    for a, b in zip(first.parameters(), again.parameters()):
+        assert torch.equal(a, b)
+
+
 def _reference(sims, targets, form):
     s = [x.double() for x in sims]
     t = [x.double() for x in targets]
