@@ -9,7 +9,7 @@ from pathlib import Path
 from pipeline.config import ConfigError, cli, fail
 from pipeline.reproduce import ledger
 from pipeline.reproduce.downstream import run_downstream
-from pipeline.reproduce.report import write_report
+from pipeline.reproduce.report import report_sections, write_report
 from pipeline.reproduce.runs import run_one
 from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
 from pipeline.reproduce.sweeps import run_sweep_for_report
@@ -64,7 +64,14 @@ def main(argv: list[str], description: str = "") -> int:
         seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream, kept)
         results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
     sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
-    write_report(results, scale, Path(cfg["out"]), sweeps, downstream, seeded if seeds > 1 else None)
+    out, claims = Path(cfg["out"]), []
+    if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
+        from pipeline.reproduce.summary import claims_section  # scipy and statsmodels: for a seeded report only
+
+        before = report_sections(out.read_text()) if out.exists() else {}
+        shown = [s for s in SUITES if s in cfg["suites"] or s in before]
+        claims = claims_section(kept, shown, seeds, scale, dict(cfg["extra"]), downstream, argv)
+    write_report(results, scale, out, sweeps, downstream, seeded if seeds > 1 else None, claims)
     return 0
 
 

@@ -90,13 +90,15 @@ def write_report(
     sweeps: Sequence[dict] = (),
     downstream: dict | None = None,
     seeded: dict[str, dict[str, dict]] | None = None,
+    claims: list[str] | None = None,
 ) -> None:
-    """Rewrite the sections of `path` this command made (a suite's, the sweeps'); keep the others as they are.
-    Each section's first line says the command and date that made it. `seeded` (suite -> label -> {seed: results}):
-    each suite's claims judged on its seeds, with its forest plot."""
+    """Rewrite the sections of `path` this command made (a suite's, the sweeps', the claims table); keep the others
+    as they are. Each section's first line says the command and date that made it. `seeded` (suite -> label ->
+    {seed: results}): each suite's claims judged on its seeds, with its forest plot. `claims`: the table of every
+    suite's claims (pipeline.reproduce.summary), the report's first section."""
     command = " ".join(["python jobs/reproductions.py", *sys.argv[1:]])
     stamp = f"_Made by `{command}` on {time.strftime('%Y-%m-%d')}._"
-    made: dict[str, list[str]] = {}
+    made: dict[str, list[str]] = {"Claims": [stamp, "", *claims]} if claims else {}
     for suite, runs in results.items():
         data = "Photos" if any("data=photos" in o for o in runs[0]["overrides"]) else "Spirograph"
         lines = [
@@ -143,9 +145,8 @@ def write_report(
     note_text = notes.read_text().strip() if notes.exists() else ""
     kept = report_sections(path.read_text() if path.exists() else "", skip=note_text.splitlines()[:1])
     sections = {**kept, **made}
-    order = [s for s in [*SUITES, "Sweeps"] if s in sections] + [
-        s for s in sections if s not in SUITES and s != "Sweeps"
-    ]
+    ordered = ["Claims", *SUITES, "Sweeps"]
+    order = [s for s in ordered if s in sections] + [s for s in sections if s not in ordered]
     out = [
         "# Reproductions at CPU scale",
         "",

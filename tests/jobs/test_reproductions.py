@@ -348,6 +348,11 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
     text = out.read_text()
     assert "Seeded comparison, 2 seeds" in text and "| SimCLR, τ=0.2 vs SimCLR | probe MSE m |" in text
     assert (out.parent / "img" / "forest-smoke.png").exists()
+    claims = text.split("## Claims", 1)[1].split("## smoke", 1)[0]  # the first section: every claim at a glance
+    assert (
+        "| SimCLR, τ=0.2 vs SimCLR | probe MSE m |" in claims
+        and "`python jobs/reproductions.py suites=[smoke]" in claims
+    )
     # the same command: every run found done (recorded in the ledger beside the report), nothing trained
     kept = tmp_path / "docs" / "reproductions_runs"
     recorded = sorted(p.stem for p in kept.glob("*.json"))
