@@ -80,6 +80,7 @@ def record(folder: Path | None, run: dict, downstream: dict[str, list[str]]) -> 
     tmp = folder / f".{name}.json.tmp"
     tmp.write_text(json.dumps(entry, indent=1, sort_keys=True, default=_plain) + "\n")
     os.replace(tmp, folder / f"{name}.json")
+    print(f"[reproductions] {run.get('label')}: recorded in {folder / name}.json", flush=True)
 
 
 def _plain(value: Any) -> Any:

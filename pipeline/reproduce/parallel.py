@@ -2,8 +2,9 @@
 cluster there is (a private local one, or trainer.address / $RAY_ADDRESS), `concurrent` at a time (2 on this
 machine's two cores, 64 on a cluster of 64 GPUs). A trial trains the run of its own config under the name
 jobs/pretrain.py gives that config (its hash), so a finished run is never trained again, and one interrupted with
-the driver (killed, Ctrl-C) resumes from its last checkpoint when the same command runs again. The job then reads
-every run's results back from MLflow (pipeline.reproduce.runs.run_one finds them finished)."""
+the driver (killed, Ctrl-C) resumes from its last checkpoint when the same command runs again. With a ledger
+(pipeline.reproduce.ledger), a trial then runs its run's downstream steps and records the run there. The job then
+reads every run's results back from the ledger or MLflow (pipeline.reproduce.runs.run_one)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import torch
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
 from pipeline.reproduce import ledger
-from pipeline.reproduce.runs import applicable, finished_run
+from pipeline.reproduce.downstream import run_downstream
+from pipeline.reproduce.runs import applicable, finished_run, run_one
 from pipeline.store import Store
 from pipeline.tracking import tracking_uri
 from pipeline.train.launch import pretrain
@@ -38,8 +40,10 @@ def train_all(
 ) -> None:
     """Train the runs of `jobs` (label, overrides, scale, extra, whether it carries the suite's random-init
     baseline) that have not finished, and are not recorded complete in the ledger folder `kept`, `concurrent` at a
-    time. Fails with one line naming every run whose trial failed (their logs beside them)."""
-    todo: list[tuple[str, list[str]]] = []
+    time. With a ledger, each trial also runs its run's `downstream` steps and records it there, so that those
+    steps run side by side too and a killed driver loses no finished run. Fails with one line naming every run whose
+    trial failed (their logs beside them)."""
+    todo: list[tuple[str, list[str], list[str], list[str], bool]] = []
     names: set[str] = set()
     first: dict = {}  # the first run to train's config: where the logs go, the workers per run
     for label, overrides, scale, extra, baseline in jobs:
@@ -58,7 +62,7 @@ def train_all(
         if finished_run(Store.of(cfg), name) is None:
             # a trial runs in a folder of Tune's: the driver's absolute root and store, not a relative one
             where = [f"paths.root={cfg['paths']['root']}", f"tracking.uri={tracking_uri(Store.of(cfg))}"]
-            todo.append((label, [*argv, *where]))
+            todo.append((label, overrides, [*scale, *where], extra, baseline))
             first = first or cfg
     if not todo:
         return
@@ -69,7 +73,7 @@ def train_all(
     logs = Path(cfg["paths"]["runs"]) / "reproductions"
     name = "reproductions-" + hashlib.sha1(repr(todo).encode()).hexdigest()[:10]
     _log(f"{len(todo)} run(s) to train, {concurrent} at a time as Ray Tune trials ({name}); their logs in {logs}")
-    setup = {"jobs": todo, "threads": threads, "logs": str(logs)}
+    setup = {"jobs": todo, "threads": threads, "logs": str(logs), "kept": kept, "downstream": downstream or {}}
     # A trial only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it, on the
     # head beside this driver (its store and data are there; a lost worker node takes only Train workers)
     trainable = ray.tune.with_resources(
@@ -93,9 +97,10 @@ def train_all(
 
 
 def train_job(params: dict, setup: dict) -> None:
-    """One trial: compose the run's config, check it, train and probe it (resuming its checkpoint), its output in
-    <paths.runs>/reproductions/<run name>.log."""
-    label, argv = setup["jobs"][params["job"]]
+    """One trial: compose the run's config, check it, train and probe it (resuming its checkpoint), and with a
+    ledger run its downstream steps and record it; its output in <paths.runs>/reproductions/<run name>.log."""
+    label, overrides, scale, extra, baseline = setup["jobs"][params["job"]]
+    argv = [*overrides, *scale, *applicable(overrides, scale, extra)]
     torch.set_num_threads(setup["threads"])  # the probe runs here, beside the other trials' workers
     cfg = compose_config(argv)
     # Ray Data's bars would come from this trial's workers to the driver's console: its log says enough
@@ -108,4 +113,10 @@ def train_job(params: dict, setup: dict) -> None:
     with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         print(f"[reproductions] {label}: python jobs/pretrain.py {' '.join(argv)}", flush=True)
         pretrain(cfg, plan)
+        kept, downstream = setup["kept"], setup["downstream"]
+        if kept is not None:
+            run = run_one(label, overrides, scale, extra)  # read back from MLflow, as the report reads it
+            run_downstream(
+                [run], downstream, random_baseline=baseline, done=lambda r: ledger.record(kept, r, downstream)
+            )
     ray.tune.report({"done": 1})

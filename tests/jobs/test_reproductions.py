@@ -375,6 +375,8 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
     # the same command: every run found done (recorded in the ledger beside the report), nothing trained
     kept = tmp_path / "docs" / "reproductions_runs"
     recorded = sorted(p.stem for p in kept.glob("*.json"))
+    # the runs trained by the second command were recorded by their own trials, beside each other
+    assert sum("recorded in" in p.read_text() for p in logs.glob("*.log")) >= 4 - int(left[1])
     assert len(recorded) == 4 and {p.stem for p in kept.glob("*.png")} <= set(recorded)  # curves where a run has them
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0 and "to train" not in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
