@@ -291,8 +291,8 @@ def test_table5_judges_every_beta_against_independent_crops_and_the_optimum_agai
 def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_driver_resumes(tmp_path):
     """The seeded machinery end to end at the smallest scale: the smoke suite's two arms at seeds 0 and 1, two at a
     time as Ray Tune trials. The driver (and its local Ray) is killed once a run has finished; the same command
-    keeps the finished runs, trains the rest (resuming from their checkpoints where they had any) and judges the
-    claims in the report; once more, it trains nothing."""
+    keeps the finished runs, trains the rest (resuming from their checkpoints where they had any), records them in
+    the ledger and judges the claims in the report; once more without the store, it trains nothing."""
     import re
     import signal
     import subprocess
@@ -372,18 +372,14 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
         "| SimCLR, τ=0.2 vs SimCLR | probe MSE m |" in claims
         and "`python jobs/reproductions.py suites=[smoke]" in claims
     )
-    # the same command: every run found done (recorded in the ledger beside the report), nothing trained
+    # every run recorded in the ledger beside the report; those the second command trained by their own trials
     kept = tmp_path / "docs" / "reproductions_runs"
     recorded = sorted(p.stem for p in kept.glob("*.json"))
-    # the runs trained by the second command were recorded by their own trials, beside each other
-    assert sum("recorded in" in p.read_text() for p in logs.glob("*.log")) >= 4 - int(left[1])
+    assert sum("recorded in" in p.read_text() for p in logs.glob("*.log")) >= int(left[1])
     assert len(recorded) == 4 and {p.stem for p in kept.glob("*.png")} <= set(recorded)  # curves where a run has them
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
-    assert again.returncode == 0 and "to train" not in again.stdout, again.stdout[-3000:] + again.stderr[-2000:]
-    assert again.stdout.count("; reusing its results") == 4
-    report = out.read_text()
-    # another machine, with the report and its ledger but none of this one's store, data or checkpoints: the same
-    # report, from the ledger alone
+    report = text
+    # another machine, with the report and its ledger but none of this one's store, data or checkpoints: nothing
+    # trained, the same report, from the ledger alone
     shutil.rmtree(tmp_path / "runs")
     shutil.rmtree(tmp_path / "data")
     moved = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
