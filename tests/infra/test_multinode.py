@@ -80,6 +80,9 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
         "train.deterministic_data=true",
         "seed=3",
         "trainer.count_bytes=true",
+        # bf16 autocast on a CPU that has it (AVX512-BF16: precision=auto picks it) is not reproducible run to run
+        # here: the curves of one layout differed by 2 % after a few steps. The layouts' equality is the point
+        "train.precision=fp32",
     ]
     # the run's identity leaves the worker layout out (a run resumes on another layout): two names
     jobs = [
