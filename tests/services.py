@@ -124,7 +124,7 @@ class MlflowServer:
             try:
                 if requests.get(f"{self.uri}/health", timeout=2).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or too busy starting to answer
                 pass
             time.sleep(0.5)
         raise RuntimeError(f"mlflow server did not answer in {timeout} s:\n{self.log.read_text()[-3000:]}")

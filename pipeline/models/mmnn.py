@@ -59,12 +59,13 @@ class MonotoneTarget(nn.Module):
         too small for intra-op threads, which only wait on each other (300 steps: 1 s on one thread here, 25 s on two
         beside a training run)."""
         start = hashlib.sha1(b"".join(t.detach().cpu().numpy().tobytes() for t in self.state_dict().values()))
-        key = (start.hexdigest(), tuple(sorted(constants.items())), n_ops, steps, seed)
+        key = (start.hexdigest(), self.top, tuple(sorted(constants.items())), n_ops, steps, seed)
         if key not in _FITTED:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
                 _FITTED[key] = (self._fit(constants, n_ops, steps, seed), copy.deepcopy(self.state_dict()))
+                self.zero_grad(set_to_none=True)  # as a kept fit leaves it
             finally:
                 torch.set_num_threads(threads)
         loss, state = _FITTED[key]
@@ -85,7 +86,7 @@ class MonotoneTarget(nn.Module):
         return float(loss.detach())
 
 
-# fit_constants' results in this process: (start weights' hash, constants, n_ops, steps, seed) -> (loss, weights)
+# fit_constants' results in this process: (start weights' hash, top, constants, n_ops, steps, seed) -> (loss, weights)
 _FITTED: dict[tuple, tuple[float, dict[str, torch.Tensor]]] = {}
 
 

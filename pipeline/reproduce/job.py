@@ -41,7 +41,8 @@ def main(argv: list[str], description: str = "") -> int:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             fail(f"{key}={n}: expected an integer >= 1")
     scale, results, seeded = list(cfg["scale"]), {}, {}
-    kept = ledger.folder_for(Path(cfg["out"])) if cfg["ledger"] else None
+    # absolute: a Tune trial records its run from a working folder of Tune's
+    kept = ledger.folder_for(Path(cfg["out"]).absolute()) if cfg["ledger"] else None
     if concurrent > 1:
         # Ray loads when runs are trained, not when the command line is checked
         from pipeline.reproduce.parallel import train_all

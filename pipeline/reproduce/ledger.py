@@ -5,13 +5,16 @@ A full seeded reproduction takes longer than one sitting of a machine whose disk
 session's workspace, a spot node), and the MLflow store and checkpoints go with that disk. The ledger is committed with
 the report, so the next machine goes on where the last one stopped: a run found in it complete (probed, and with every
 downstream step asked for now, at the same arguments) is neither trained nor evaluated again, and the report reads its
-numbers as recorded. A run is named by its config's hash, so a ledger entry stands for that exact configuration."""
+numbers as recorded. A run is named by its config's hash, which leaves out the eval, trainer and paths sections (as
+MLflow's reuse does): changing only eval.* settings (the probe's steps, InvCLR's invariance samples) reuses the
+recorded numbers; delete the entries, or the folder, to evaluate them again."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -77,8 +80,9 @@ def record(folder: Path | None, run: dict, downstream: dict[str, list[str]]) -> 
     curves = Path(run.get("curves") or "")
     if curves.is_file():
         shutil.copyfile(curves, folder / f"{name}.png")
-    tmp = folder / f".{name}.json.tmp"
-    tmp.write_text(json.dumps(entry, indent=1, sort_keys=True, default=_plain) + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)  # one per writer
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(entry, indent=1, sort_keys=True, default=_plain) + "\n")
     os.replace(tmp, folder / f"{name}.json")
     print(f"[reproductions] {run.get('label')}: recorded in {folder / name}.json", flush=True)
 

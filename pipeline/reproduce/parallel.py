@@ -50,7 +50,7 @@ def train_all(
         argv = [*overrides, *scale, *applicable(overrides, scale, extra)]
         cfg = compose_config(argv)
         try:
-            if ledger.find(kept, run_name(cfg), downstream or {}, baseline) is not None:
+            if kept is not None and ledger.find(kept, run_name(cfg), downstream or {}, baseline) is not None:
                 continue  # done on another machine: neither its data nor its store is needed here
             resolve(cfg)  # checked before anything trains; names the run (its config's hash, once completed)
         except ConfigError as e:

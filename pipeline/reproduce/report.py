@@ -152,7 +152,8 @@ def write_report(
         "",
         "Each section below is made by `python jobs/reproductions.py` (its first line gives the command and the "
         "date); rerunning a suite or a sweep rewrites its section and keeps the others. Every number comes from "
-        "the command that made its section; rerun it to check. The papers train on 100k images for 50 epochs "
+        "the command that made its section, or from the runs it found recorded in `reproductions_runs/`; rerun it to "
+        "check. The papers train on 100k images for 50 epochs "
         "(InvCLR) or on ImageNet for 200 epochs (CO2, CLSA, CoCor); this is a small fraction of that, so what "
         "matters is the direction of each change, not its size.",
         "",

@@ -106,7 +106,7 @@ PAPER_LINES = {
     "68.9 → 69.47 at 100 epochs, 72.8 → 73.23 at 300 epochs with JointCrop at β = 0.",
     "jointcrop_table5": "The paper (JointCrop Table 5, Tiny-ImageNet linear top-1, ResNet-18, MoCo v2): 46.07 with "
     "independent crops; β = 2, 1, 0, −1, −2: 46.65, 47.81, 48.45, 48.66, 48.78 (every β better, −2 best). "
-    "`python jobs/tune.py +sweep=jointcrop_beta` is the same ablation as one unseeded Tune sweep.",
+    "`python jobs/tune.py +sweep=jointcrop_beta` sweeps the same β as one unseeded Tune sweep (on Spirograph).",
     "vit": "The MoCo v3 and DINO papers train ViT-S/16 and ResNet-50 on ImageNet for hundreds of epochs; what a CPU "
     "run can check is the direction: each run against its own random-init twin under the same probe.",
 }

@@ -322,7 +322,7 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
         "sweeps=[]",
         "downstream=null",
         "scale=[" + ",".join(f"'{o}'" for o in scale) + "]",
-        f"out={out}",
+        "out=docs/reproductions.md",  # relative to the command's folder, where the trials' own folders are not
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
     logs = tmp_path / "runs" / "reproductions"
@@ -375,7 +375,7 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
     # every run recorded in the ledger beside the report; those the second command trained by their own trials
     kept = tmp_path / "docs" / "reproductions_runs"
     recorded = sorted(p.stem for p in kept.glob("*.json"))
-    assert sum("recorded in" in p.read_text() for p in logs.glob("*.log")) >= int(left[1])
+    assert sum(f"recorded in {kept}/" in p.read_text() for p in logs.glob("*.log")) >= int(left[1])
     assert len(recorded) == 4 and {p.stem for p in kept.glob("*.png")} <= set(recorded)  # curves where a run has them
     report = text
     # another machine, with the report and its ledger but none of this one's store, data or checkpoints: nothing
