@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-KEPT = ("label", "run_id", "minutes", "probe", "downstream")
+KEPT = ("label", "run_id", "minutes", "probe")  # as the run has them; downstream with its arguments
 
 
 def folder_for(report: Path) -> Path:
@@ -68,7 +68,7 @@ def record(folder: Path | None, run: dict, downstream: dict[str, list[str]]) -> 
     name = run["run_name"]
     entry: dict[str, Any] = {
         "run_name": name,
-        **{k: run.get(k) for k in KEPT if k != "downstream"},
+        **{k: run.get(k) for k in KEPT},
         "overrides": run["overrides"],
         "extra": run["extra"],
         "downstream": {
