@@ -77,7 +77,7 @@ bundle: $(STAMP)
 # its own time cap, with the logs, the junit XML, performance.md's text and a one-screen summary in OUT (docs/gpu.md).
 # Without CUDA it runs what it can (a few minutes) and says what it skipped.
 OUT ?= gpu-check
-CAPS ?= 230,120,40,150
+CAPS ?= 200,100,50,190
 gpu-check: $(STAMP)
 	$(RUN) benchmarks/gpu_check.py --out $(OUT) --caps $(CAPS)
 

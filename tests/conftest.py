@@ -23,9 +23,14 @@ def work_unit(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(config, items):
     """The units with the most end-to-end (`slow`) tests first, the rest after in their own order, so the two
-    workers do not end on one long unit the other waits for; a unit's tests keep their order."""
-    slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
+    workers do not end on one long unit the other waits for; a unit's tests keep their order. With AUGSSL_SLOW_LAST
+    set (make gpu-check: one process, a time cap) the `slow` tests go last instead, so that a cap stopping an
+    end-to-end run has not cost the unit tests."""
     order = {id(item): i for i, item in enumerate(items)}
+    if os.environ.get("AUGSSL_SLOW_LAST"):
+        items.sort(key=lambda item: (item.get_closest_marker("slow") is not None, order[id(item)]))
+        return
+    slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: (-slow[work_unit(item.nodeid)], order[id(item)]))
 
 

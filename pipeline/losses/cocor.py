@@ -52,10 +52,10 @@ def cocor_target_surrogate(
     g_bar: torch.Tensor,
     s_before: torch.Tensor,
     s_after: torch.Tensor,
-    ce_before: float,
-    ce_after: float,
-    lu_before: float,
-    lu_after: float,
+    ce_before: float | torch.Tensor,
+    ce_after: float | torch.Tensor,
+    lu_before: float | torch.Tensor,
+    lu_after: float | torch.Tensor,
     *,
     min_denominator: float = 1e-4,
     sign: float = -1.0,
@@ -80,10 +80,16 @@ def cocor_target_surrogate(
 
     Example: `cocor_target_surrogate(g_bar, s_before, s_after, ce, ce_after, lu, lu_after).backward()`
     """
-    denom = float(lu_after) - float(lu_before)
-    if abs(denom) < min_denominator:
-        denom = min_denominator if denom >= 0 else -min_denominator
-    ratio = (float(ce_after) - float(ce_before)) / denom
+    # in float64 on g_bar's device, from tensors or numbers: no value is read back to the host (on a GPU that would
+    # stall the step), and the arithmetic is the float64 arithmetic of Python numbers
+    lu_before, lu_after, ce_before, ce_after = (
+        torch.as_tensor(v, dtype=torch.float64, device=g_bar.device).detach()
+        for v in (lu_before, lu_after, ce_before, ce_after)
+    )
+    denom = lu_after - lu_before
+    floor = torch.where(denom >= 0, 1.0, -1.0).to(torch.float64) * min_denominator  # keeps the difference's sign
+    denom = torch.where(denom.abs() < min_denominator, floor, denom)
+    ratio = ((ce_after - ce_before) / denom).to(s_after.dtype)
     k = (s_after - g_bar).detach()
     slope = torch.sigmoid(k) * (1 - torch.sigmoid(k))
     coef = (sign * slope * ratio * (s_after - s_before)).detach()

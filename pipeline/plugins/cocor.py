@@ -184,7 +184,7 @@ class CoCor(Plugin):
             f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
             flush=True,
         )
-        return LabelledBatches(split, transform, self.labelled_batch, gen, self.task)
+        return LabelledBatches(split, transform, self.labelled_batch, gen, self.task, ahead=True)
 
     def _outer_loss(self, method, x, y) -> torch.Tensor:
         """The labelled loss of the linear head on frozen backbone features (eval-mode BN: no statistics drift)."""
@@ -192,12 +192,12 @@ class CoCor(Plugin):
         was = backbone.training
         backbone.eval()
         with torch.no_grad():
-            h = backbone(x.to(next(backbone.parameters()).device)).float()
+            h = backbone(x.to(next(backbone.parameters()).device, non_blocking=True)).float()
         backbone.train(was)
         # unit-length features: the head's step size (the code's lr 0.4) then does not depend on the backbone's
         # feature scale, which at CPU scale made an MSE head diverge
         pred = self.classifier(F.normalize(h, dim=1))
-        y = y.to(pred.device)
+        y = y.to(pred.device, non_blocking=True)
         return F.cross_entropy(pred, y) if self.task == "classification" else F.mse_loss(pred, y)
 
     def _target_lr(self, updates: int) -> float:
@@ -234,7 +234,10 @@ class CoCor(Plugin):
         for name, b in method.named_buffers():
             b.copy_(buffers[name])
         s_after = torch.stack([s.mean() for s in sims]).float()
-        lu_before = float(out["loss"].detach())
+        # no value is read back to the host here (float() would stall a GPU's queue mid-step): the loop reads the
+        # logged tensors once, after the step; the differences are taken in float64, as of Python numbers before
+        lu_before = out["loss"].detach().double()
+        ce_before, lu_after = pending["ce"].double(), lu_after.detach().double()
         ce_after = self._outer_loss(method, pending["x"], pending["y"])
         g_bar = self._mean_targets(params, s_after.device)
         self._moved_from = g_bar.detach().float()
@@ -242,27 +245,27 @@ class CoCor(Plugin):
             g_bar.float(),
             pending["s"].float(),
             s_after,
-            float(pending["ce"]),
-            float(ce_after.detach()),
+            ce_before,
+            ce_after.detach(),
             lu_before,
-            float(lu_after),
+            lu_after,
             min_denominator=self.min_denominator,
             sign=self.sign,
         )
-        ce = float(ce_after.detach())
+        ce = ce_after.detach().double()
         logged = {
             "cocor_outer_loss": ce,
-            "cocor_outer_gain": float(pending["ce"]) - ce,
+            "cocor_outer_gain": ce_before - ce,
             # the finite differences Eq. 20 multiplies: the unsupervised loss's and the similarities' per-step changes
-            "cocor_lu_change": float(lu_after) - lu_before,
-            "cocor_sim_change": float((s_after - pending["s"].float()).abs().mean()),
+            "cocor_lu_change": lu_after - lu_before,
+            "cocor_sim_change": (s_after - pending["s"].float()).abs().mean(),
         }
         return surrogate + ce_after, logged
 
     def after_outer_step(self, method, params):
         with torch.no_grad():  # how far this step moved the batch's mean targets (the hypergradient's reach)
             moved = self._mean_targets(params, self._moved_from.device).float() - self._moved_from
-        return {"cocor_target_step": float(moved.abs().mean())}
+        return {"cocor_target_step": moved.abs().mean()}
 
     def _mean_targets(self, params, device) -> torch.Tensor:
         return torch.stack([self.target(params[i]["counts"].to(device)).mean() for i in self.composites])

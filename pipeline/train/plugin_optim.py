@@ -42,7 +42,7 @@ class PluginOptimizers:
             _average_grads(owned)
             self.updates[plugin.name] += 1
             # a non-finite loss on any rank (averaged in) must not reach the plug-in's networks: every rank skips
-            if not all(torch.isfinite(p.grad).all() for p in owned if p.grad is not None):
+            if not _all_finite([p.grad for p in owned if p.grad is not None]):
                 self.skipped[plugin.name] += 1
                 logged[f"{plugin.name}_skipped_updates"] = float(self.skipped[plugin.name])
                 continue
@@ -98,3 +98,8 @@ def _average_grads(params: list[torch.Tensor]) -> None:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     dist.average_([p.grad for p in params if p.grad is not None])  # none is None: set above
+
+
+def _all_finite(grads: list[torch.Tensor]) -> bool:
+    """One read back to the host for all of them (one per tensor stalled a GPU's queue as often)."""
+    return not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
