@@ -6,9 +6,10 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -108,12 +109,30 @@ def config_hash(
     cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths", "gallery", "verbose")
 ) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
-    in `ignore` and the EXECUTION_KEYS do not count."""
+    in `ignore` and the EXECUTION_KEYS do not count. A path under paths.data or paths.root counts as the part below
+    it, so that a checkout's or a working folder's place does not rename its runs (the reproductions' ledger,
+    committed with the report, names runs made in another folder)."""
     kept = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k not in ignore}
     for group, key in EXECUTION_KEYS:
         if isinstance(kept.get(group), dict):
             kept[group].pop(key, None)
-    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    paths = cfg.get("paths") if isinstance(cfg.get("paths"), Mapping) else {}
+    places = [(f"${{paths.{k}}}", str(paths[k]).rstrip("/")) for k in ("data", "root") if paths.get(k)]
+    return hashlib.sha1(json.dumps(_below(kept, places), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _below(value: Any, places: list[tuple[str, str]]) -> Any:
+    """`value` with every string that is a path under one of `places` ((name, absolute folder), first match wins)
+    written as that name and the part below it."""
+    if isinstance(value, Mapping):
+        return {k: _below(v, places) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_below(v, places) for v in value]
+    if isinstance(value, str):
+        for name, folder in places:
+            if folder and (value == folder or value.startswith(folder + "/")):
+                return name + value[len(folder) :]
+    return value
 
 
 def to_yaml(data: dict) -> str:

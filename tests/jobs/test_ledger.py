@@ -128,3 +128,22 @@ def test_the_claims_table_judges_every_shown_suite_on_the_runs_its_ledger_holds(
     assert rows[0].endswith("| `python jobs/reproductions.py suites=[smoke] seeds=3 sweeps=[]` |")
     assert not any("CO2" in ln for ln in lines)  # one arm, one seed: not judged
     assert claims_section(kept, ["co2"], 3, scale, {}, {}, []) == []
+
+
+def test_a_runs_name_does_not_depend_on_the_folder_it_is_made_in(tmp_path, monkeypatch):
+    """The ledger is committed and read in other checkouts: a run's name leaves out where paths.root (or the working
+    folder, its default) is, and still changes with the data a path outside the project points to."""
+    from pipeline.config import compose_config, config_hash
+    from pipeline.train.prepare import run_name
+
+    overrides = ["+experiment=co2_mocov2", "data=photos", "seed=1", "train.epochs=2"]
+    names = set()
+    for folder in (tmp_path / "a", tmp_path / "deeper" / "b"):
+        folder.mkdir(parents=True)
+        monkeypatch.chdir(folder)
+        names.add(run_name(compose_config(overrides)))
+        names.add(run_name(compose_config([*overrides, f"paths.root={tmp_path / 'elsewhere'}"])))
+    assert len(names) == 1
+    cfg = compose_config(overrides)
+    outside = {**cfg, "data": {**cfg["data"], "train": "/datasets/photos/train"}}
+    assert config_hash(outside) != config_hash(cfg)
