@@ -116,7 +116,8 @@ def config_hash(
     for group, key in EXECUTION_KEYS:
         if isinstance(kept.get(group), dict):
             kept[group].pop(key, None)
-    paths = cfg.get("paths") if isinstance(cfg.get("paths"), Mapping) else {}
+    paths = cfg.get("paths")
+    paths = paths if isinstance(paths, Mapping) else {}
     places = [(f"${{paths.{k}}}", str(paths[k]).rstrip("/")) for k in ("data", "root") if paths.get(k)]
     return hashlib.sha1(json.dumps(_below(kept, places), sort_keys=True, default=str).encode()).hexdigest()[:10]
 
