@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reproduce.forest import ForestRow, forest_png
-from pipeline.reproduce.stats import Judged, judge
 from pipeline.reproduce.suites import PAPER_DOWNSTREAM, PAPER_TABLE5, TARGETS
 from pipeline.reproduce.tables import fmt
+from pipeline.stats import Judged, judge
 
 # the papers' ImageNet linear top-1 of each variant against its baseline (docs/methods/), and the gain in the
 # probe's units (a fraction), marked on the forest plot: another dataset and scale, so a mark of direction and

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.reproduce.stats import CONTRADICTED, REPRODUCED, Judged
+from pipeline.stats import CONTRADICTED, REPRODUCED, Judged
 
 COLOURS = {REPRODUCED: "tab:green", CONTRADICTED: "tab:red"}  # inconclusive: grey
 

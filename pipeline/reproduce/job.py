@@ -14,6 +14,7 @@ from pipeline.reproduce.runs import run_one
 from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
 from pipeline.reproduce.sweeps import run_sweep_for_report
 from pipeline.tune.settings import check_sweep, compose_sweep
+from pipeline.tune.space import parse_space
 
 
 def main(argv: list[str], description: str = "") -> int:
@@ -24,9 +25,14 @@ def main(argv: list[str], description: str = "") -> int:
     unknown = sorted(set(cfg["sweeps"]) - set(PAPER_SWEEPS))
     if unknown:
         fail(f"unknown sweeps {unknown}; known: {sorted(PAPER_SWEEPS)}")
+    seeds = cfg["seeds"]
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        fail(f"seeds={seeds}: expected an integer >= 1")
+    sweep_args = {}
     for name in cfg["sweeps"]:  # bad sweep_args fail now, not after the suites have trained
         try:
-            check_sweep(*compose_sweep([f"+sweep={name}", *cfg["sweep_args"]]))
+            sweep_args[name] = seeded_sweep_args(name, list(cfg["sweep_args"]), seeds)
+            check_sweep(*compose_sweep([f"+sweep={name}", *sweep_args[name]]))
         except ConfigError as e:
             fail(f"sweep {name}: {e}")
     downstream = {job: list(args) for job, args in (cfg["downstream"] or {}).items()}
@@ -36,10 +42,9 @@ def main(argv: list[str], description: str = "") -> int:
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
     if not isinstance(cfg["ledger"], bool):
         fail(f"ledger={cfg['ledger']}: expected true or false")
-    seeds, concurrent = cfg["seeds"], cfg["concurrent"]
-    for key, n in (("seeds", seeds), ("concurrent", concurrent)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            fail(f"{key}={n}: expected an integer >= 1")
+    concurrent = cfg["concurrent"]
+    if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
+        fail(f"concurrent={concurrent}: expected an integer >= 1")
     scale, results, seeded = list(cfg["scale"]), {}, {}
     # absolute: a Tune trial records its run from a working folder of Tune's
     kept = ledger.folder_for(Path(cfg["out"]).absolute()) if cfg["ledger"] else None
@@ -64,7 +69,7 @@ def main(argv: list[str], description: str = "") -> int:
         extra = list(cfg["extra"].get(suite) or [])
         seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream, kept)
         results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
-    sweeps = [run_sweep_for_report(name, list(cfg["sweep_args"])) for name in cfg["sweeps"]]
+    sweeps = [run_sweep_for_report(name, sweep_args[name]) for name in cfg["sweeps"]]
     out, claims = Path(cfg["out"]), []
     if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
         from pipeline.reproduce.summary import claims_section  # scipy and statsmodels: for a seeded report only
@@ -74,6 +79,20 @@ def main(argv: list[str], description: str = "") -> int:
         claims = claims_section(kept, shown, seeds, scale, dict(cfg["extra"]), downstream, argv)
     write_report(results, scale, out, sweeps, downstream, seeded if seeds > 1 else None, claims)
     return 0
+
+
+def seeded_sweep_args(name: str, args: list[str], seeds: int) -> list[str]:
+    """The sweep's arguments, with sweep.seeds=`seeds` where seeds >= 2, the arguments do not set it, and every
+    searched key of the sweep is a grid (a drawn value would differ from seed to seed: such a sweep runs unseeded,
+    and says so)."""
+    if seeds < 2 or any(a.lstrip("+").startswith("sweep.seeds=") for a in args):
+        return args
+    space = compose_sweep([f"+sweep={name}", *args])[0]["sweep"]["space"]
+    drawn = [d.key for d in parse_space(space) if d.kind != "grid"]
+    if drawn:
+        print(f"[reproductions] sweep {name}: unseeded ({drawn[0]} is drawn at random, not on a grid)", flush=True)
+        return args
+    return [*args, f"sweep.seeds={seeds}"]
 
 
 def run_seeds(

@@ -45,6 +45,55 @@ def table(rows: list[dict], dims: list[Dim], metric: str, mode: str, baseline: f
     return "\n".join(lines) + "\n"
 
 
+def by_config(rows: list[dict], dims: list[Dim], mode: str) -> list[dict]:
+    """A seeded sweep's trials (sweep.seeds) grouped by configuration, the values of `dims` (the searched keys, not
+    the seed): [{"params", "values": {seed: metric}, "interval": Interval over the seeds, "trials", "run_ids"}],
+    the best mean first and configurations no seed of which finished last."""
+    from pipeline.stats import mean_interval  # scipy: only for a seeded sweep's report
+
+    groups: dict[str, dict] = {}
+    for r in sorted(rows, key=lambda r: r["trial"]):
+        params = {d.key: r["params"].get(d.key) for d in dims}
+        g = groups.setdefault(repr(sorted(params.items(), key=lambda kv: kv[0])), _group(params))
+        g["trials"].append(r["trial"])
+        g["run_ids"].append(r.get("run_id"))
+        if r["metric"] is not None and not _nan(r["metric"]):
+            g["values"][int(r["params"].get("seed", 0))] = float(r["metric"])
+    out = list(groups.values())
+    for g in out:
+        g["interval"] = mean_interval([g["values"][k] for k in sorted(g["values"])])
+    sign = 1 if mode == "min" else -1
+    return sorted(out, key=lambda g: (not g["values"], sign * g["interval"].mean if g["values"] else 0.0))
+
+
+def _group(params: dict) -> dict:
+    return {"params": params, "values": {}, "trials": [], "run_ids": []}
+
+
+def seeded_table(rows: list[dict], dims: list[Dim], metric: str, mode: str) -> str:
+    """One line per configuration: the metric's mean over the seeds with its 95 % Student-t interval, and the paired
+    difference to the best configuration (seed by seed, 95 % interval): where that interval holds 0 the seeds cannot
+    tell the configuration from the best."""
+    from pipeline.stats import paired_difference  # scipy: only for a seeded sweep's report
+
+    groups = by_config(rows, dims, mode)
+    top = groups[0] if groups and groups[0]["values"] else None
+    head = [*[d.key for d in dims], f"{metric} mean [95 % interval]", "seeds", "minus the best, paired [95 %]", "tied"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in groups:
+        iv = g["interval"]
+        mean = "—" if not g["values"] else f"{iv.mean:.4g}" + ("" if iv.n < 2 else f" [{iv.low:.4g}, {iv.high:.4g}]")
+        if top is None or g is top or not g["values"]:
+            diff, tied = ("best" if g is top else "—"), ""
+        else:
+            d = paired_difference(g["values"], top["values"])
+            diff = f"{d.mean:+.4g}" + ("" if d.n < 2 else f" [{d.low:+.4g}, {d.high:+.4g}]")
+            tied = "—" if d.n < 2 else ("yes" if d.low <= 0 <= d.high else "no")
+        cells = [*[_fmt(g["params"][d.key]) for d in dims], mean, str(iv.n), diff, tied]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(
     rows: list[dict],
     dims: list[Dim],
@@ -54,9 +103,11 @@ def plot(
     title: str,
     curve_metric: str | None = None,
     baseline: float | None = None,
+    configs: list[dict] | None = None,
 ) -> Path:
-    """One panel per searched key (the metric against its values; the best trial ringed), and, when the trials
-    report a per-epoch curve, one panel of those curves (where the scheduler stopped a trial, its curve ends)."""
+    """One panel per searched key (the metric against its values; the best trial ringed; with `configs`, a seeded
+    sweep's by_config, each configuration's mean and 95 % interval beside its seeds), and, when the trials report a
+    per-epoch curve, one panel of those curves (where the scheduler stopped a trial, its curve ends)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,6 +135,23 @@ def plot(
                 transform=ax.get_xaxis_transform(),
                 label="stopped / failed",
                 zorder=3,
+            )
+        scored = [g for g in configs or [] if g["values"]]
+        if scored:
+            gx, _ = _positions(d, [g["params"].get(d.key) for g in scored])
+            iv = [g["interval"] for g in scored]
+            low = [0.0 if math.isnan(i.low) else i.mean - i.low for i in iv]
+            high = [0.0 if math.isnan(i.high) else i.high - i.mean for i in iv]
+            ax.errorbar(
+                gx,
+                [i.mean for i in iv],
+                yerr=[low, high],
+                fmt="s",
+                color="black",
+                ms=5,
+                capsize=4,
+                zorder=5,
+                label="mean, 95 % interval",
             )
         if baseline is not None:
             ax.axhline(baseline, color="grey", ls="--", lw=1, label="random init")

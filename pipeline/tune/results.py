@@ -20,7 +20,7 @@ import yaml
 from pipeline.config import to_yaml
 from pipeline.tune import report
 from pipeline.tune.settings import SweepSpec
-from pipeline.tune.space import Dim, override, short
+from pipeline.tune.space import Dim, override, searched, short
 
 TABLE, PLOT, BEST = "sweep/table.md", "sweep/sweep.png", "sweep/best.yaml"
 
@@ -121,20 +121,27 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
     baseline = _random_baseline(spec)
     out_dir = spec.runs / "sweep"
     text = report.table(rows, dims, s.metric, s.mode, baseline)
+    chosen = searched(dims)
+    configs = report.by_config(rows, chosen, s.mode) if s.seeds > 1 else None
+    if configs is not None:
+        text += f"\nEach configuration over seeds 0-{s.seeds - 1}:\n\n" + report.seeded_table(
+            rows, chosen, s.metric, s.mode
+        )
     table_path = out_dir / f"{name}.md"
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path.write_text(f"# {name}\n\n{text}")
     plot_path = report.plot(
         rows,
-        dims,
+        chosen,
         s.metric,
         s.mode,
         out_dir / f"{name}.png",
         name,
         curve_metric=_curve_metric(spec),
         baseline=baseline,
+        configs=configs,
     )
-    top = report.best(rows, s.mode)
+    top = report.best(rows, s.mode) if configs is None else _best_config(configs)
     mlflow.log_text(text, TABLE)
     with tempfile.TemporaryDirectory() as d:  # the same artifact name in every sweep's run
         mlflow.log_artifact(str(shutil.copy(plot_path, Path(d) / Path(PLOT).name)), "sweep")
@@ -151,12 +158,18 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
             s.metric: top["metric"],
             "params": top["params"],
             "command": _pretrain_command(argv, top["params"]),
+            **({"seeds": top["seeds"], "interval": top["interval"]} if "seeds" in top else {}),
         }
         mlflow.log_text(to_yaml(best), BEST)
     print(f"\n{text}", flush=True)
     print(f"Done: sweep {name}, {len(rows)} trial(s) in {minutes:.1f} min.", flush=True)
     print(f"  table  {table_path}\n  plot   {plot_path}\n  MLflow run {run_id} (its trials are child runs)", flush=True)
-    if top is not None:
+    if top is not None and "seeds" in top:
+        print(
+            f"  best   {short(top['params'])}: {s.metric} mean {top['metric']:.4g} over seeds {top['seeds']}",
+            flush=True,
+        )
+    elif top is not None:
         print(f"  best   trial {top['trial']}: {short(top['params'])} -> {s.metric}={top['metric']:.4g}", flush=True)
     return {
         "run_id": run_id,
@@ -166,6 +179,24 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
         "text": text,
         "table": table_path,
         "plot": plot_path,
+    }
+
+
+def _best_config(configs: list[dict]) -> dict | None:
+    """A seeded sweep's best configuration (the best mean over its seeds) in the form of a best trial: its trials'
+    numbers and run ids joined, its mean as the metric."""
+    top = configs[0] if configs and configs[0]["values"] else None
+    if top is None:
+        return None
+    iv = top["interval"]
+    return {
+        "trial": top["trials"][0],
+        "trial_id": ",".join(str(t) for t in top["trials"]),
+        "run_id": ",".join(str(r) for r in top["run_ids"] if r),
+        "params": top["params"],
+        "metric": iv.mean,
+        "seeds": sorted(top["values"]),
+        "interval": [iv.low, iv.high],
     }
 
 

@@ -25,7 +25,7 @@ from pipeline.fields import Checked, Choice, Int, Section, Str, bad, check_model
 from pipeline.schema import validate
 from pipeline.sections import Config
 from pipeline.store import Store
-from pipeline.tune.space import Dim, override, parse_space, reported_metrics
+from pipeline.tune.space import Dim, override, parse_space, reported_metrics, with_seeds
 
 # Sections a trial may not vary: where the data lives and how the cluster and store are reached are the
 # sweep's, shared by every trial (the data is made once, before the trials start).
@@ -49,6 +49,9 @@ class Sweep(Section):
     num_samples: Int(1) = 1
     max_concurrent_trials: Int(1) = 1
     seed: Int(0) = 0
+    # every configuration at seed=0..seeds-1 (grid spaces): each one's mean with its 95 % interval, and its paired
+    # difference to the best (pipeline.tune.report.seeded_table)
+    seeds: Int(1) = 1
 
 
 class SweepConfig(Config):
@@ -143,6 +146,7 @@ def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
             except ConfigError as e:
                 raise ConfigError(f"sweep.space.{d.key}: the trial with {d.key}={value} is refused: {e}") from None
     sweep = Sweep.model_validate(s)
+    dims = with_seeds(dims, sweep.seeds, sweep.num_samples)
     _check_metrics(
         sweep, reported_metrics(cfg["data"], cfg["eval"]), cfg["eval"]["knn"]["every"], cfg["train"]["epochs"]
     )

@@ -84,6 +84,33 @@ def _dim(key: str, spec: Any) -> Dim:
     return Dim(key, kind, tuple(values), log)
 
 
+SEED = "seed"  # the config key sweep.seeds crosses the space with
+
+
+def with_seeds(dims: list[Dim], seeds: int, num_samples: int) -> list[Dim]:
+    """The space crossed with seed=0..seeds-1 (sweep.seeds), so that every configuration trains under the same
+    seeds and the report can give each its mean and interval. ConfigError where that cannot hold: a random key (a
+    draw would differ from seed to seed), repeated samples, or the seed searched by hand as well."""
+    if seeds == 1:
+        return dims
+    if any(d.key == SEED for d in dims):
+        raise ConfigError(f"sweep.space.{SEED} and sweep.seeds={seeds} both set: keep sweep.seeds (it groups seeds)")
+    drawn = [d for d in dims if d.kind != "grid"]
+    if drawn:
+        raise ConfigError(
+            f"sweep.seeds={seeds}: sweep.space.{drawn[0].key} is a {drawn[0].kind}, drawn anew for every trial; "
+            f"with seeds every searched key must be a grid, so that each seed trains the same values"
+        )
+    if num_samples != 1:
+        raise ConfigError(f"sweep.num_samples={num_samples} with sweep.seeds={seeds}: expected 1 (the seeds repeat)")
+    return [*dims, Dim(SEED, "grid", tuple(range(seeds)), False)]
+
+
+def searched(dims: list[Dim]) -> list[Dim]:
+    """The dimensions a person chose to search: all but sweep.seeds' seed."""
+    return [d for d in dims if d.key != SEED]
+
+
 def num_trials(dims: list[Dim], num_samples: int) -> int:
     """How many trials Tune makes: the grid's product, times num_samples (each sample draws the other keys)."""
     grid = math.prod(len(d.values) for d in dims if d.kind == "grid")

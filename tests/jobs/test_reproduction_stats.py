@@ -1,4 +1,4 @@
-"""The seeded comparisons' statistics (pipeline/reproduce/stats.py) against the t law computed here, on samples whose
+"""The seeded comparisons' statistics (pipeline/stats.py) against the t law computed here, on samples whose
 interval must exclude 0 and samples whose interval must not; the seeds-needed estimate against the power of the
 paired t-test computed from the noncentral t; the forest plot drawn."""
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as st
 
 from pipeline.reproduce.forest import ForestRow, forest_png
-from pipeline.reproduce.stats import (
+from pipeline.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
     REPRODUCED,

@@ -408,3 +408,13 @@ def test_a_plugins_extra_keys_reach_only_the_runs_that_use_it():
     extra = ["+plugin.cocor.target_lr_match=98500", "plugin.cocor.weight=2", "eval.probe.steps=5"]
     assert applicable(["method=mocov2"], [], extra) == ["eval.probe.steps=5"]
     assert applicable(["+experiment=cocor_mocov2"], [], extra) == extra
+
+
+def test_a_seeded_reproduction_seeds_the_sweeps_on_a_grid_and_says_which_it_cannot(capsys):
+    from pipeline.reproduce.job import seeded_sweep_args
+
+    assert seeded_sweep_args("jointcrop_beta", ["sweep.size=cpu"], 3) == ["sweep.size=cpu", "sweep.seeds=3"]
+    assert seeded_sweep_args("jointcrop_beta", [], 1) == []
+    assert seeded_sweep_args("jointcrop_beta", ["sweep.seeds=2"], 3) == ["sweep.seeds=2"]  # the user's own
+    assert seeded_sweep_args("temperature", [], 3) == []
+    assert "sweep temperature: unseeded (method.temperature is drawn at random" in capsys.readouterr().out

@@ -3,6 +3,7 @@ trial, the MLflow parent/child tree, a finished rerun, resume after the driver i
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import heavy_imports, probed
@@ -18,7 +20,16 @@ from pipeline.fields import Checked
 from pipeline.tune import report
 from pipeline.tune.settings import SweepConfig, check_sweep, compose_sweep, sweep_argv
 from pipeline.tune.settings import sweep_name as _sweep_name
-from pipeline.tune.space import Dim, num_trials, override, parse_space, reported_metrics, to_tune
+from pipeline.tune.space import (
+    Dim,
+    num_trials,
+    override,
+    parse_space,
+    reported_metrics,
+    searched,
+    to_tune,
+    with_seeds,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
@@ -238,6 +249,8 @@ BAD = [
     (["+sweep=smoke", "++sweep.space={data.image_size: {grid: [16, 32]}}"], "shared by every trial"),
     (["+sweep=smoke", "sweep.scheduler=hyperband"], "sweep.scheduler=hyperband: expected one of asha, fifo"),
     (["+sweep=smoke", "sweep.size=huge"], "sweep.size=huge: expected one of cpu, paper"),
+    (["+sweep=temperature", "sweep.seeds=3"], "sweep.seeds=3: sweep.space.method.temperature is a "),
+    (["+sweep=smoke", "sweep.seeds=0"], "sweep.seeds=0: expected an integer >= 1"),
     (["train.epochs=2"], "no sweep chosen: add +sweep=<name>"),
     (["+sweep=nosuch"], "nosuch"),
 ]
@@ -326,6 +339,68 @@ def test_the_plot_puts_a_log_space_with_zero_on_a_symlog_axis(tmp_path):
     dims = [Dim("plugin.cocor.fixed_targets", "grid", ([0.9, 0.8], [0.7, 0.6]), False)]
     rows = [{**_rows()[0], "params": {"plugin.cocor.fixed_targets": [0.7, 0.6]}}]
     assert report.plot(rows, dims, "m", "min", tmp_path / "c.png", "sweep").exists()
+
+
+def test_sweep_seeds_cross_a_grid_space_and_refuse_what_cannot_be_seeded():
+    grid = parse_space({"a": {"grid": [1, 2, 3]}})
+    dims = with_seeds(grid, 4, num_samples=1)
+    assert dims[:-1] == grid and dims[-1] == Dim("seed", "grid", (0, 1, 2, 3), False)
+    assert num_trials(dims, 1) == 12 and searched(dims) == grid
+    assert with_seeds(grid, 1, num_samples=5) == grid
+    for space, samples, words in (
+        ({"a": {"uniform": [0.0, 1.0]}}, 1, "sweep.space.a is a uniform, drawn anew for every trial"),
+        ({"a": {"choice": [1, 2]}}, 1, "sweep.space.a is a choice"),
+        ({"a": {"grid": [1, 2]}}, 3, "sweep.num_samples=3 with sweep.seeds=2: expected 1"),
+        ({"seed": {"grid": [0, 1]}}, 1, "sweep.space.seed and sweep.seeds=2 both set"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            with_seeds(parse_space(space), 2, num_samples=samples)
+
+
+def _seeded_rows(metrics: dict) -> list[dict]:
+    rows = []
+    for (t, seed), value in metrics.items():
+        n = len(rows)
+        status = "done" if value is not None else "failed: x"
+        params = {"method.temperature": t, "seed": seed}
+        rows.append({"trial": f"{n:05d}", "trial_id": f"t{n}", "params": params, "status": status, "metric": value})
+    return rows
+
+
+def test_a_seeded_sweep_gives_each_configuration_its_t_interval_and_its_paired_difference_to_the_best():
+    from scipy import stats
+
+    a, b, c = [1.0, 1.2, 1.1], [1.5, 1.6, 1.7], [1.05, 1.1, 1.3]
+    metrics = {(0.1, s): a[s] for s in range(3)} | {(0.5, s): b[s] for s in range(3)}
+    metrics |= {(0.2, s): c[s] for s in range(3)} | {(0.9, 0): None, (0.9, 1): None}
+    rows = _seeded_rows(metrics)
+    dims = [Dim("method.temperature", "grid", (0.1, 0.2, 0.5, 0.9), False)]
+    groups = report.by_config(rows, dims, "min")
+    assert [g["params"]["method.temperature"] for g in groups] == [0.1, 0.2, 0.5, 0.9]  # best mean first
+    half = stats.t.ppf(0.975, 2) * np.std(b, ddof=1) / math.sqrt(3)
+    iv = groups[2]["interval"]
+    assert (iv.mean, iv.n) == (pytest.approx(np.mean(b)), 3)
+    assert (iv.low, iv.high) == (pytest.approx(np.mean(b) - half), pytest.approx(np.mean(b) + half))
+    assert groups[3]["values"] == {} and groups[3]["trials"] == ["00009", "00010"]
+    assert [g["params"]["method.temperature"] for g in report.by_config(rows, dims, "max")][:3] == [0.5, 0.2, 0.1]
+
+    text = report.seeded_table(rows, dims, "probe_pretrained_mse", "min")
+    lines = {ln.split("|")[1].strip(): ln for ln in text.splitlines()[2:]}
+    d = np.subtract(b, a)  # 0.5 minus the best, seed by seed
+    dh = stats.t.ppf(0.975, 2) * np.std(d, ddof=1) / math.sqrt(3)
+    assert f"{d.mean():+.4g} [{d.mean() - dh:+.4g}, {d.mean() + dh:+.4g}] | no |" in lines["0.5"]
+    assert "| best |" in lines["0.1"] and lines["0.2"].endswith("| yes |")  # 0.2's interval holds 0
+    assert "| — | 0 | — |" in lines["0.9"]
+
+
+def test_a_seeded_sweep_plot_draws_each_configurations_interval(tmp_path):
+    import matplotlib.image as mpimg
+
+    rows = _seeded_rows({(t, s): 1.0 + t + 0.1 * s for t in (0.1, 0.5) for s in range(3)})
+    dims = [Dim("method.temperature", "grid", (0.1, 0.5), False)]
+    configs = report.by_config(rows, dims, "min")
+    path = report.plot(rows, dims, "m", "min", tmp_path / "s.png", "sweep", configs=configs)
+    assert mpimg.imread(path).shape[0] > 100
 
 
 def test_forward_to_tune_carries_metrics_forward_and_adds_the_clock():
@@ -462,8 +537,11 @@ def _child_statuses(root: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path):
-    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "train.epochs=2"]
+def test_a_seeded_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path):
+    """Its two trials are one configuration under sweep.seeds=2 (seeds 0 and 1): after the resume, the report
+    gives that configuration's mean over both seeds."""
+    one = "sweep.space={method.temperature: {grid: [0.2], log: true}}"
+    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "train.epochs=2", one, "sweep.seeds=2"]
     cmd = [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={tmp_path}"]
     log = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(
@@ -500,6 +578,16 @@ def test_a_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path
     )
     assert len(client.get_metric_history(trial1.info.run_id, "knn/r2")) == 2
     assert not math.isnan(trial1.data.metrics["probe/pretrained_mse"])
+    # the seeded report: one configuration, its mean over the two seeds with their interval, as best
+    trials = sorted((x for x in runs if "mlflow.parentRunId" in x.data.tags), key=lambda x: x.info.run_name)
+    assert [x.data.params["seed"] for x in trials] == ["0", "1"]
+    values = [x.data.metrics["probe/pretrained_mse"] for x in trials]
+    parent = next(x for x in runs if "mlflow.parentRunId" not in x.data.tags)
+    assert parent.data.metrics["sweep/best_probe_pretrained_mse"] == pytest.approx(np.mean(values))
+    table = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*.md")).read_text()
+    row = next(ln for ln in table.split("Each configuration over seeds 0-1:")[1].splitlines() if ln.startswith("| 0.2"))
+    assert f"| {np.mean(values):.4g} [" in row and "| 2 | best |" in row
+    assert "probe_pretrained_mse mean" in r.stdout and "over seeds [0, 1]" in r.stdout
 
 
 def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypatch):

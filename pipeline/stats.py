@@ -1,6 +1,7 @@
-"""Seeded comparisons: each arm's mean with its 95 % interval over the seeds, each variant's paired difference to
-its baseline (seed s of every arm shares the data order and the initialisation, so the differences are taken seed by
-seed), a verdict on the paper's claim, and how many seeds a simple power estimate says would decide it.
+"""Seeded comparisons (the reproductions' suites, seeded sweeps): each arm's mean with its 95 % interval over the
+seeds, each variant's paired difference to its baseline (seed s of every arm shares the data order and the
+initialisation, so the differences are taken seed by seed), a verdict on the paper's claim, and how many seeds a
+simple power estimate says would decide it.
 
 Why Student t, on the seeds and on the per-seed differences, and not a bootstrap: the reproductions run 3 to 5
 seeds. A bootstrap of 3 values has 10 distinct resamples, so its percentile interval is a coarse, too narrow
