@@ -174,24 +174,27 @@ def test_a_step_past_its_cap_is_stopped_with_its_whole_process_group(tmp_path):
         raise AssertionError(f"process {pid} outlived its step's cap")
 
 
-def test_gpu_check_runs_the_unit_tests_before_the_end_to_end_ones():
+def test_gpu_check_runs_the_unit_tests_before_the_end_to_end_ones(monkeypatch):
     """The suite's scheduler puts files with `slow` tests first (two xdist workers); in gpu-check's one capped
     process that let an end-to-end run use the cap before any unit test ran. AUGSSL_SLOW_LAST puts them last."""
-    files = ["tests/test_gpu_e2e.py", "tests/augment/test_gpu_exec.py"]
+    import conftest
 
-    def collected(**env):
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-m", "gpu", *files],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        ids = [line for line in done.stdout.splitlines() if "::" in line]
-        assert ids, done.stdout[-2000:] + done.stderr[-2000:]
-        return [i.startswith("tests/test_gpu_e2e.py") for i in ids]
+    class Item:
+        def __init__(self, nodeid: str, slow: bool):
+            self.nodeid, self.slow = nodeid, slow
 
-    assert collected()[0]  # the xdist order: the end-to-end file first
-    slow_last = collected(AUGSSL_SLOW_LAST="1")
-    assert not slow_last[0] and slow_last == sorted(slow_last)
+        def get_closest_marker(self, name: str):
+            return object() if name == "slow" and self.slow else None
+
+    def order(**env) -> list[str]:
+        for k in ("AUGSSL_SLOW_LAST",):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        items = [Item("tests/augment/test_gpu_exec.py::a", False), Item("tests/test_gpu_e2e.py::spiro", True)]
+        items += [Item("tests/test_gpu_e2e.py::jpeg", True), Item("tests/train/test_device_step.py::b", False)]
+        conftest.pytest_collection_modifyitems(None, items)
+        return [i.nodeid.rsplit("::", 1)[1] for i in items]
+
+    assert order() == ["spiro", "jpeg", "a", "b"]  # the xdist order: the unit with end-to-end tests first
+    assert order(AUGSSL_SLOW_LAST="1") == ["a", "b", "spiro", "jpeg"]
