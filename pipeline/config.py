@@ -109,30 +109,32 @@ def config_hash(
     cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths", "gallery", "verbose")
 ) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
-    in `ignore` and the EXECUTION_KEYS do not count. A path under paths.data or paths.root counts as the part below
-    it, so that a checkout's or a working folder's place does not rename its runs (the reproductions' ledger,
-    committed with the report, names runs made in another folder)."""
+    in `ignore` and the EXECUTION_KEYS do not count. A path under paths.root counts as the part below it, so that
+    the place of a checkout or working folder does not rename its runs (the reproductions' ledger, committed with
+    the report, names runs made in another folder); a path elsewhere, a paths.data set outside the root included,
+    counts whole: other data there is another run."""
     kept = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k not in ignore}
     for group, key in EXECUTION_KEYS:
         if isinstance(kept.get(group), dict):
             kept[group].pop(key, None)
     paths = cfg.get("paths")
-    paths = paths if isinstance(paths, Mapping) else {}
-    places = [(f"${{paths.{k}}}", str(paths[k]).rstrip("/")) for k in ("data", "root") if paths.get(k)]
-    return hashlib.sha1(json.dumps(_below(kept, places), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    root = paths.get("root") if isinstance(paths, Mapping) else None
+    if root and os.path.isabs(str(root)) and os.path.normpath(str(root)) != "/":
+        kept = _below(kept, os.path.normpath(str(root)))
+    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _below(value: Any, places: list[tuple[str, str]]) -> Any:
-    """`value` with every string that is a path under one of `places` ((name, absolute folder), first match wins)
-    written as that name and the part below it."""
+def _below(value: Any, root: str) -> Any:
+    """`value` with every string that is a path under `root` (absolute, normalised) written as ${paths.root} and the
+    normalised part below it."""
     if isinstance(value, Mapping):
-        return {k: _below(v, places) for k, v in value.items()}
+        return {k: _below(v, root) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_below(v, places) for v in value]
-    if isinstance(value, str):
-        for name, folder in places:
-            if folder and (value == folder or value.startswith(folder + "/")):
-                return name + value[len(folder) :]
+        return [_below(v, root) for v in value]
+    if isinstance(value, str) and value.startswith(root):
+        path = os.path.normpath(value)
+        if path == root or path.startswith(root + "/"):
+            return "${paths.root}" + path[len(root) :]
     return value
 
 

@@ -103,11 +103,19 @@ class LabelledBatches:
     deviation, so one step size suits every factor.
 
     With `ahead=True` the next batch is drawn and decoded on a thread of its own while the caller trains (into
-    pinned memory where CUDA is present): on an H100 the step waited on 64 JPEG decodes on the host each step
-    (docs/gpu.md). One thread draws in turn, so the batches are the same ones, in the same order, either way."""
+    pinned memory with `pin=True`, for a copy to the GPU that need not wait): on an H100 the step waited on 64 JPEG
+    decodes on the host each step (docs/gpu.md). One thread draws in turn, so the batches are the same ones, in the
+    same order, either way."""
 
     def __init__(
-        self, split: Split, transform: Callable, batch: int, generator: torch.Generator, task: str, ahead: bool = False
+        self,
+        split: Split,
+        transform: Callable,
+        batch: int,
+        generator: torch.Generator,
+        task: str,
+        ahead: bool = False,
+        pin: bool = False,
     ):
         self.split, self.transform, self.batch, self.generator, self.task = split, transform, batch, generator, task
         if task == "regression":
@@ -115,6 +123,7 @@ class LabelledBatches:
             self.y_mean, self.y_std = y.mean(0), y.std(0).clamp_min(1e-6)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="labelled") if ahead else None
         self._next: Future | None = None
+        self._pin = ahead and pin
 
     def __len__(self) -> int:
         return len(self.split.encoded)
@@ -122,7 +131,8 @@ class LabelledBatches:
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pool is None:
             return self._draw()
-        batch = (self._next or self._pool.submit(self._draw)).result()
+        pending, self._next = self._next or self._pool.submit(self._draw), None
+        batch = pending.result()  # a draw that failed raises here, once
         self._next = self._pool.submit(self._draw)
         return batch
 
@@ -132,6 +142,6 @@ class LabelledBatches:
         y = torch.as_tensor(self.split.y[idx[kept]])
         if self.task == "regression":
             y = (y - self.y_mean) / self.y_std
-        if self._pool is not None and torch.cuda.is_available():  # a copy to the GPU that need not wait
+        if self._pin:
             x, y = x.pin_memory(), y.pin_memory()
         return x, y

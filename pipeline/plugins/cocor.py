@@ -159,7 +159,7 @@ class CoCor(Plugin):
             out[f"cocor_sim_l{n}"] = (s.detach().mean(), None)
             out[f"cocor_target_l{n}"] = (g.mean(), None)
         if self.mode == "learned":
-            x, y = self._labelled_batch()
+            x, y = self._labelled_batch(sims[0].device)
             self._pending = {
                 "x": x,
                 "y": y,
@@ -170,12 +170,12 @@ class CoCor(Plugin):
         return out
 
     # -- the upper-level step -----------------------------------------------------------------------------------
-    def _labelled_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _labelled_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._labelled is None:
-            self._labelled = self._load_labelled()
+            self._labelled = self._load_labelled(pin=device.type == "cuda")
         return self._labelled.next()
 
-    def _load_labelled(self) -> LabelledBatches:
+    def _load_labelled(self, pin: bool = False) -> LabelledBatches:
         split = labelled_subset(self.data_root, self.task, self.targets, self.fraction, self.seed)
         gen = torch.Generator().manual_seed(self.seed * 7919 + dist.rank() + 11)  # ranks draw different batches
         size, mean, std = eval_settings(self.aug)  # the kNN monitor's and the probe's un-augmented view
@@ -184,7 +184,7 @@ class CoCor(Plugin):
             f"[cocor] labelled subset: {len(split.encoded)} samples ({self.fraction:.1%} of {self.data_root})",
             flush=True,
         )
-        return LabelledBatches(split, transform, self.labelled_batch, gen, self.task, ahead=True)
+        return LabelledBatches(split, transform, self.labelled_batch, gen, self.task, ahead=True, pin=pin)
 
     def _outer_loss(self, method, x, y) -> torch.Tensor:
         """The labelled loss of the linear head on frozen backbone features (eval-mode BN: no statistics drift)."""

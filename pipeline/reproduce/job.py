@@ -82,16 +82,21 @@ def main(argv: list[str], description: str = "") -> int:
 
 
 def seeded_sweep_args(name: str, args: list[str], seeds: int) -> list[str]:
-    """The sweep's arguments, with sweep.seeds=`seeds` where seeds >= 2, the arguments do not set it, and every
-    searched key of the sweep is a grid (a drawn value would differ from seed to seed: such a sweep runs unseeded,
-    and says so)."""
+    """The sweep's arguments, with sweep.seeds=`seeds` where seeds >= 2, the arguments do not set it, the sweep's
+    searched keys are all grids and it draws one sample of each (a drawn value would differ from seed to seed: such
+    a sweep runs unseeded, and says so). An ASHA sweep runs FIFO when seeded (ASHA would stop the weak seeds)."""
     if seeds < 2 or any(a.lstrip("+").startswith("sweep.seeds=") for a in args):
         return args
-    space = compose_sweep([f"+sweep={name}", *args])[0]["sweep"]["space"]
-    drawn = [d.key for d in parse_space(space) if d.kind != "grid"]
-    if drawn:
-        print(f"[reproductions] sweep {name}: unseeded ({drawn[0]} is drawn at random, not on a grid)", flush=True)
+    sweep = compose_sweep([f"+sweep={name}", *args])[0]["sweep"]
+    drawn = [d.key for d in parse_space(sweep["space"]) if d.kind != "grid"]
+    why = f"{drawn[0]} is drawn at random" if drawn else None
+    why = why or (f"sweep.num_samples={sweep['num_samples']}" if sweep["num_samples"] != 1 else None)
+    if why:
+        print(f"[reproductions] sweep {name}: unseeded ({why}, not one grid)", flush=True)
         return args
+    if sweep["scheduler"] != "fifo":
+        print(f"[reproductions] sweep {name}: seeded, so FIFO instead of {sweep['scheduler']}", flush=True)
+        args = [*args, "sweep.scheduler=fifo"]
     return [*args, f"sweep.seeds={seeds}"]
 
 

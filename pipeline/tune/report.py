@@ -48,7 +48,8 @@ def table(rows: list[dict], dims: list[Dim], metric: str, mode: str, baseline: f
 def by_config(rows: list[dict], dims: list[Dim], mode: str) -> list[dict]:
     """A seeded sweep's trials (sweep.seeds) grouped by configuration, the values of `dims` (the searched keys, not
     the seed): [{"params", "values": {seed: metric}, "interval": Interval over the seeds, "trials", "run_ids"}],
-    the best mean first and configurations no seed of which finished last."""
+    those with every seed finished first, best mean first, then those missing a seed (a failed trial), then those
+    no seed of which finished."""
     from pipeline.stats import mean_interval  # scipy: only for a seeded sweep's report
 
     groups: dict[str, dict] = {}
@@ -63,7 +64,11 @@ def by_config(rows: list[dict], dims: list[Dim], mode: str) -> list[dict]:
     for g in out:
         g["interval"] = mean_interval([g["values"][k] for k in sorted(g["values"])])
     sign = 1 if mode == "min" else -1
-    return sorted(out, key=lambda g: (not g["values"], sign * g["interval"].mean if g["values"] else 0.0))
+    seeds = max((len(g["trials"]) for g in out), default=0)
+    return sorted(
+        out,
+        key=lambda g: (not g["values"], len(g["values"]) < seeds, sign * g["interval"].mean if g["values"] else 0.0),
+    )
 
 
 def _group(params: dict) -> dict:
@@ -83,12 +88,12 @@ def seeded_table(rows: list[dict], dims: list[Dim], metric: str, mode: str) -> s
     for g in groups:
         iv = g["interval"]
         mean = "—" if not g["values"] else f"{iv.mean:.4g}" + ("" if iv.n < 2 else f" [{iv.low:.4g}, {iv.high:.4g}]")
-        if top is None or g is top or not g["values"]:
+        gap = None if top is None or g is top else paired_difference(g["values"], top["values"])
+        if gap is None or gap.n == 0:  # the best itself, or no seed finished in both
             diff, tied = ("best" if g is top else "—"), ""
         else:
-            d = paired_difference(g["values"], top["values"])
-            diff = f"{d.mean:+.4g}" + ("" if d.n < 2 else f" [{d.low:+.4g}, {d.high:+.4g}]")
-            tied = "—" if d.n < 2 else ("yes" if d.low <= 0 <= d.high else "no")
+            diff = f"{gap.mean:+.4g}" + ("" if gap.n < 2 else f" [{gap.low:+.4g}, {gap.high:+.4g}]")
+            tied = "—" if gap.n < 2 else ("yes" if gap.low <= 0 <= gap.high else "no")
         cells = [*[_fmt(g["params"][d.key]) for d in dims], mean, str(iv.n), diff, tied]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -117,7 +122,9 @@ def plot(
     n = len(dims) + int(curves)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
     done = [r for r in rows if r["metric"] is not None and not _nan(r["metric"])]
-    top = best(rows, mode)
+    # the best trial ringed; in a seeded sweep the best configuration's mean instead
+    top = best(rows, mode) if not configs else None
+    top_config = configs[0] if configs and configs[0]["values"] else None
     for ax, d in zip(axes[0], dims):
         xs, labels = _positions(d, [r["params"].get(d.key) for r in done])
         ax.scatter(xs, [r["metric"] for r in done], color="tab:blue", zorder=3, label="trials")
@@ -153,6 +160,10 @@ def plot(
                 zorder=5,
                 label="mean, 95 % interval",
             )
+            if top_config is not None:
+                (bx,), _ = _positions(d, [top_config["params"].get(d.key)])
+                m = top_config["interval"].mean
+                ax.scatter([bx], [m], s=160, facecolors="none", edgecolors="tab:red", zorder=6, label="best mean")
         if baseline is not None:
             ax.axhline(baseline, color="grey", ls="--", lw=1, label="random init")
         _axis(ax, d, xs, labels)

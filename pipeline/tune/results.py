@@ -121,7 +121,7 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
     baseline = _random_baseline(spec)
     out_dir = spec.runs / "sweep"
     text = report.table(rows, dims, s.metric, s.mode, baseline)
-    chosen = searched(dims)
+    chosen = searched(dims) if s.seeds > 1 else dims  # a seed searched by hand stays a searched key
     configs = report.by_config(rows, chosen, s.mode) if s.seeds > 1 else None
     if configs is not None:
         text += f"\nEach configuration over seeds 0-{s.seeds - 1}:\n\n" + report.seeded_table(
@@ -192,7 +192,7 @@ def _best_config(configs: list[dict]) -> dict | None:
     return {
         "trial": top["trials"][0],
         "trial_id": ",".join(str(t) for t in top["trials"]),
-        "run_id": ",".join(str(r) for r in top["run_ids"] if r),
+        "run_id": ",".join(str(r) for r in top["run_ids"] if r) or None,
         "params": top["params"],
         "metric": iv.mean,
         "seeds": sorted(top["values"]),

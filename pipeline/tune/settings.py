@@ -146,7 +146,7 @@ def check_sweep(cfg: dict, argv: list[str]) -> list[Dim]:
             except ConfigError as e:
                 raise ConfigError(f"sweep.space.{d.key}: the trial with {d.key}={value} is refused: {e}") from None
     sweep = Sweep.model_validate(s)
-    dims = with_seeds(dims, sweep.seeds, sweep.num_samples)
+    dims = with_seeds(dims, sweep.seeds, sweep.num_samples, sweep.scheduler)
     _check_metrics(
         sweep, reported_metrics(cfg["data"], cfg["eval"]), cfg["eval"]["knn"]["every"], cfg["train"]["epochs"]
     )
@@ -240,6 +240,8 @@ def sweep_name(c: Checked[SweepConfig]) -> str:
     own). Rerunning the command finds it again."""
     cfg = c.raw
     s = {k: v for k, v in cfg["sweep"].items() if k not in ("sizes", "size")}
+    if s.get("seeds") == 1:  # the default, as before sweeps had seeds: an unseeded sweep keeps its name
+        del s["seeds"]
     base = {k: v for k, v in cfg.items() if k != "sweep"}
     what = {"base": config_hash(base), "eval": cfg["eval"], "sweep": s}
     digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]

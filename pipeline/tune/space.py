@@ -87,12 +87,18 @@ def _dim(key: str, spec: Any) -> Dim:
 SEED = "seed"  # the config key sweep.seeds crosses the space with
 
 
-def with_seeds(dims: list[Dim], seeds: int, num_samples: int) -> list[Dim]:
+def with_seeds(dims: list[Dim], seeds: int, num_samples: int, scheduler: str = "fifo") -> list[Dim]:
     """The space crossed with seed=0..seeds-1 (sweep.seeds), so that every configuration trains under the same
     seeds and the report can give each its mean and interval. ConfigError where that cannot hold: a random key (a
-    draw would differ from seed to seed), repeated samples, or the seed searched by hand as well."""
+    draw would differ from seed to seed), repeated samples, the seed searched by hand as well, or ASHA (it stops
+    the weak seeds, so a configuration's mean would be over its lucky ones)."""
     if seeds == 1:
         return dims
+    if scheduler != "fifo":
+        raise ConfigError(
+            f"sweep.scheduler={scheduler} with sweep.seeds={seeds}: expected fifo (ASHA stops a configuration's weak "
+            f"seeds, and its mean would be over the lucky ones)"
+        )
     if any(d.key == SEED for d in dims):
         raise ConfigError(f"sweep.space.{SEED} and sweep.seeds={seeds} both set: keep sweep.seeds (it groups seeds)")
     drawn = [d for d in dims if d.kind != "grid"]

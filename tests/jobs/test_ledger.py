@@ -132,7 +132,7 @@ def test_the_claims_table_judges_every_shown_suite_on_the_runs_its_ledger_holds(
 
 def test_a_runs_name_does_not_depend_on_the_folder_it_is_made_in(tmp_path, monkeypatch):
     """The ledger is committed and read in other checkouts: a run's name leaves out where paths.root (or the working
-    folder, its default) is, and still changes with the data a path outside the project points to."""
+    folder, its default) is, and still changes with the data a path outside the root points to."""
     from pipeline.config import compose_config, config_hash
     from pipeline.train.prepare import run_name
 
@@ -147,3 +147,8 @@ def test_a_runs_name_does_not_depend_on_the_folder_it_is_made_in(tmp_path, monke
     cfg = compose_config(overrides)
     outside = {**cfg, "data": {**cfg["data"], "train": "/datasets/photos/train"}}
     assert config_hash(outside) != config_hash(cfg)
+    # a data folder set outside the root is part of the run: other data there is another run
+    v1, v2 = (compose_config([*overrides, f"paths.data={tmp_path / v}"]) for v in ("v1", "v2"))
+    assert config_hash(v1) != config_hash(v2)
+    trailing = compose_config([*overrides, f"paths.root={tmp_path / 'elsewhere'}/"])
+    assert run_name(trailing) in names

@@ -417,4 +417,6 @@ def test_a_seeded_reproduction_seeds_the_sweeps_on_a_grid_and_says_which_it_cann
     assert seeded_sweep_args("jointcrop_beta", [], 1) == []
     assert seeded_sweep_args("jointcrop_beta", ["sweep.seeds=2"], 3) == ["sweep.seeds=2"]  # the user's own
     assert seeded_sweep_args("temperature", [], 3) == []
+    # ASHA would stop the weak seeds: a seeded ASHA sweep runs FIFO
+    assert seeded_sweep_args("clsa_beta", [], 2) == ["sweep.scheduler=fifo", "sweep.seeds=2"]
     assert "sweep temperature: unseeded (method.temperature is drawn at random" in capsys.readouterr().out

@@ -494,18 +494,27 @@ def test_labelled_batches_drawn_ahead_are_the_same_batches_in_the_same_order():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 def test_the_outer_step_reads_nothing_back_from_the_gpu_but_its_finite_check():
     """On an H100 the project's CoCor step ran at 0.79x a bare loop's: floats read back mid-step stall the GPU's
-    queue. Under CUDA's sync debug mode, outer_loss and after_outer_step make no synchronising call."""
+    queue. Under CUDA's sync debug mode, the labelled batch (drawn ahead into pinned memory), its labelled loss,
+    outer_loss and after_outer_step make no synchronising call."""
     m, plugin = _learned()
     m.cuda()
     plugin.cuda()
+    old = plugin._labelled
+    plugin._labelled = LabelledBatches(
+        old.split, old.transform, old.batch, torch.Generator().manual_seed(0), "regression", ahead=True, pin=True
+    )
     images, params = _views()
     images = [x.cuda() for x in images]
     params = [{k: v.cuda() for k, v in p.items()} for p in params]
-    plugin._labelled.next = lambda: tuple(t.cuda() for t in LabelledBatches.next(plugin._labelled))
-    out = m.total_loss(images, params)
+    out = m.total_loss(images, params)  # the framework's step, outside the check
     out["loss"].backward()
+    device = images[0].device
+    torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
+        x, y = plugin._labelled_batch(device)
+        assert x.is_pinned() and y.is_pinned()
+        plugin._outer_loss(m, x, y)
         loss, logged = plugin.outer_loss(m, images, params, out)
         loss.backward()
         plugin.after_outer_step(m, params)

@@ -183,6 +183,9 @@ def test_the_sweep_name_follows_what_decides_its_trials():
     b, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=1"])
     c, _ = compose_sweep(["+sweep=smoke", "sweep.space={method.temperature: {grid: [0.1, 0.2]}}"])
     d, _ = compose_sweep(["+sweep=smoke", "eval.probe.steps=10"])
+    one = {**a, "sweep": {k: v for k, v in a["sweep"].items() if k != "seeds"}}  # from before sweep.seeds
+    seeded, _ = compose_sweep(["+sweep=smoke", "sweep.seeds=2"])
+    assert sweep_name(one) == sweep_name(a) != sweep_name(seeded)
     assert sweep_name(a) == sweep_name(same)
     assert len({sweep_name(a), sweep_name(b), sweep_name(c), sweep_name(d)}) == 4
 
@@ -249,7 +252,11 @@ BAD = [
     (["+sweep=smoke", "++sweep.space={data.image_size: {grid: [16, 32]}}"], "shared by every trial"),
     (["+sweep=smoke", "sweep.scheduler=hyperband"], "sweep.scheduler=hyperband: expected one of asha, fifo"),
     (["+sweep=smoke", "sweep.size=huge"], "sweep.size=huge: expected one of cpu, paper"),
-    (["+sweep=temperature", "sweep.seeds=3"], "sweep.seeds=3: sweep.space.method.temperature is a "),
+    (
+        ["+sweep=temperature", "sweep.seeds=3", "sweep.scheduler=fifo"],
+        "sweep.seeds=3: sweep.space.method.temperature is a ",
+    ),
+    (["+sweep=clsa_beta", "sweep.seeds=2"], "sweep.scheduler=asha with sweep.seeds=2: expected fifo"),
     (["+sweep=smoke", "sweep.seeds=0"], "sweep.seeds=0: expected an integer >= 1"),
     (["train.epochs=2"], "no sweep chosen: add +sweep=<name>"),
     (["+sweep=nosuch"], "nosuch"),
@@ -355,6 +362,8 @@ def test_sweep_seeds_cross_a_grid_space_and_refuse_what_cannot_be_seeded():
     ):
         with pytest.raises(ConfigError, match=re.escape(words)):
             with_seeds(parse_space(space), 2, num_samples=samples)
+    with pytest.raises(ConfigError, match=re.escape("sweep.scheduler=asha with sweep.seeds=2: expected fifo")):
+        with_seeds(grid, 2, num_samples=1, scheduler="asha")
 
 
 def _seeded_rows(metrics: dict) -> list[dict]:
@@ -391,6 +400,15 @@ def test_a_seeded_sweep_gives_each_configuration_its_t_interval_and_its_paired_d
     assert f"{d.mean():+.4g} [{d.mean() - dh:+.4g}, {d.mean() + dh:+.4g}] | no |" in lines["0.5"]
     assert "| best |" in lines["0.1"] and lines["0.2"].endswith("| yes |")  # 0.2's interval holds 0
     assert "| — | 0 | — |" in lines["0.9"]
+
+    # a configuration missing seeds (its trials failed) ranks after every complete one, whatever its partial mean;
+    # one that shares no finished seed with the best has no paired difference
+    lucky = _seeded_rows({(0.05, 0): 0.5, (0.05, 1): None, (0.05, 2): None} | metrics)
+    groups = report.by_config(lucky, dims, "min")
+    assert [g["params"]["method.temperature"] for g in groups] == [0.1, 0.2, 0.5, 0.05, 0.9]
+    alone = _seeded_rows({(0.1, 0): 1.0, (0.1, 1): 1.1, (0.3, 0): None, (0.3, 1): None, (0.3, 2): 0.7})
+    text = report.seeded_table(alone, dims, "m", "min")
+    assert "| 0.1 | 1.05 [" in text and "| 2 | — |  |" in text and "nan" not in text
 
 
 def test_a_seeded_sweep_plot_draws_each_configurations_interval(tmp_path):
