@@ -6,6 +6,7 @@ suites earlier commands (on other machines) ran as well."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import count
 from pathlib import Path
 
 from pipeline.config import ConfigError, compose_config
@@ -20,17 +21,23 @@ from pipeline.train.prepare import run_name
 def recorded_arms(
     kept: Path, suite: str, seeds: int, scale: list[str], extra: list[str], downstream: dict[str, list[str]]
 ) -> dict[str, dict[int, dict]]:
-    """The suite's arms as the ledger holds them at this scale: label -> {seed: results}, the seeds found."""
+    """The suite's arms as the ledger holds them at this scale: label -> {seed: results}, the seeds found: seeds
+    0..`seeds`-1 and on past them while any arm has the next (a suite an earlier command ran at more seeds keeps
+    them)."""
     arms: dict[str, dict[int, dict]] = {}
-    for label, overrides in SUITES[suite]:
-        for s in range(seeds):
+    for s in count():
+        found = False
+        for label, overrides in SUITES[suite]:
             pinned = [*overrides, f"seed={s}"]
             entry = ledger.find(
                 kept, run_name(compose_config([*pinned, *scale, *applicable(pinned, scale, extra)])), downstream, False
             )
             if entry is not None:
                 arms.setdefault(label, {})[s] = ledger.as_result(kept, entry)
-    return arms
+                found = True
+        if s + 1 >= seeds and not found:
+            return arms
+    raise AssertionError("unreachable")  # count() does not end
 
 
 def claims_section(
@@ -53,9 +60,11 @@ def claims_section(
         except ConfigError as e:  # a suite of an older report whose runs no longer compose: left out, said so
             print(f"[reproductions] claims: {suite} left out: {e}", flush=True)
             continue
-        if len(arms) < len(SUITES[suite]) or min(len(runs) for runs in arms.values()) < 2:
+        every = min(len(runs) for runs in arms.values()) if len(arms) == len(SUITES[suite]) else 0
+        if every < 2:
             continue
-        command = f"`python jobs/reproductions.py suites=[{suite}] seeds={seeds}{' ' + rest if rest else ''}`"
+        # the seeds every arm has: the command that makes this row (its own seeds, not this command's)
+        command = f"`python jobs/reproductions.py suites=[{suite}] seeds={every}{' ' + rest if rest else ''}`"
         for r in judge_suite(suite, arms):
             d = r.judged.diff
             ours = f"{fmt(d.mean)} [{fmt(d.low)}, {fmt(d.high)}]" if d.n >= 2 else fmt(d.mean)
