@@ -27,13 +27,15 @@ def forest_png(rows: Sequence[ForestRow], path: Path, title: str) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     metrics = list(dict.fromkeys(r.metric for r in rows))
     heights = [sum(r.metric == m for r in rows) for m in metrics]
+    longest = max((len(r.label) for r in rows), default=0)  # the labels left of the panels take their own width
     fig, axes = plt.subplots(
         len(metrics),
         1,
-        figsize=(9, 1.2 + 0.45 * sum(heights) + 0.6 * len(metrics)),
+        figsize=(max(9.0, 6.0 + 0.1 * longest), 1.2 + 0.45 * sum(heights) + 0.6 * len(metrics)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
     )
@@ -50,6 +52,8 @@ def forest_png(rows: Sequence[ForestRow], path: Path, title: str) -> Path:
                 ax.plot(r.paper_gain, y, "D", color="k", mfc="none", ms=7, label=None if marked else "paper's gain")
                 marked = True
         ax.axvline(0, color="k", lw=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(4))  # a narrow panel's tick labels otherwise run together
+        ax.tick_params(axis="x", labelsize=7)
         ax.set_yticks(range(len(mine)), [r.label for r in reversed(mine)], fontsize=8)
         for y, r in enumerate(reversed(mine)):  # the verdict right of the panel
             colour = COLOURS.get(r.judged.verdict, "tab:gray")
