@@ -25,9 +25,10 @@ def main(argv: list[str], description: str = "") -> int:
     unknown = sorted(set(cfg["sweeps"]) - set(PAPER_SWEEPS))
     if unknown:
         fail(f"unknown sweeps {unknown}; known: {sorted(PAPER_SWEEPS)}")
-    seeds = cfg["seeds"]
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        fail(f"seeds={seeds}: expected an integer >= 1")
+    seeds, concurrent = cfg["seeds"], cfg["concurrent"]
+    for key, n in (("seeds", seeds), ("concurrent", concurrent)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            fail(f"{key}={n}: expected an integer >= 1")
     sweep_args = {}
     for name in cfg["sweeps"]:  # bad sweep_args fail now, not after the suites have trained
         try:
@@ -42,9 +43,6 @@ def main(argv: list[str], description: str = "") -> int:
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
     if not isinstance(cfg["ledger"], bool):
         fail(f"ledger={cfg['ledger']}: expected true or false")
-    concurrent = cfg["concurrent"]
-    if isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1:
-        fail(f"concurrent={concurrent}: expected an integer >= 1")
     scale, results, seeded = list(cfg["scale"]), {}, {}
     # absolute: a Tune trial records its run from a working folder of Tune's
     kept = ledger.folder_for(Path(cfg["out"]).absolute()) if cfg["ledger"] else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pipeline.tune.space import Dim, _fmt, _is_number
+from pipeline.tune.space import SEED, Dim, _fmt, _is_number
 
 
 def sort_rows(rows: list[dict], mode: str) -> list[dict]:
@@ -59,7 +59,7 @@ def by_config(rows: list[dict], dims: list[Dim], mode: str) -> list[dict]:
         g["trials"].append(r["trial"])
         g["run_ids"].append(r.get("run_id"))
         if r["metric"] is not None and not _nan(r["metric"]):
-            g["values"][int(r["params"].get("seed", 0))] = float(r["metric"])
+            g["values"][int(r["params"].get(SEED, 0))] = float(r["metric"])
     out = list(groups.values())
     for g in out:
         g["interval"] = mean_interval([g["values"][k] for k in sorted(g["values"])])
@@ -75,14 +75,18 @@ def _group(params: dict) -> dict:
     return {"params": params, "values": {}, "trials": [], "run_ids": []}
 
 
-def seeded_table(rows: list[dict], dims: list[Dim], metric: str, mode: str) -> str:
-    """One line per configuration: the metric's mean over the seeds with its 95 % Student-t interval, and the paired
-    difference to the best configuration (seed by seed, 95 % interval): where that interval holds 0 the seeds cannot
-    tell the configuration from the best."""
+def best_config(groups: list[dict]) -> dict | None:
+    """The best of by_config's groups (its first), or None where no seed of any configuration finished."""
+    return groups[0] if groups and groups[0]["values"] else None
+
+
+def seeded_table(groups: list[dict], dims: list[Dim], metric: str) -> str:
+    """One line per configuration of by_config's `groups`: the metric's mean over the seeds with its 95 % Student-t
+    interval, and the paired difference to the best configuration (seed by seed, 95 % interval): where that interval
+    holds 0 the seeds cannot tell the configuration from the best."""
     from pipeline.stats import paired_difference  # scipy: only for a seeded sweep's report
 
-    groups = by_config(rows, dims, mode)
-    top = groups[0] if groups and groups[0]["values"] else None
+    top = best_config(groups)
     head = [*[d.key for d in dims], f"{metric} mean [95 % interval]", "seeds", "minus the best, paired [95 %]", "tied"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in groups:
@@ -124,7 +128,7 @@ def plot(
     done = [r for r in rows if r["metric"] is not None and not _nan(r["metric"])]
     # the best trial ringed; in a seeded sweep the best configuration's mean instead
     top = best(rows, mode) if not configs else None
-    top_config = configs[0] if configs and configs[0]["values"] else None
+    top_config = best_config(configs or [])
     for ax, d in zip(axes[0], dims):
         xs, labels = _positions(d, [r["params"].get(d.key) for r in done])
         ax.scatter(xs, [r["metric"] for r in done], color="tab:blue", zorder=3, label="trials")

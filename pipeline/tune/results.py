@@ -124,9 +124,7 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
     chosen = searched(dims) if s.seeds > 1 else dims  # a seed searched by hand stays a searched key
     configs = report.by_config(rows, chosen, s.mode) if s.seeds > 1 else None
     if configs is not None:
-        text += f"\nEach configuration over seeds 0-{s.seeds - 1}:\n\n" + report.seeded_table(
-            rows, chosen, s.metric, s.mode
-        )
+        text += f"\nEach configuration over seeds 0-{s.seeds - 1}:\n\n" + report.seeded_table(configs, chosen, s.metric)
     table_path = out_dir / f"{name}.md"
     out_dir.mkdir(parents=True, exist_ok=True)
     table_path.write_text(f"# {name}\n\n{text}")
@@ -185,7 +183,7 @@ def _report(spec: SweepSpec, argv: list[str], dims: list[Dim], rows: list[dict],
 def _best_config(configs: list[dict]) -> dict | None:
     """A seeded sweep's best configuration (the best mean over its seeds) in the form of a best trial: its trials'
     numbers and run ids joined, its mean as the metric."""
-    top = configs[0] if configs and configs[0]["values"] else None
+    top = report.best_config(configs)
     if top is None:
         return None
     iv = top["interval"]

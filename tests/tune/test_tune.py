@@ -393,7 +393,7 @@ def test_a_seeded_sweep_gives_each_configuration_its_t_interval_and_its_paired_d
     assert groups[3]["values"] == {} and groups[3]["trials"] == ["00009", "00010"]
     assert [g["params"]["method.temperature"] for g in report.by_config(rows, dims, "max")][:3] == [0.5, 0.2, 0.1]
 
-    text = report.seeded_table(rows, dims, "probe_pretrained_mse", "min")
+    text = report.seeded_table(groups, dims, "probe_pretrained_mse")
     lines = {ln.split("|")[1].strip(): ln for ln in text.splitlines()[2:]}
     d = np.subtract(b, a)  # 0.5 minus the best, seed by seed
     dh = stats.t.ppf(0.975, 2) * np.std(d, ddof=1) / math.sqrt(3)
@@ -407,7 +407,7 @@ def test_a_seeded_sweep_gives_each_configuration_its_t_interval_and_its_paired_d
     groups = report.by_config(lucky, dims, "min")
     assert [g["params"]["method.temperature"] for g in groups] == [0.1, 0.2, 0.5, 0.05, 0.9]
     alone = _seeded_rows({(0.1, 0): 1.0, (0.1, 1): 1.1, (0.3, 0): None, (0.3, 1): None, (0.3, 2): 0.7})
-    text = report.seeded_table(alone, dims, "m", "min")
+    text = report.seeded_table(report.by_config(alone, dims, "min"), dims, "m")
     assert "| 0.1 | 1.05 [" in text and "| 2 | — |  |" in text and "nan" not in text
 
 
