@@ -21,6 +21,7 @@ from pipeline.stats import Judged, judge
 PAPER_PROBE = {
     ("co2", "MoCo v2 + CO2"): ("67.5 → 68.0 (CO2 Table 1)", 0.005),
     ("clsa", "MoCo v2 + CLSA"): ("67.5 → 69.4 (CLSA Table 2)", 0.019),
+    ("clsa", "MoCo v2 + CLSA* (multi-crop)"): ("67.5 → 73.3 (CLSA Table 2)", 0.058),
     ("cocor", "MoCo v2 + CoCor, learned targets (1 % labels)"): ("67.04 → 71.66 (CoCor Tables 1, 7; IN-100)", 0.0462),
     ("cocor", "MoCo v2 + CoCor, fixed targets (Table 9)"): ("67.04 → 69.51 (CoCor Table 7; IN-100)", 0.0247),
     ("jointcrop", "MoCo v3 + JointCrop β=0"): ("68.9 → 69.47 (JointCrop Table 1)", 0.0057),

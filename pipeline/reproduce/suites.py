@@ -51,7 +51,12 @@ SUITES = {
     # the image-recipe seeds on Photos (Spirograph's colour and scale targets hide their direction; #15), one
     # MoCo v2 baseline shared by the three (the same config: one run)
     "co2": [("MoCo v2", MOCOV2_PHOTOS), ("MoCo v2 + CO2", [*MOCOV2_PHOTOS, "plugin=[co2]"])],
-    "clsa": [("MoCo v2", MOCOV2_PHOTOS), ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2", "data=photos"])],
+    # CLSA (one strong view, 96 px) and CLSA* (five strong views, 224..96 px, scaled to the data's 32 px)
+    "clsa": [
+        ("MoCo v2", MOCOV2_PHOTOS),
+        ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2", "data=photos"]),
+        ("MoCo v2 + CLSA* (multi-crop)", ["+experiment=clsa_mocov2", "data=photos", "augment=clsa_multi"]),
+    ],
     "cocor": [
         ("MoCo v2", MOCOV2_PHOTOS),
         ("MoCo v2 + CoCor, learned targets (1 % labels)", ["+experiment=cocor_mocov2", "data=photos"]),
