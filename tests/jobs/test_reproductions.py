@@ -421,6 +421,18 @@ def test_feature_averaging_is_judged_within_each_arm_seed_by_seed():
     rows = [r for r in judge_suite("invclr", arms) if r.variant == "SimCLR, averaged"]
     assert [r.metric.name for r in rows] == ["probe MSE m", "probe MSE b", "probe MSE sigma", "probe MSE f_r"]
     assert all(r.judged.verdict == "reproduced" and r.judged.diff.mean < 0 for r in rows)
+    # the penalty against SimCLR: the paper's Tables 8 and 9 in words beside each metric
+    arms["SimCLR + InvCLR"] = {s: run(0.2, 0.1) for s in range(3)}
+    for s, r in arms["SimCLR + InvCLR"].items():
+        r["probe"]["invariance"] = {"invariance_pretrained_conditional_variance": 0.01 * (s + 1)}
+    for s, r in arms["SimCLR"].items():
+        r["probe"]["invariance"] = {"invariance_pretrained_conditional_variance": 0.02 * (s + 1)}
+    paper = {
+        r.metric.name: r.paper for r in judge_suite("invclr", arms) if r.baseline == "SimCLR" and "av" not in r.variant
+    }
+    assert paper["conditional variance V"] == "0.789 → 0.0016 (InvCLR Table 8, λ = 0.01)"
+    assert paper["probe MSE m"] == "0.000677 → 0.000507 (InvCLR Table 9, λ = 0.01)"
+    assert paper["probe MSE f_r"] == "2.32e-05 → 2.8e-06 (InvCLR Table 9, λ = 0.01)"
 
 
 def test_a_plugins_extra_keys_reach_only_the_runs_that_use_it():
