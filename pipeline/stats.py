@@ -104,6 +104,7 @@ class Judged:
     diff: Interval
     verdict: str
     needed: int | None
+    agree: int = 0  # seeds whose difference lies on the paper's side of 0 (a sign count; said where t cannot decide)
 
     def short(self) -> str:
         """The verdict in a few words, for a plot."""
@@ -115,7 +116,7 @@ class Judged:
         if self.verdict != INCONCLUSIVE:
             return f"{self.verdict} ({self.diff.n} seeds)"
         more = f"~{self.needed} would decide it" if self.needed else "the seeds cannot estimate how many would"
-        return f"inconclusive at {self.diff.n} seeds ({more})"
+        return f"inconclusive at {self.diff.n} seeds ({self.agree} of {self.diff.n} the paper's way; {more})"
 
 
 def judge(variant: Mapping[int, float], baseline: Mapping[int, float], direction: int) -> Judged:
@@ -127,6 +128,12 @@ def judge(variant: Mapping[int, float], baseline: Mapping[int, float], direction
     if needed is not None:  # these seeds did not decide it: more than them, whatever the noisy estimate says
         needed = max(needed, len(diffs) + 1)
     shared = sorted(set(variant) & set(baseline))  # the arms over the seeds their difference is taken on
+    agree = sum(1 for d in diffs if d * direction > 0)
     return Judged(
-        mean_interval([baseline[s] for s in shared]), mean_interval([variant[s] for s in shared]), diff, v, needed
+        mean_interval([baseline[s] for s in shared]),
+        mean_interval([variant[s] for s in shared]),
+        diff,
+        v,
+        needed,
+        agree,
     )

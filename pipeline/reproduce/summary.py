@@ -77,7 +77,9 @@ def claims_section(
     return [
         "Every claim of the suites below, judged on the runs recorded beside this report (`reproductions_runs/`) at "
         "the scale its sections give: ours is the mean of the per-seed differences, variant − baseline, with its "
-        "95 % paired Student-t interval. Each suite's section has the arms' own means, the runs and the forest plot.",
+        "95 % paired Student-t interval. An inconclusive verdict counts the seeds whose difference lies on the "
+        "paper's side (a description, not a test: a sign test cannot decide at fewer than 6 seeds) and the seeds a "
+        "power estimate asks for. Each suite's section has the arms' own means, the runs and the forest plot.",
         "",
         "| claim | metric | paper | ours: difference (95 %) | verdict | command |",
         "| --- | --- | --- | --- | --- | --- |",

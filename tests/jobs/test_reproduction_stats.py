@@ -60,7 +60,12 @@ def test_a_difference_within_the_seed_noise_is_inconclusive_with_the_seeds_that_
     assert d.low < 0 < d.high
     j = judge(var, base, +1)
     assert j.verdict == INCONCLUSIVE and j.needed is not None and j.needed > 3
-    assert j.words() == f"inconclusive at 3 seeds (~{j.needed} would decide it)"
+    assert (
+        j.agree == 2 and j.words() == f"inconclusive at 3 seeds (2 of 3 the paper's way; ~{j.needed} would decide it)"
+    )
+    # every seed on one side and still inconclusive: one seed far out widens the interval over 0
+    j = judge({0: 0.51, 1: 0.53, 2: 0.90}, base, -1)
+    assert j.verdict == INCONCLUSIVE and j.agree == 0 and "(0 of 3 the paper's way;" in j.words()
 
 
 def _paired_t_power(effect: float, n: int, alpha: float = 0.05) -> float:
