@@ -110,7 +110,8 @@ class Judged:
         """The verdict in a few words, for a plot."""
         if self.verdict != INCONCLUSIVE:
             return f"{self.verdict}, n={self.diff.n}"
-        return f"inconclusive, n={self.diff.n}" + (f" (~{self.needed} needed)" if self.needed else "")
+        agree = f", {self.agree}/{self.diff.n} the paper's way"
+        return f"inconclusive, n={self.diff.n}{agree}" + (f" (~{self.needed} needed)" if self.needed else "")
 
     def words(self) -> str:
         if self.verdict != INCONCLUSIVE:

@@ -31,11 +31,14 @@ def forest_png(rows: Sequence[ForestRow], path: Path, title: str) -> Path:
 
     metrics = list(dict.fromkeys(r.metric for r in rows))
     heights = [sum(r.metric == m for r in rows) for m in metrics]
-    longest = max((len(r.label) for r in rows), default=0)  # the labels left of the panels take their own width
+    # inches: the labels left of the panels and the verdicts right of them take their own width, the panels 4
+    labels = 0.08 * max((len(r.label) for r in rows), default=0)
+    verdicts = 0.3 + 0.065 * max((len(r.judged.short()) for r in rows), default=0)
+    width = labels + 4.0 + verdicts
     fig, axes = plt.subplots(
         len(metrics),
         1,
-        figsize=(max(9.0, 6.0 + 0.1 * longest), 1.2 + 0.45 * sum(heights) + 0.6 * len(metrics)),
+        figsize=(width, 1.2 + 0.45 * sum(heights) + 0.6 * len(metrics)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
     )
@@ -65,7 +68,7 @@ def forest_png(rows: Sequence[ForestRow], path: Path, title: str) -> Path:
         if marked:
             ax.legend(fontsize=7, loc="lower right")
     axes[0, 0].set_title(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.78, 1))  # room for the verdicts
+    fig.tight_layout()  # the labels and the verdicts (texts of the axes) get their room from it
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

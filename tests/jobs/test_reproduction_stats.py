@@ -66,6 +66,7 @@ def test_a_difference_within_the_seed_noise_is_inconclusive_with_the_seeds_that_
     # every seed on one side and still inconclusive: one seed far out widens the interval over 0
     j = judge({0: 0.51, 1: 0.53, 2: 0.90}, base, -1)
     assert j.verdict == INCONCLUSIVE and j.agree == 0 and "(0 of 3 the paper's way;" in j.words()
+    assert j.short().startswith("inconclusive, n=3, 0/3 the paper's way")
 
 
 def _paired_t_power(effect: float, n: int, alpha: float = 0.05) -> float:
