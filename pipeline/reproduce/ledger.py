@@ -83,6 +83,7 @@ def record(folder: Path | None, run: dict, downstream: dict[str, list[str]]) -> 
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)  # one per writer
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(entry, indent=1, sort_keys=True, default=_plain) + "\n")
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the entry from the others who share the report's folder
     os.replace(tmp, folder / f"{name}.json")
     print(f"[reproductions] {run.get('label')}: recorded in {folder / name}.json", flush=True)
 

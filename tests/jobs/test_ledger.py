@@ -45,6 +45,7 @@ def test_a_recorded_run_reads_back_as_it_was_with_its_curves(tmp_path):
     assert (back["run_id"], back["minutes"], back["from_ledger"]) == ("abc", 12.5, True)
     assert back["curves"].read_bytes() == b"\x89PNG curves"
     assert not list(folder.glob(".*.tmp"))  # written whole, then renamed
+    assert (folder / f"{run['run_name']}.json").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
 
 
 def test_a_run_is_complete_only_for_the_same_downstream_steps_and_its_baseline(tmp_path):
