@@ -104,14 +104,14 @@ class Judged:
     diff: Interval
     verdict: str
     needed: int | None
-    agree: int = 0  # seeds whose difference lies on the paper's side of 0 (a sign count; said where t cannot decide)
+    agree: int  # seeds whose difference lies on the paper's side of 0 (a sign count; said where t cannot decide)
 
     def short(self) -> str:
         """The verdict in a few words, for a plot."""
         if self.verdict != INCONCLUSIVE:
             return f"{self.verdict}, n={self.diff.n}"
-        agree = f", {self.agree}/{self.diff.n} the paper's way"
-        return f"inconclusive, n={self.diff.n}{agree}" + (f" (~{self.needed} needed)" if self.needed else "")
+        said = f"inconclusive, n={self.diff.n}, {self.agree}/{self.diff.n} the paper's way"
+        return said + (f" (~{self.needed} needed)" if self.needed else "")
 
     def words(self) -> str:
         if self.verdict != INCONCLUSIVE:
