@@ -3,7 +3,7 @@
 
   dali         the project's DALI executor on the CPU     (build_view_maker, executor=dali, device=cpu)
   torch        the project's torch executor               (build_view_maker, executor=torch)
-  batched      the project's batched executor on the CPU  (build_view_maker, executor=gpu, device=cpu: what
+  batched      the project's batched executor on the CPU  (build_view_maker, executor=batched, device=cpu: what
                executor=auto picks on a CPU)
   torchvision  a plain torchvision + PIL pipeline through a torch DataLoader: PIL decode,
                RandomResizedCrop(224, scale=(0.2, 1)), RandomApply(ColorJitter(0.4, 0.4, 0.4, 0.1), 0.8),
@@ -56,7 +56,7 @@ from pipeline.augment.view_maker import build_view_maker  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 
 PATHS = ("dali", "torch", "batched", "torchvision", "tv-pilblur")
-EXECUTOR = {"dali": "dali", "torch": "torch", "batched": "gpu"}  # path -> augment.executor
+EXECUTOR = {"dali": "dali", "torch": "torch", "batched": "batched"}  # path -> augment.executor
 TARGET = 1.5  # the goal: DALI >= 1.5x the plain torchvision path, per core
 
 

@@ -7,8 +7,8 @@ to docs/performance.md with the command, the device, the torch version and the d
     python benchmarks/gpu.py --rows mocov2 co2    # a subset of the step rows
     python benchmarks/gpu.py --help               # every flag (--batch, --iters, --rounds, --workdir, ...)
 
-(a) View executor: views/s of the gpu view executor (`make_executor("gpu", recipe, batch, torch_device=...)`) per
-    recipe (mocov2, simclr, byol, clsa, cocor) on generated 500x375 JPEGs, parameters drawn by
+(a) View executor: views/s of the batched view executor (`make_executor("batched", recipe, batch, torch_device=...)`)
+    per recipe (mocov2, simclr, byol, clsa, cocor) on generated 500x375 JPEGs, parameters drawn by
     `sample_views` inside the timed region (the loop pays for both), against the images/s the project's step of
     that recipe's framework consumes (target: >= 2x).
 (b) Training step: images/s of a bare, tuned loop written here with torch and torchvision only (two-view forward
@@ -1039,7 +1039,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
         aug = compose_config([f"augment={recipe_name}", "data=imagenet", f"data.image_size={s['size']}"])["augment"]
         recipe = image_recipe(aug)
         try:
-            executor = make_executor("gpu", recipe, batch, torch_device=device)
+            executor = make_executor("batched", recipe, batch, torch_device=device)
         except (ValueError, TypeError, ImportError, NotImplementedError, KeyError) as e:
             return {"unavailable": f"{type(e).__name__}: {e}"}
         rng = np.random.default_rng(0)
@@ -1047,7 +1047,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
         def run(encoded):
             views, kept = executor(encoded, sample_views(encoded, recipe, rng))  # noqa: F821 (deleted after use)
             if len(kept) != len(encoded):
-                raise RuntimeError(f"gpu executor dropped {len(encoded) - len(kept)} of {len(encoded)} images")
+                raise RuntimeError(f"batched executor dropped {len(encoded) - len(kept)} of {len(encoded)} images")
             return views
 
         views = run(batches[0])  # warm-up: kernels, caches, pinned buffers
@@ -1078,7 +1078,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
 def _executor_parts(batches: list[list[bytes]], recipe, device) -> dict:
     """The executor's two fixed parts timed alone over the same batches: drawing the views' parameters (host, numpy)
     and decoding the JPEGs (nvJPEG on a GPU); the crops, resizes and colour ops take the rest of its time."""
-    from pipeline.augment.gpu_exec import decode_batch
+    from pipeline.augment.decode import decode_batch
     from pipeline.augment.params import sample_views
 
     rng = np.random.default_rng(0)
@@ -1228,7 +1228,7 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
     if executor is None:
         lines.append("Not run (--skip-executor).")
     elif "unavailable" in executor:
-        lines.append(f"gpu executor: not available ({executor['unavailable']}).")
+        lines.append(f"batched executor: not available ({executor['unavailable']}).")
     else:
         lines += [
             f"{meta['exec_images']} JPEGs of {SRC_W}x{SRC_H} ({meta['jpeg_source']}), batches of "
@@ -1354,7 +1354,7 @@ def main(argv: list[str] | None = None) -> dict:
             jpegs, meta["jpeg_source"] = make_jpegs(s["exec_images"])
             result["executor"] = measure_executor(s, device, jpegs, deadline)
             if "unavailable" in result["executor"]:
-                print(f"gpu executor: not available ({result['executor']['unavailable']})", flush=True)
+                print(f"batched executor: not available ({result['executor']['unavailable']})", flush=True)
             save()
         print("(b) training step, bare vs project", flush=True)
 

@@ -143,7 +143,7 @@ def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tup
             step = steps.get(recipe, {}).get("project", math.nan)
             judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", gpu.EXECUTOR_TARGET)
     if "unavailable" in executor:
-        lines.append(f"   views: gpu executor not available ({executor['unavailable'][:80]})")
+        lines.append(f"   views: batched executor not available ({executor['unavailable'][:80]})")
     if epoch:
         import epoch_rate
 

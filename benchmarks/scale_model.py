@@ -649,7 +649,7 @@ def report(
         f"- Host decoding at the measured {a.decode_per_cpu_s:g} images per CPU-second would need "
         f"{first['cpus_per_gpu']:.0f} CPUs per GPU at {first['n']} GPUs ({first['cpus_per_node']:.0f} a node; a DGX "
         "A100 has 128 cores, 16 a GPU). On GPUs the views come from `augment.executor=auto`, which decodes with "
-        "nvJPEG and augments on the GPU (DALI mixed, or the gpu executor), leaving the CPUs to read and shuffle; "
+        "nvJPEG and augments on the GPU (DALI mixed, or the batched executor), leaving the CPUs to read and shuffle; "
         "that GPU time is not in the rate above (`python benchmarks/gpu.py --e2e` measures it).",
         f"- Shard reads: {first['node_read_bytes_s'] / 1e6:,.0f} MB/s a node at {first['n']} GPUs in A "
         f"({first['node_read_bytes_s'] * 8 / (a.node_gbps * 1e9):.0%} of a {a.node_gbps:g} Gb/s network if read "

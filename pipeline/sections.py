@@ -3,7 +3,7 @@ unknown keys allowed: plug-ins, presets and newer keys add some). pipeline.schem
 against `Config` and checks what the fields alone do not say; the jobs' typed objects (PretrainSpec, ProbeSpec,
 RunShape, ...) are made from the typed config. Imports no torch."""
 
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
@@ -189,7 +189,10 @@ class Augment(Section):
     # the recipe's own keys (sizes, probabilities, ops) are checked by the recipe (check_augment)
     name: Str()
     kind: Choice("views", "spirograph") = "views"
-    executor: Choice("auto", "dali", "torch", "gpu")
+    # `gpu` was this executor's old name: refused in one line that names the new one
+    executor: field(
+        Literal["auto", "dali", "torch", "batched"], "one of auto, dali, torch, batched (gpu is now batched)", False
+    )
     device: Choice("auto", "cpu", "gpu") = "auto"
 
 

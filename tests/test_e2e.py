@@ -325,7 +325,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     ]
     # 145 samples in 5 batches of 29: the corrupt one cannot fall into a dropped remainder. SupCon + CoCor: class
     # labels ride from the shards' cls member through Ray Data into the views' parameters, and CoCor's outer loss is
-    # cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each). Views by the batched gpu
+    # cross-entropy on a class-balanced labelled subset (1 % of 48 per class -> 1 each). Views by the batched
     # executor, on the worker's device (the CPU here), the corrupt JPEG dropped by it.
     r = pretrain(
         tmp_path,
@@ -334,14 +334,14 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
         "train.epochs=1",
         "train.batch_size=29",
         "eval.knn.k=5",
-        "augment.executor=gpu",
+        "augment.executor=batched",
         "plugin.cocor.target_freeze_epochs=0",
         "plugin.cocor.target_warmup_epochs=0",
     )
     client, runs = mlflow_runs(tmp_path)
     run = runs[0]
     assert "[cocor] labelled subset: 3 samples" in r.stdout + r.stderr
-    assert "views by GpuExecutor on cpu" in r.stdout + r.stderr
+    assert "views by BatchedExecutor on cpu" in r.stdout + r.stderr
     outer = client.get_metric_history(run.info.run_id, "train/cocor_outer_loss")
     assert outer and all(0 < m.value < 10 for m in outer)  # cross-entropy over 3 classes
     assert run.data.metrics["train/skipped_images"] == 1.0

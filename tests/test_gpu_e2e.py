@@ -53,12 +53,10 @@ def _has_dali() -> bool:
 @pytest.mark.parametrize(
     "executor",
     [
-        "gpu",
+        "auto",  # the batched executor on the worker's GPU
         pytest.param(
-            "auto",
-            marks=pytest.mark.skipif(
-                not _has_dali(), reason="without DALI, auto is the gpu executor: the [gpu] case covers it"
-            ),
+            "dali",
+            marks=pytest.mark.skipif(not _has_dali(), reason="DALI is not installed: its GPU pipeline cannot run"),
         ),
     ],
 )

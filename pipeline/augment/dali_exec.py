@@ -177,7 +177,9 @@ class DaliExecutor:
             log.warning("DALI executor: dropped %d undecodable sample(s) of %d (total %d)", n_bad, n_in, self.skipped)
 
     # -- public API
-    def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
+    def __call__(
+        self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
+    ) -> tuple[list[torch.Tensor], np.ndarray]:
         if len(params) != self.recipe.n_views:
             raise ValueError(f"expected {self.recipe.n_views} params dicts, got {len(params)}")
 
@@ -188,7 +190,7 @@ class DaliExecutor:
                 for k, arr in _view_feed(p, idx, spec).items()
             }
 
-        candidates = np.flatnonzero(valid_samples(encoded, params))
+        candidates = np.flatnonzero(valid_samples(encoded, params, sizes))
         return self._run_all(self._pipe, feed, encoded, candidates, self.recipe.sizes)
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]:

@@ -161,7 +161,7 @@ def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: in
     else:
         names = [f"view{v}" for v in range(len(views.images))]
     executor = getattr(maker, "executor", None)
-    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch", "GpuExecutor": "gpu"}.get(
+    ran_on = {"DaliExecutor": "DALI", "TorchExecutor": "torch", "BatchedExecutor": "batched"}.get(
         type(executor).__name__, "torch renderer"
     )
     title = f"augment={aug.get('name', '?')} data={cfg['data']['name']}  executor={ran_on}"

@@ -101,12 +101,19 @@ def sample_view_params(sizes: Sequence[tuple[int, int]], spec: ViewSpec, rng: np
     return p
 
 
-def sample_views(encoded: Sequence[bytes], recipe: Recipe, rng: np.random.Generator) -> list[Params]:
+def header_sizes(encoded: Sequence[bytes]) -> list[tuple[int, int]]:
+    """(h, w) of every sample from its header; UNREADABLE where it cannot be read."""
+    return [try_image_size(e) or UNREADABLE for e in encoded]
+
+
+def sample_views(
+    encoded: Sequence[bytes], recipe: Recipe, rng: np.random.Generator, sizes: Sequence[tuple[int, int]] | None = None
+) -> list[Params]:
     """One params dict per view: drawn independently, then the first two views' crops, blur sigmas or
     a colour factor redrawn jointly where the recipe asks (JointCrop / JointBlur / JointColor).
     Unreadable images get placeholder params (size UNREADABLE); executors drop them and report it
-    through `kept`."""
-    sizes = [try_image_size(e) or UNREADABLE for e in encoded]
+    through `kept`. `sizes`: header_sizes(encoded) when the caller has them."""
+    sizes = header_sizes(encoded) if sizes is None else sizes
     views = [sample_view_params(sizes, spec, rng) for spec in recipe.views]
     if recipe.joint.active:
         apply_joint(views, sizes, recipe, rng)
@@ -156,22 +163,24 @@ def select(params: Params, idx: np.ndarray) -> Params:
     return {k: v[idx] for k, v in params.items()}
 
 
-def valid_samples(encoded: Sequence[bytes], views: Sequence[Params]) -> np.ndarray:
+def valid_samples(
+    encoded: Sequence[bytes], views: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
+) -> np.ndarray:
     """Cheap pre-check shared by executors: header readable and every view's crop inside the
-    image. Returns a bool mask over samples."""
-    ok = np.zeros(len(encoded), dtype=bool)
-    for i, e in enumerate(encoded):
-        size = try_image_size(e)
-        if size is None:
-            continue
-        h, w = size
-        ok[i] = all(_crop_inside(p["crop"][i], h, w) for p in views)
+    image. `sizes`: the (h, w) sample_views already read (UNREADABLE where it could not), so the headers are
+    not parsed twice; None reads them here. Returns a bool mask over samples."""
+    if sizes is None:
+        sizes = header_sizes(encoded)
+    hw = np.asarray(sizes, np.int64).reshape(len(encoded), 2)
+    # UNREADABLE is also the size of a real 1x1 image: only those headers are read again
+    readable = np.array(
+        [tuple(s) != UNREADABLE or try_image_size(e) is not None for s, e in zip(sizes, encoded)], dtype=bool
+    )
+    ok = readable.copy()
+    for p in views:
+        y, x, ch, cw = np.asarray(p["crop"], np.int64).reshape(-1, 4).T
+        ok &= (y >= 0) & (x >= 0) & (ch > 0) & (cw > 0) & (y + ch <= hw[:, 0]) & (x + cw <= hw[:, 1])
     return ok
-
-
-def _crop_inside(crop: np.ndarray, h: int, w: int) -> bool:
-    y, x, ch, cw = (int(v) for v in crop)
-    return 0 <= y and 0 <= x and ch > 0 and cw > 0 and y + ch <= h and x + cw <= w
 
 
 def blur_window(sigma: float) -> int:

@@ -104,7 +104,7 @@ def photometric(
 ) -> torch.Tensor:
     """Everything after crop+resize on a batch [B,3,S,S] in [0, 1], un-normalised: flip, colour (unless the
     view leaves it to the method), blur, solarize, strong ops. `p` holds this batch's rows as tensors on x's
-    device. `blur` and `strong` apply those two stages (the gpu executor passes batched ones)."""
+    device. `blur` and `strong` apply those two stages (the per-sample ones by default)."""
     x = torch.where(p["flip"].bool().view(-1, 1, 1, 1), x.flip(-1), x)
     if spec.color_stage == "executor":
         x = colour.colour_distort(x, p, spec.hue_mode)
@@ -163,8 +163,10 @@ class TorchExecutor:
             self.skipped += n_bad
             log.warning("%s: dropped %d undecodable sample(s) of %d (total %d)", self.label, n_bad, n_in, self.skipped)
 
-    def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]:
-        candidates = np.flatnonzero(valid_samples(encoded, params))
+    def __call__(
+        self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
+    ) -> tuple[list[torch.Tensor], np.ndarray]:
+        candidates = np.flatnonzero(valid_samples(encoded, params, sizes))
         images, kept = _decode_kept(encoded, candidates)
         self._drop_report(len(encoded), kept)
         views = [apply_views(images, select(p, kept), spec, self.recipe) for p, spec in zip(params, self.recipe.views)]

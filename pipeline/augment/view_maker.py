@@ -1,7 +1,6 @@
 """From a raw batch of shard columns to Views, whichever recipe the config names.
 
-`augment.kind` picks the recipe family: `views` (image ops through the DALI, batched gpu or torch executor;
-the old name `two_view` is gone) or
+`augment.kind` picks the recipe family: `views` (image ops through the DALI, batched or torch executor) or
 `spirograph` (re-rendering the sample's factors with fresh nuisance parameters).
 """
 
@@ -87,7 +86,7 @@ def build_view_maker(
     seed: int = 0,
     device: torch.device | str | None = None,
 ):
-    """`device`: the training worker's torch device; the gpu executor (and executor=auto's choice of it) makes
+    """`device`: the training worker's torch device; the batched executor (executor=auto's choice) makes
     the views there. None: CUDA when available, else the CPU."""
     kind = aug.get("kind", "views")
     if kind == "views":

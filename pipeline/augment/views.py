@@ -9,7 +9,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from .params import Params, sample_views, select
+from .params import Params, header_sizes, sample_views, select
 from .recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,9 @@ class Executor(Protocol):
     recipe: Recipe
     skipped: int
 
-    def __call__(self, encoded: Sequence[bytes], params: Sequence[Params]) -> tuple[list[torch.Tensor], np.ndarray]: ...
+    def __call__(
+        self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
+    ) -> tuple[list[torch.Tensor], np.ndarray]: ...
 
     def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[torch.Tensor, np.ndarray]: ...
 
@@ -52,11 +54,11 @@ def cuda_usable_by_dali() -> bool:
     return _cuda_usable()
 
 
-EXECUTOR_KINDS = ("auto", "dali", "torch", "gpu")
+EXECUTOR_KINDS = ("auto", "dali", "torch", "batched")
 
 
-def _gpu_device(device: str, torch_device: torch.device | str | None) -> torch.device:
-    """Where the gpu executor runs: the CPU when augment.device=cpu asks for it, else `torch_device` (the
+def _batched_device(device: str, torch_device: torch.device | str | None) -> torch.device:
+    """Where the batched executor runs: the CPU when augment.device=cpu asks for it, else `torch_device` (the
     training worker's) when given, else CUDA when available, else the CPU."""
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be auto|cpu|gpu, got {device!r}")
@@ -68,28 +70,17 @@ def _gpu_device(device: str, torch_device: torch.device | str | None) -> torch.d
         where = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "gpu" and where.type != "cuda":
         raise ValueError(
-            f"augment.device=gpu but the gpu executor would run on {where}: CUDA is not available "
+            f"augment.device=gpu but the batched executor would run on {where}: CUDA is not available "
             "or the worker's device is not a GPU"
         )
     return where
 
 
-def auto_kind(recipe: Recipe, device: str = "auto", torch_device: torch.device | str | None = None) -> str:
-    """What executor=auto resolves to. Where the views may go to a GPU (augment.device is not cpu, CUDA is
-    present, and the worker's device, when given, is CUDA): DALI's mixed GPU pipeline when DALI can use CUDA
-    and the recipe has no strong-pool views (those run on DALI's CPU backend only), else the batched gpu
-    executor. Otherwise the batched executor on the CPU: one op over the whole batch is the fastest of the three there
-    (about 2x DALI's CPU backend and 1.8x the per-sample torch executor at 32 px; 1.27x and 1.04x at 224 px;
-    docs/measured.md), with the torch executor's views to float rounding."""
-    on_gpu = (
-        device != "cpu"
-        and torch.cuda.is_available()
-        and (torch_device is None or torch.device(torch_device).type == "cuda")
-    )
-    if on_gpu:
-        strong = any(v.strong_ops for v in recipe.views)
-        return "dali" if not strong and cuda_usable_by_dali() else "gpu"
-    return "gpu"
+# What executor=auto resolves to, on the CPU and on a GPU alike: the batched executor, on the worker's device. On a
+# GPU it is the one executor measured there (docs/gpu.md); DALI's GPU pipeline has never run on one, so it stays a
+# choice (executor=dali) rather than every GPU user's default. On a CPU it is the fastest of the three at the sizes
+# CPU runs use (docs/performance.md), with the torch executor's views to float rounding.
+AUTO_KIND = "batched"
 
 
 def make_executor(
@@ -101,23 +92,25 @@ def make_executor(
     seed: int = 0,
     torch_device: torch.device | str | None = None,
 ) -> Executor:
-    """kind: "dali" | "torch" | "gpu" | "auto" (see auto_kind). `device` is augment.device (auto | cpu | gpu:
-    DALI's backend); `torch_device` is where the gpu executor runs and puts its views (None: CUDA when
+    """kind: "dali" | "torch" | "batched" | "auto" (AUTO_KIND). `device` is augment.device (auto | cpu | gpu:
+    DALI's backend); `torch_device` is where the batched executor runs and puts its views (None: CUDA when
     available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says)."""
+    if kind == "gpu":
+        raise ValueError("augment.executor=gpu is now called batched (the batched torch executor, on any device)")
     if kind not in EXECUTOR_KINDS:
         raise ValueError(f"executor kind must be one of {'|'.join(EXECUTOR_KINDS)}, got {kind!r}")
     if kind == "auto":
-        kind = auto_kind(recipe, device, torch_device)
+        kind = AUTO_KIND
         log.info("view executor: %s (auto)", kind)
     if kind == "torch":
         from .torch_exec import TorchExecutor
 
         return TorchExecutor(recipe)
-    if kind == "gpu":
-        from .gpu_exec import GpuExecutor
+    if kind == "batched":
+        from .batched import BatchedExecutor
 
-        executor = GpuExecutor(recipe, _gpu_device(device, torch_device))
-        log.info("view executor: gpu (batched torch) on %s", executor.device)
+        executor = BatchedExecutor(recipe, _batched_device(device, torch_device))
+        log.info("view executor: batched on %s", executor.device)
         return executor
     from .dali_exec import DaliExecutor
 
@@ -131,8 +124,10 @@ def params_to_tensors(params: Params, device: torch.device | str = "cpu") -> dic
 
 
 def make_views(encoded: Sequence[bytes], recipe: Recipe, executor: Executor, rng: np.random.Generator) -> Views:
-    """Sample every view's parameters, apply them, and keep params only for samples that made it."""
-    params = sample_views(encoded, recipe, rng)
-    images, kept = executor(encoded, params)
+    """Sample every view's parameters, apply them, and keep params only for samples that made it. The headers
+    are read once, here: the sampler and the executor's validity check share the sizes."""
+    sizes = header_sizes(encoded)
+    params = sample_views(encoded, recipe, rng, sizes)
+    images, kept = executor(encoded, params, sizes)
     device = images[0].device if images else "cpu"
     return Views(images=images, params=[params_to_tensors(select(p, kept), device) for p in params], kept=kept)

@@ -37,7 +37,7 @@ def to_device(
     fmt: torch.memory_format = torch.contiguous_format,
 ) -> tuple[list[torch.Tensor], list[dict] | None]:
     """Views and their parameters on the worker's device. Host tensors bound for a GPU are pinned first so the
-    copies run asynchronously; views made on the device already (the gpu executor, DALI mixed) are not copied."""
+    copies run asynchronously; views made on the device already (the batched executor, DALI mixed) are not copied."""
 
     def move(t: torch.Tensor) -> torch.Tensor:
         if device.type == "cuda" and t.device.type == "cpu":

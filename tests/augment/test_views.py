@@ -416,7 +416,7 @@ def test_eval_transform_agrees(photos):
 def test_make_executor():
     recipe = TwoViewRecipe(size=32)
     auto = make_executor("auto", recipe, 4, device="cpu")  # views on the CPU: the batched executor there
-    assert type(auto).__name__ == "GpuExecutor" and auto.device == torch.device("cpu")
+    assert type(auto).__name__ == "BatchedExecutor" and auto.device == torch.device("cpu")
     assert type(make_executor("dali", recipe, 4, device="cpu")).__name__ == "DaliExecutor"
     assert type(make_executor("torch", recipe, 4)).__name__ == "TorchExecutor"
     assert make_executor("dali", recipe, 4, device="auto").device == ("gpu" if torch.cuda.is_available() else "cpu")

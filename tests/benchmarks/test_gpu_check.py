@@ -52,11 +52,13 @@ def test_make_gpu_check_on_a_cpu(tmp_path):
     summary = (out / "summary.txt").read_text()
     assert summary in done.stdout  # printed, not only written
     assert "NO CUDA HERE" in summary and "4 e2e    skipped: it trains with trainer.use_gpu=true" in summary
-    assert re.search(r"3 epoch  benchmarks/epoch_rate.py, views by GpuExecutor: project \d+ img/s, bare \d+", summary)
+    assert re.search(
+        r"3 epoch  benchmarks/epoch_rate.py, views by BatchedExecutor: project \d+ img/s, bare \d+", summary
+    )
     assert re.search(r"views ahead: epoch project/bare +[0-9.]+  >= 1.0", summary)
     tests = re.search(r"1 tests  pytest -m gpu: (\d+) skipped", summary)
     assert tests and int(tests[1]) >= 58, summary  # every GPU test collected, each skipped on this machine
-    for file in ("tests/train/test_device_step.py", "tests/augment/test_gpu_exec.py", "tests/test_gpu_e2e.py"):
+    for file in ("tests/train/test_device_step.py", "tests/augment/test_batched.py", "tests/test_gpu_e2e.py"):
         assert re.search(rf"^   {re.escape(file)} +\d+ skipped$", summary, re.M), file
     assert "2 bench  benchmarks/gpu.py, resnet18 64 px, batch 16: 10 of 10 rows" in summary
     assert "verdict: 0 problem(s)" in summary
@@ -77,7 +79,7 @@ def test_make_gpu_check_on_a_cpu(tmp_path):
             cost = re.match(rf"([0-9.]+)x vs {baseline} \(([0-9.]+)x\)", cells[7])
             assert cost and float(cost[1]) > 0 and float(cost[2]) > 0, line
     assert "identical in both loops of every measured row" in text
-    assert "| mocov2 | 2 |" in text or "gpu executor: not available" in text
+    assert "| mocov2 | 2 |" in text or "batched executor: not available" in text
     assert "Not run: no CUDA here (make gpu-check skips it)." in text
 
 
@@ -87,7 +89,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
   <failure message="AssertionError: loss is nan&#10;second line">trace</failure></testcase>
 <testcase classname="tests.test_gpu_e2e" name="test_spirograph_on_one_gpu" time="0.0">
   <skipped message="needs CUDA"/></testcase>
-<testcase classname="tests.augment.test_gpu_exec.TestParity" name="test_flip" time="0.1">
+<testcase classname="tests.augment.test_batched.TestParity" name="test_flip" time="0.1">
   <error message="RuntimeError: CUDA error"/></testcase>
 <testcase classname="" name="tests.augment.test_dali_gpu" time="0.0">
   <error message="collection failure">ModuleNotFoundError</error></testcase>
@@ -100,12 +102,12 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     assert {f: dict(c) for f, c in junit["groups"].items()} == {
         "tests/train/test_device_step.py": {"passed": 1, "failed": 1},
         "tests/test_gpu_e2e.py": {"skipped": 1},
-        "tests/augment/test_gpu_exec.py": {"failed": 1},
+        "tests/augment/test_batched.py": {"failed": 1},
         "tests/augment/test_dali_gpu.py": {"failed": 1},  # a collection error, under its module
     }
     assert junit["failures"] == [
         "tests/train/test_device_step.py::test_step[simclr]: AssertionError: loss is nan",
-        "tests/augment/test_gpu_exec.py::test_flip: RuntimeError: CUDA error",
+        "tests/augment/test_batched.py::test_flip: RuntimeError: CUDA error",
         "tests/augment/test_dali_gpu.py::tests.augment.test_dali_gpu: collection failure",
     ]
     meta = {"date": "d", "device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "python": "3.12.3", "commit": None}
@@ -121,7 +123,7 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     }
     e2e = {"images_s": 800.0, "step": 990.0}
     epoch = {
-        "executor": "GpuExecutor",
+        "executor": "BatchedExecutor",
         "ratio": 0.95,
         "rows": {"project": {"images_per_s": 950.0}, "bare": {"images_per_s": 1000.0}},
     }
@@ -135,7 +137,7 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     assert re.search(r"views mocov2 / its step +2.525  >= 2.0   met", text)
     assert re.search(r"end to end / tensor-fed step +0.808  >= 0.85  NOT MET", text)
     assert re.search(r"views ahead: epoch project/bare +0.950  >= 1.0   NOT MET", text)
-    assert "3 epoch  benchmarks/epoch_rate.py, views by GpuExecutor: project 950 img/s, bare 1000 img/s" in text
+    assert "3 epoch  benchmarks/epoch_rate.py, views by BatchedExecutor: project 950 img/s, bare 1000 img/s" in text
     assert "verdict: 3 problem(s)" in text and "4 target(s) not met" in text
     _, problems = gpu_check.summary(meta, steps, junit, bench, e2e, True, None)
     assert problems == 4  # the epoch step left no results
@@ -143,7 +145,7 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     text, problems = gpu_check.summary(meta, steps, junit, bench, e2e, True, dict(epoch, rows=nan_row, partial=True))
     assert problems == 4 and "LOSS NOT FINITE in the epoch benchmark's rows: project" in text
     assert "bare 1000 img/s (10 s of 200); PARTIAL" in text
-    assert "FAILED tests/augment/test_gpu_exec.py::test_flip: RuntimeError: CUDA error" in text
+    assert "FAILED tests/augment/test_batched.py::test_flip: RuntimeError: CUDA error" in text
     capped = dict(step, capped=True)
     _, problems = gpu_check.summary(meta, {"tests": capped, "bench": step}, None, None, None, False)
     assert problems == 3  # stopped at its cap, no junit, no benchmark results
@@ -191,7 +193,7 @@ def test_gpu_check_runs_the_unit_tests_before_the_end_to_end_ones(monkeypatch):
             monkeypatch.delenv(k, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        items = [Item("tests/augment/test_gpu_exec.py::a", False), Item("tests/test_gpu_e2e.py::spiro", True)]
+        items = [Item("tests/augment/test_batched.py::a", False), Item("tests/test_gpu_e2e.py::spiro", True)]
         items += [Item("tests/test_gpu_e2e.py::jpeg", True), Item("tests/train/test_device_step.py::b", False)]
         conftest.pytest_collection_modifyitems(None, items)
         return [i.nodeid.rsplit("::", 1)[1] for i in items]

@@ -133,7 +133,7 @@ def test_views_made_ahead_on_a_side_stream_are_the_views_made_in_series_on_cuda(
     """On CUDA the producer makes its views on a stream of its own and the step's stream waits on its event. Here the
     views' stream is slowed (a sleep kernel before a last in-place op): a consumer that read them before that stream
     finished would see them half made."""
-    aug = {**AUG, "executor": "gpu", "device": "auto"}
+    aug = {**AUG, "executor": "batched", "device": "auto"}
     raw = _raw_batches(4)
     cuda = torch.device("cuda")
 

@@ -1,8 +1,10 @@
-"""The batched view executor (augment.executor=gpu): gpu_exec.GpuExecutor and strong_batch.
+"""The batched view executor (augment.executor=batched): batched.BatchedExecutor, its resize taps, colour passes
+and blur, and strong_batch.
 
-On the CPU it uses the same decoders (libjpeg through torchvision, libpng / PIL) and the same resize as the torch
-executor, so the two agree to float rounding (1e-4 in normalised units; measured ~2e-6): only the batched blur
-and strong ops sum in another order. On CUDA (gpu-marked) nvjpeg decodes the JPEGs: see test_matches_torch_executor.
+On the CPU it uses the same decoders (libjpeg through torchvision, libpng / PIL) as the torch executor and PyTorch's
+own antialias weights, so the two agree to float rounding (1e-4 in normalised units; measured ~5e-6): the resize is
+a matmul and the blur separable, which sum in another order. On CUDA (gpu-marked) nvjpeg decodes the JPEGs: see
+test_matches_torch_executor.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
+from torchvision.transforms import InterpolationMode
 
 from helpers import encode, natural
-from pipeline.augment import views as views_mod
-from pipeline.augment.gpu_exec import GpuExecutor, decode_batch, gaussian_blur_batch
+from pipeline.augment.batched import BatchedExecutor, _blur_taps, separable_blur
+from pipeline.augment.colour import colour_distort, hue_hsv
+from pipeline.augment.colour_batch import HUE_CONSTS, blend_pass, hue_batch, jitter_passes
+from pipeline.augment.decode import decode_batch
 from pipeline.augment.params import blur_window, sample_views
 from pipeline.augment.png_check import png_rows_readable
 from pipeline.augment.recipe import TwoViewRecipe
+from pipeline.augment.resize_taps import aa_taps, crop_axes
 from pipeline.augment.strong import OPS, apply_strong_torch, sample_strong, torch_op
 from pipeline.augment.strong_batch import apply_strong_batch, batch_op
 from pipeline.augment.torch_exec import TorchExecutor, decode_rgb
@@ -60,17 +66,18 @@ def photos() -> list[bytes]:
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", RECIPES)
 def test_matches_torch_executor(name, device, photos):
-    """Same params -> the torch executor's views. CPU: same decoders and resize, within 1e-4. CUDA: nvjpeg's
-    IDCT and chroma upsampling differ from libjpeg's by about a level at most pixels (PNGs decode identically),
-    and a few strong-op thresholds (Solarize, Posterize, Equalize's LUT) amplify that: bound the mean per view
-    (1.2 levels; 3 levels for strong-pool views) and require finite values on the device."""
+    """Same params -> the torch executor's views. CPU: same decoders, PyTorch's resize weights, within 1e-4, except
+    where a strong-pool threshold (Solarize, Posterize, Equalize's LUT) turns a 1e-6 difference into a level or
+    more: on those views 99.5 % of the values within 1e-4. CUDA: nvjpeg's IDCT and chroma upsampling differ from
+    libjpeg's by about a level at most pixels (PNGs decode identically), and the strong-op thresholds amplify that:
+    bound the mean per view (1.2 levels; 3 levels for strong-pool views) and require finite values on the device."""
     recipe = recipe_of(name)
     params = sample_views(photos, recipe, np.random.default_rng(3))
     if name != "invclr":  # the draws exercise what the batched paths do differently
         assert any((p["blur_on"] & (p["sigma"] > 0)).sum() > 1 for p in params)
     if recipe.views[-1].strong_ops:
         assert any(p["strong_on"].any() for p in params if "strong_on" in p)
-    ex = GpuExecutor(recipe, device)
+    ex = BatchedExecutor(recipe, device)
     before = ex.skipped
     got, kept = ex(photos, params)
     want, want_kept = TorchExecutor(recipe)(photos, params)
@@ -79,7 +86,9 @@ def test_matches_torch_executor(name, device, photos):
     for v, (g, w) in enumerate(zip(got, want)):
         assert g.device.type == device and g.dtype == torch.float32
         diff = (g.cpu() - w).abs()
-        if device == "cpu":
+        if device == "cpu" and recipe.views[v].strong_ops:
+            assert (diff < 1e-4).float().mean() > 0.995 and diff.mean() < 0.2 * LEVEL, (name, v)
+        elif device == "cpu":
             assert diff.max() < 1e-4, (name, v, diff.max().item())
         else:
             assert torch.isfinite(g).all()
@@ -90,28 +99,107 @@ def test_matches_torch_executor(name, device, photos):
 def test_views_for_model_colour_stage_are_unnormalised(photos):
     """InvCLR's views leave jitter / grayscale to the method and come out in [0, 1]."""
     recipe = recipe_of("invclr")
-    (a, b), _ = GpuExecutor(recipe, "cpu")(photos, sample_views(photos, recipe, np.random.default_rng(0)))
+    (a, b), _ = BatchedExecutor(recipe, "cpu")(photos, sample_views(photos, recipe, np.random.default_rng(0)))
     assert min(a.min(), b.min()) >= 0 and max(a.max(), b.max()) <= 1 + 1e-6
 
 
-# ----------------------------------------------------------------------------- batched blur
-def test_batched_blur_equals_torchvision_per_sample():
+# ----------------------------------------------------------------------------- resize, colour, blur
+@pytest.mark.parametrize("size", [64, 224])
+def test_resize_taps_are_torchvision_resize(size):
+    """Crop + antialiased bilinear resize as two matmuls with the taps = F.resize(antialias=True) of the crop,
+    down- and upscaling, over random boxes of 500 x 375 and small images; flipped rows are the flipped resize."""
+    rng = np.random.default_rng(size)
+    for _ in range(25):
+        h, w = (int(v) for v in rng.choice([(375, 500), (500, 375), (40, 30), (size, size)], axis=0))
+        ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        img = torch.rand(3, h, w)
+        want = TF.resize(img[:, y : y + ch, x : x + cw], [size, size], InterpolationMode.BILINEAR, antialias=True)
+        for flip in (0, 1):
+            (yi, yt), (xi, xt) = crop_axes(np.array([[y, x, ch, cw]]), size, np.array([flip]))
+            wy = torch.zeros(size, h).scatter_add_(1, torch.from_numpy(yi[0]), torch.from_numpy(yt[0]))
+            wx = torch.zeros(size, w).scatter_add_(1, torch.from_numpy(xi[0]), torch.from_numpy(xt[0]))
+            got = wy @ img @ wx.T
+            assert (got - (want.flip(-1) if flip else want)).abs().max() < 1e-5, (h, w, y, x, ch, cw, flip)
+    # the same size is the identity, exactly; one output row's taps sum to 1
+    _, t = aa_taps(np.array([0]), np.array([size]), np.array([size]), np.array([0]), size)
+    assert np.array_equal(t[0].sum(-1), np.ones(size, np.float32)) and set(np.unique(t)) <= {0.0, 1.0}
+
+
+def test_hue_batch_is_colour_hue_bit_for_bit():
+    """Channel ties (8-bit images have many) take torchvision's branch: red if it is a maximum, else green."""
+    torch.manual_seed(0)
+    x = (torch.rand(16, 3, 20, 20) * 255).round() / 255
+    x[0, 1], x[1, 2], x[2] = x[0, 0], x[1, 0], x[2, :1]  # r = g, r = b, grey
+    turns = torch.rand(16) - 0.5
+    consts = {k: torch.from_numpy(v) for k, v in HUE_CONSTS.items()}
+    assert torch.equal(hue_batch(x, (6.0 * turns).view(-1, 1, 1, 1), consts), hue_hsv(x, turns))
+
+
+@pytest.mark.parametrize("order", ["fixed", "random"])
+def test_colour_passes_equal_colour_distort(order):
+    """The pre / hue / post passes give colour.colour_distort's jitter; a sample whose jitter is off comes through
+    bit for bit (even a value the resize left a hair above 1, which a clamp would change)."""
+    rng = np.random.default_rng(1)
+    n = 40
+    x = torch.rand(n, 3, 12, 12)
+    x[3, 0, 0, 0] = 1.0000001
+    on = rng.random(n) < 0.7
+    on[3] = False
+    f = np.where(on[:, None], rng.uniform(0.6, 1.4, (n, 3)), 1.0).astype(np.float32)
+    hue = np.where(on, rng.uniform(-0.1, 0.1, n), 0.0).astype(np.float32)
+    perm = np.stack([rng.permutation(4) for _ in range(n)]) if order == "random" else None
+    pre, post = jitter_passes(on, f, perm)
+    assert len(pre) + len(post) == 3 if order == "fixed" else len(pre) + len(post) <= 6
+    luma = torch.tensor([0.2989, 0.587, 0.114]).view(1, 3, 1, 1)
+    consts = {k: torch.from_numpy(v) for k, v in HUE_CONSTS.items()}
+
+    def apply(y, ps):
+        rows = {k: torch.from_numpy(np.asarray(getattr(ps, k))).view(-1, 1, 1, 1) for k in ("f", "omf", "ws")}
+        rows.update({k: torch.from_numpy(getattr(ps, k)).view(-1, 1, 1, 1) for k in ("wc", "active")})
+        return blend_pass(y, luma, rows, ps.uses_gray, ps.uses_mean)
+
+    y = x
+    for ps in pre:
+        y = apply(y, ps)
+    y = torch.where(
+        torch.from_numpy(on).view(-1, 1, 1, 1), hue_batch(y, torch.from_numpy(6 * hue).view(-1, 1, 1, 1), consts), y
+    )
+    for ps in post:
+        y = apply(y, ps)
+    params = {
+        "jitter_on": torch.from_numpy(on.astype(np.uint8)),
+        "brightness": torch.from_numpy(f[:, 0]),
+        "contrast": torch.from_numpy(f[:, 1]),
+        "saturation": torch.from_numpy(f[:, 2]),
+        "hue": torch.from_numpy(hue),
+        "gray": torch.zeros(n, dtype=torch.uint8),
+    }
+    if perm is not None:
+        params["jitter_order"] = torch.from_numpy(perm.astype(np.int8))
+    want = colour_distort(x, params)
+    assert (y - want).abs().max() < 1e-6
+    assert torch.equal(y[~torch.from_numpy(on)], x[~torch.from_numpy(on)])
+    assert (y[torch.from_numpy(on)] - x[torch.from_numpy(on)]).abs().max() > 0.05  # it did jitter
+
+
+def test_separable_blur_equals_torchvision_per_sample():
     torch.manual_seed(0)
     x = torch.rand(7, 3, 30, 26)
     sigma = np.array([0.3, 0.0, 1.7, 2.0, 0.9, 1.2, 0.45], np.float32)  # windows 3, -, 13, 13, 7, 9, 5
-    on = np.array([1, 1, 1, 1, 0, 1, 1], np.uint8)  # sample 4 gated off, sample 1 sigma 0
-    got = gaussian_blur_batch(x, sigma, on)
+    rows = np.array([0, 2, 3, 5, 6])  # sample 4 gated off, sample 1 sigma 0
+    taps = _blur_taps(sigma[rows])
+    got = separable_blur(
+        x, torch.from_numpy(rows), torch.from_numpy(np.repeat(taps, 3, 0).reshape(-1, 1, 1, taps.shape[1]))
+    )
     for i in range(len(x)):
-        if on[i] and sigma[i] > 0:
+        if i in rows:
             s = float(sigma[i])
             want = TF.gaussian_blur(x[i], kernel_size=[blur_window(s)] * 2, sigma=[s, s])
             assert (got[i] - want).abs().max() < 1e-5, i
             assert (got[i] - x[i]).abs().max() > 0.01, i  # it did blur
         else:
             assert torch.equal(got[i], x[i]), i
-    assert torch.equal(gaussian_blur_batch(x, np.zeros(7, np.float32), on), x)
-    # tensors work as well as numpy, and the gate is optional (sigma 0 = off)
-    assert torch.equal(gaussian_blur_batch(x, torch.from_numpy(sigma * on)), got)
 
 
 # ----------------------------------------------------------------------------- batched strong ops
@@ -212,7 +300,7 @@ def test_corrupt_jpeg_and_png_are_dropped_and_counted():
     device = "cpu"
     encoded, bad = _corrupt_batch()
     recipe = TwoViewRecipe(size=24)
-    ex = GpuExecutor(recipe, device)
+    ex = BatchedExecutor(recipe, device)
     views = make_views(encoded, recipe, ex, np.random.default_rng(0))
     expected = [i for i in range(len(encoded)) if i not in bad]
     assert views.kept.tolist() == expected and ex.skipped == len(bad)
@@ -264,7 +352,7 @@ def test_decode_batch_equals_torch_decoder_and_png_check():
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 def test_eval_transform_equals_torch_exec(device, photos):
     recipe = TwoViewRecipe(size=32)
-    ex, ref = GpuExecutor(recipe, device), TorchExecutor(recipe)
+    ex, ref = BatchedExecutor(recipe, device), TorchExecutor(recipe)
     encoded = photos + [b"corrupt"]
     got, kept = ex.eval_transform(encoded, 40)
     want, want_kept = ref.eval_transform(encoded, 40)
@@ -275,17 +363,17 @@ def test_eval_transform_equals_torch_exec(device, photos):
     assert ex.eval_transform([b"corrupt"])[0].shape == (0, 3, 32, 32)
 
 
-def test_make_executor_gpu_kind_and_auto(monkeypatch):
+def test_make_executor_batched_kind_and_auto():
     recipe = TwoViewRecipe(size=32)
-    ex = make_executor("gpu", recipe, 4, torch_device="cpu")
-    assert type(ex) is GpuExecutor and ex.device == torch.device("cpu")
-    default = make_executor("gpu", recipe, 4)
+    ex = make_executor("batched", recipe, 4, torch_device="cpu")
+    assert type(ex) is BatchedExecutor and ex.device == torch.device("cpu")
+    default = make_executor("batched", recipe, 4)
     assert default.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert make_executor("gpu", recipe, 4, device="cpu", torch_device="cuda").device.type == "cpu"
+    assert make_executor("batched", recipe, 4, device="cpu", torch_device="cuda").device.type == "cpu"
     maker = build_view_maker(
         {
             "kind": "views",
-            "executor": "gpu",
+            "executor": "batched",
             "device": "auto",
             "mean": [0.5] * 3,
             "std": [0.25] * 3,
@@ -295,29 +383,22 @@ def test_make_executor_gpu_kind_and_auto(monkeypatch):
         4,
         device="cpu",
     )
-    assert type(maker.executor) is GpuExecutor and maker.executor.device == torch.device("cpu")
-    with pytest.raises(ValueError, match="auto|dali|torch|gpu"):
+    assert type(maker.executor) is BatchedExecutor and maker.executor.device == torch.device("cpu")
+    with pytest.raises(ValueError, match="auto|dali|torch|batched"):
         make_executor("pil", recipe, 4)
+    with pytest.raises(ValueError, match="gpu is now called batched"):
+        make_executor("gpu", recipe, 4)
+    # auto: the batched executor on the worker's device, with or without CUDA and DALI
+    auto = make_executor("auto", recipe, 4, torch_device="cpu")
+    assert type(auto) is BatchedExecutor and auto.device == torch.device("cpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
-            make_executor("gpu", recipe, 4, device="gpu")
-        # this machine: no CUDA, so auto is the batched executor on the CPU
-        auto = make_executor("auto", recipe, 4, device="auto")
-        assert type(auto) is GpuExecutor and auto.device == torch.device("cpu")
+            make_executor("batched", recipe, 4, device="gpu")
 
-    # the auto rule, case by case
-    strong = recipe_of("clsa")
-    for cuda, dali, dali_cuda, rec, device, torch_device, kind in [
-        (True, True, True, recipe, "auto", None, "dali"),  # DALI's mixed GPU pipeline
-        (True, True, True, strong, "auto", None, "gpu"),  # strong pool: DALI would fall back to its CPU
-        (True, True, False, recipe, "auto", None, "gpu"),  # DALI cannot see the GPU
-        (True, False, False, recipe, "auto", "cuda:0", "gpu"),  # no DALI
-        (True, True, True, recipe, "cpu", None, "gpu"),  # augment.device=cpu: batched on the CPU
-        (True, False, False, recipe, "auto", "cpu", "gpu"),  # the worker trains on the CPU
-        (False, True, False, recipe, "auto", None, "gpu"),  # no CUDA: batched on the CPU, DALI or not
-        (False, False, False, strong, "auto", None, "gpu"),
-    ]:
-        monkeypatch.setattr(views_mod.torch.cuda, "is_available", lambda c=cuda: c)
-        monkeypatch.setattr(views_mod, "dali_available", lambda d=dali: d)
-        monkeypatch.setattr(views_mod, "cuda_usable_by_dali", lambda d=dali_cuda: d)
-        assert views_mod.auto_kind(rec, device, torch_device) == kind, (cuda, dali, dali_cuda, device, torch_device)
+
+def test_config_refuses_the_old_executor_name():
+    from pipeline.config import ConfigError
+    from pipeline.schema import validate
+
+    with pytest.raises(ConfigError, match=r"augment.executor=.?gpu.?: expected one of auto, dali, torch, batched"):
+        validate(compose_config(["augment.executor=gpu"]))

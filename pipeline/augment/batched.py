@@ -1,0 +1,373 @@
+"""The batched view executor (`augment.executor=batched`): the torch executor's views for a whole batch in a fixed
+number of batched ops, on any torch device (the training worker's GPU, or the CPU).
+
+Between the encoded bytes and the views there is no per-sample Python on the device and nothing that waits for it:
+  * host (numpy): validity from the header sizes the sampler already read; every view's resize taps (PyTorch's
+    own antialias weights, resize_taps.py), the colour passes (colour_batch.py), blur taps and rows, masks and
+    constants, all packed into one pinned buffer and copied once, non_blocking (host_pack.py);
+  * decode: each image once (decode.py: nvJPEG's batched call on CUDA), padded into one [B, 3, H, W] tensor
+    (a nested tensor's to_padded_tensor: two ops for any B);
+  * per group of views of one size: crop + antialiased resize + flip for all of them as two batched matmuls
+    with dense weights scattered from the taps (1/255 folded in), fp32;
+  * then colour jitter (fixed or random order), grayscale, a separable Gaussian blur with per-sample taps on the
+    rows that blur, solarize, the strong pool (strong_batch.py), normalisation.
+It equals TorchExecutor's views to float rounding on the CPU (tests/augment/test_batched.py), and needs no more
+ops for 256 images than for 16 (tests/augment/test_batched_ops.py). The strong pool still groups its ops on the host
+and sends its rows one op at a time (blocking copies): the one part of the path that is not sync-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as tnf
+from torch import Tensor
+
+from .colour import LUMA
+from .colour_batch import HUE_CONSTS, blend_pass, grey, hue_batch, jitter_passes
+from .decode import decode_batch, default_device
+from .host_pack import HostPack
+from .params import Params, blur_window, eval_geometry, try_image_size, valid_samples
+from .recipe import Recipe, ViewSpec
+from .resize_taps import aa_taps, crop_axes
+from .strong_batch import apply_strong_batch
+from .torch_exec import TorchExecutor, _empty
+
+log = logging.getLogger(__name__)
+# The strided nested tensor is only the carrier of a ragged batch into to_padded_tensor (two ops for any batch);
+# its "prototype stage" warning would fire on every call.
+warnings.filterwarnings(
+    "ignore", message="The PyTorch API of nested tensors is in prototype stage", category=UserWarning
+)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Views made together: same size and colour stage. `views`: their indices in the recipe."""
+
+    views: tuple[int, ...]
+    size: int
+    colour: bool  # the executor applies jitter and grayscale (color_stage=executor)
+
+
+def view_groups(recipe: Recipe) -> list[Group]:
+    keys: dict[tuple[int, bool], list[int]] = {}
+    for v, spec in enumerate(recipe.views):
+        keys.setdefault((spec.size, spec.color_stage == "executor"), []).append(v)
+    return [Group(tuple(vs), size, colour) for (size, colour), vs in keys.items()]
+
+
+# ----------------------------------------------------------------------------- host: the plan of one group
+class Rows:
+    """Per-sample float rows and boolean masks of one group, sent as one [K, N] matrix each."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.floats: dict[str, np.ndarray] = {}
+        self.masks: dict[str, np.ndarray] = {}
+
+    def f(self, name: str, values) -> None:
+        self.floats[name] = np.broadcast_to(np.asarray(values, np.float32), (self.n,))
+
+    def m(self, name: str, values) -> None:
+        self.masks[name] = np.broadcast_to(np.asarray(values).astype(bool), (self.n,))
+
+
+def _image_major(a: np.ndarray, n_views: int, rows_per_view: bool) -> np.ndarray:
+    """[V*B, S, T] in view-major rows -> [B, V*S, T] (rows_per_view False: the vertical matmul's layout) or
+    [B*V, S, T] (True: the horizontal one's)."""
+    nb, s, t = a.shape
+    b = nb // n_views
+    a = a.reshape(n_views, b, s, t).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(a.reshape(b * n_views, s, t) if rows_per_view else a.reshape(b, n_views * s, t))
+
+
+def plan_group(
+    g: Group, specs: Sequence[ViewSpec], params: Sequence[Params], pack: HostPack, key: str, normalize: bool
+) -> dict:
+    """Add group g's arrays to `pack` under `key`; return what the device side needs to know besides them."""
+    p = _concat_views([params[v] for v in g.views])
+    n, nv, s = len(p["crop"]), len(g.views), g.size
+    per_view = [specs[v] for v in g.views]
+    (yi, yt), (xi, xt) = crop_axes(p["crop"], s, p["flip"])
+    pack.add(f"{key}.yi", _image_major(yi, nv, False))
+    pack.add(f"{key}.yt", _image_major(yt / np.float32(255.0), nv, False))  # the reference's /255, folded in
+    pack.add(f"{key}.xi", _image_major(xi, nv, True))
+    pack.add(f"{key}.xt", _image_major(xt, nv, True))
+    rows = Rows(n)
+    plan: dict = {"n": n, "pre": [], "post": [], "hue": False, "gray": False, "blur": 0, "solarize": False}
+    if g.colour:
+        on = p["jitter_on"] > 0
+        factors = np.stack([p["brightness"], p["contrast"], p["saturation"]], 1)
+        pre, post = jitter_passes(on, factors, p.get("jitter_order"))
+        for name, passes in (("pre", pre), ("post", post)):
+            for t, ps in enumerate(passes):
+                for k in ("f", "omf", "ws"):
+                    rows.f(f"{name}{t}.{k}", getattr(ps, k))
+                for k in ("wc", "active"):
+                    rows.m(f"{name}{t}.{k}", getattr(ps, k))
+                plan[name].append((f"{name}{t}", ps.uses_gray, ps.uses_mean))
+        if on.any():
+            plan["hue"] = True
+            rows.f("turns6", np.float32(6.0) * p["hue"].astype(np.float32))
+            rows.m("hue_on", on)
+        if (p["gray"] > 0).any():
+            plan["gray"] = True
+            rows.m("gray_on", p["gray"] > 0)
+    blur = np.flatnonzero((p["blur_on"] > 0) & (p["sigma"] > 0))
+    if len(blur):
+        taps = _blur_taps(p["sigma"][blur])
+        plan["blur"] = taps.shape[1]
+        pack.add(f"{key}.blur_rows", blur)
+        pack.add(f"{key}.blur_taps", np.repeat(taps, 3, axis=0).reshape(-1, 1, 1, taps.shape[1]))
+    if "solarize_on" in p and (p["solarize_on"] > 0).any():
+        plan["solarize"] = True
+        rows.m("sol_on", p["solarize_on"] > 0)
+        rows.f("sol_thr", np.repeat([sp.solarize_threshold for sp in per_view], n // nv))
+    if any(sp.strong_ops for sp in per_view):
+        plan["strong"] = _strong_rows(g, specs, params)
+    plan["normalize"] = normalize and g.colour
+    names_f, names_m = list(rows.floats), list(rows.masks)
+    if names_f:
+        pack.add(f"{key}.f", np.stack([rows.floats[k] for k in names_f]))
+    if names_m:
+        pack.add(f"{key}.m", np.stack([rows.masks[k] for k in names_m]).astype(np.int64))
+    plan["names_f"], plan["names_m"] = names_f, names_m
+    return plan
+
+
+def _concat_views(params: Sequence[Params]) -> Params:
+    """The views' rows, view-major. A key some views lack (a view without solarize, or in fixed jitter order)
+    gets the rows that mean "off" there; the strong pool's keys are handled by _strong_rows."""
+    keys = {k for p in params for k in p if not k.startswith("strong_") and k != "counts"}
+    out = {}
+    for k in sorted(keys):
+        parts = []
+        for p in params:
+            if k in p:
+                parts.append(p[k])
+            elif k == "jitter_order":
+                parts.append(np.tile(np.arange(4, dtype=np.int8), (len(p["crop"]), 1)))
+            else:
+                parts.append(np.zeros((len(p["crop"]),) + next(q[k] for q in params if k in q).shape[1:], np.uint8))
+        out[k] = np.concatenate(parts)
+    return out
+
+
+def _blur_taps(sigma: np.ndarray) -> np.ndarray:
+    """[n, k] taps of torchvision's Gaussian kernel (softmax of -(d / sqrt 2 / sigma)^2 over its own window of
+    blur_window(sigma) taps), every row on the batch's largest window k with zeros outside its own: with reflect
+    padding of k // 2 that is torchvision's per-sample blur (reflection gives the same pixels where a smaller
+    window reaches)."""
+    windows = np.array([blur_window(float(s)) for s in sigma])
+    k = int(windows.max())
+    lim = (k - 1) / (2.0 * math.sqrt(2.0))
+    pos = np.linspace(-lim, lim, k, dtype=np.float32).astype(np.float64)
+    own = (np.abs(np.arange(k) - k // 2)[None, :] <= ((windows - 1) // 2)[:, None]).astype(bool)
+    logits = -((pos[None, :] / sigma.astype(np.float32).astype(np.float64)[:, None]) ** 2)
+    w = np.where(own, np.exp(logits - logits.max(1, keepdims=True)), 0.0)
+    return (w / w.sum(1, keepdims=True)).astype(np.float32)
+
+
+def _strong_rows(g: Group, specs: Sequence[ViewSpec], params: Sequence[Params]) -> tuple[np.ndarray, ...]:
+    """The strong pool's (op, on, mag) rows of the group, [N, slots]; views without strong ops are all off."""
+    slots = max(specs[v].strong_ops for v in g.views)
+    out = []
+    for key, dtype in (("strong_op", np.int64), ("strong_on", bool), ("strong_mag", np.float32)):
+        parts = []
+        for v in g.views:
+            b = len(params[v]["crop"])
+            a = params[v].get(key, np.zeros((b, 0), dtype)).astype(dtype).reshape(b, -1)
+            parts.append(np.pad(a, ((0, 0), (0, slots - a.shape[1]))))
+        out.append(np.concatenate(parts))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- device
+def pad_images(images: Sequence[Tensor], height: int, width: int, device: torch.device, order: Tensor | None) -> Tensor:
+    """uint8 [B, 3, height, width] on `device`, each image at the top left, zeros around it. Images on `device`
+    (nvJPEG's) and on the host (other formats) are padded apart, the host part copied in one transfer; `order`
+    puts the two parts back in the batch's order."""
+    here = [im for im in images if im.device == device]
+    there = [im for im in images if im.device != device]
+    parts = []
+    for part in (here, there):
+        if part:
+            nested = torch.nested.as_nested_tensor(list(part))
+            padded = nested.to_padded_tensor(0, output_size=(len(part), 3, height, width))
+            if padded.device != device:
+                padded = padded.pin_memory().to(device, non_blocking=True)
+            parts.append(padded)
+    if len(parts) == 1:
+        return parts[0]
+    assert order is not None, "images on two devices need their order"
+    return torch.cat(parts).index_select(0, order)
+
+
+def resize_group(img: Tensor, d: dict[str, Tensor], key: str, n_views: int, size: int) -> Tensor:
+    """Crop + antialiased resize + flip of every view of a group: img float [B, H, 3 * W] (rows, then channels and
+    columns) -> [V * B, 3, size, size], view-major. Two batched matmuls with the dense weights scattered from the
+    taps; fp32 (no reduced-precision matmul unless the process turned TF32 on)."""
+    b, h, w3 = img.shape
+    w = w3 // 3
+    yi, yt, xi, xt = d[f"{key}.yi"], d[f"{key}.yt"], d[f"{key}.xi"], d[f"{key}.xt"]
+    wy = img.new_zeros(b, n_views * size, h).scatter_add_(2, yi, yt)
+    wx = img.new_zeros(b * n_views, size, w).scatter_add_(2, xi, xt)
+    u = torch.bmm(wy, img)  # [B, V*S, 3W]
+    z = torch.bmm(u.view(b * n_views, size * 3, w), wx.transpose(1, 2))  # [B*V, S*3, S]
+    return z.view(b, n_views, size, 3, size).permute(1, 0, 3, 2, 4).reshape(n_views * b, 3, size, size)
+
+
+def separable_blur(x: Tensor, rows: Tensor, taps: Tensor) -> Tensor:
+    """Rows `rows` of x blurred with their own taps (taps: [n * 3, 1, 1, k], one row per sample and channel),
+    reflect padding k // 2, a horizontal then a vertical depthwise convolution."""
+    n3, _, _, k = taps.shape
+    half = k // 2
+    _, c, h, w = x.shape
+    sub = tnf.pad(x.index_select(0, rows), [half, half, half, half], mode="reflect")
+    y = tnf.conv2d(sub.view(1, n3, h + 2 * half, w + 2 * half), taps, groups=n3)
+    y = tnf.conv2d(y, taps.view(n3, 1, k, 1), groups=n3)
+    return x.index_copy(0, rows, y.view(n3 // c, c, h, w))
+
+
+def photometric_group(x: Tensor, d: dict[str, Tensor], key: str, plan: dict, consts: dict[str, Tensor]) -> Tensor:
+    """Everything after the resize, for one group: colour passes, hue, grayscale, blur, solarize, strong pool,
+    normalisation, in the reference's order (torch_exec.photometric)."""
+    rows: dict[str, Tensor] = {}
+    shape = (-1, plan["n"], 1, 1, 1)
+    if plan["names_f"]:
+        rows.update(zip(plan["names_f"], d[f"{key}.f"].view(shape).unbind(0)))
+    if plan["names_m"]:
+        rows.update(zip(plan["names_m"], (d[f"{key}.m"] != 0).view(shape).unbind(0)))
+    luma = consts["luma"]
+
+    def one_pass(name: str, uses_gray: bool, uses_mean: bool) -> Tensor:
+        p = {k: rows[f"{name}.{k}"] for k in ("f", "omf", "ws", "wc", "active")}
+        return blend_pass(x, luma, p, uses_gray, uses_mean)
+
+    for name, uses_gray, uses_mean in plan["pre"]:
+        x = one_pass(name, uses_gray, uses_mean)
+    if plan["hue"]:
+        x = torch.where(rows["hue_on"], hue_batch(x, rows["turns6"], consts), x)
+    for name, uses_gray, uses_mean in plan["post"]:
+        x = one_pass(name, uses_gray, uses_mean)
+    if plan["gray"]:
+        x = torch.where(rows["gray_on"], grey(x, luma), x)
+    if plan["blur"]:
+        x = separable_blur(x, d[f"{key}.blur_rows"], d[f"{key}.blur_taps"])
+    if plan["solarize"]:
+        x = torch.where(rows["sol_on"] & (x >= rows["sol_thr"]), 1.0 - x, x)
+    if "strong" in plan:
+        x = apply_strong_batch(x, *plan["strong"])
+    if plan["normalize"]:
+        x = (x - consts["mean"]) / consts["std"]
+    return x
+
+
+def _add_consts(pack: HostPack, recipe: Recipe) -> None:
+    """The constants every group uses, [1, 3, 1, 1] each: travelling in the pack, none is made on the device."""
+    rows = [LUMA, recipe.mean, recipe.std, HUE_CONSTS["hue_offset"].reshape(3), HUE_CONSTS["hue_n"].reshape(3)]
+    pack.add("consts", np.stack([np.asarray(r, np.float32).reshape(1, 3, 1, 1) for r in rows]))
+    pack.add("hue_index", np.stack([HUE_CONSTS["hue_first"], HUE_CONSTS["hue_second"]]))
+
+
+def _unpack_consts(d: dict[str, Tensor]) -> dict[str, Tensor]:
+    luma, mean, std, offset, n = d["consts"].unbind(0)
+    first, second = d["hue_index"].unbind(0)
+    return {
+        "luma": luma,
+        "mean": mean,
+        "std": std,
+        "hue_offset": offset,
+        "hue_n": n,
+        "hue_first": first,
+        "hue_second": second,
+    }
+
+
+class BatchedExecutor(TorchExecutor):
+    """TorchExecutor's contract, batched on `device` (any torch device; CUDA in training):
+    __call__(encoded, params, sizes=None) -> (views on `device`, kept); `skipped` counts dropped samples;
+    eval_transform(encoded, size) -> (eval views on `device`, kept)."""
+
+    label = "batched executor"
+
+    def __init__(self, recipe: Recipe, device: torch.device | str | None = None):
+        super().__init__(recipe)
+        self.device = torch.device(device) if device is not None else default_device()
+        self.groups = view_groups(recipe)
+
+    def __call__(
+        self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
+    ) -> tuple[list[Tensor], np.ndarray]:
+        candidates = np.flatnonzero(valid_samples(encoded, params, sizes))
+        images, kept = decode_batch(encoded, candidates, self.device)
+        self._drop_report(len(encoded), kept)
+        return self.views_of(images, [{k: v[kept] for k, v in p.items()} for p in params]), kept
+
+    def views_of(self, images: Sequence[Tensor], params: Sequence[Params], normalize: bool = True) -> list[Tensor]:
+        """The views of decoded uint8 [3, H, W] images (on `device` or the host) whose params rows are `params`."""
+        views: list[Tensor] = [_empty(spec.size, self.device) for spec in self.recipe.views]
+        if not images:
+            return views
+        pack = HostPack()
+        plans = [plan_group(g, self.recipe.views, params, pack, f"g{i}", normalize) for i, g in enumerate(self.groups)]
+        d, consts, img = self._upload(images, pack)
+        for i, (g, plan) in enumerate(zip(self.groups, plans)):
+            x = resize_group(img, d, f"g{i}", len(g.views), g.size)
+            x = photometric_group(x, d, f"g{i}", plan, consts)
+            for v, part in zip(g.views, x.split(len(images))):
+                views[v] = part
+        return views
+
+    def _upload(self, images: Sequence[Tensor], pack: HostPack) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
+        """The pack (with the constants) copied over in one transfer, and the images as one float [B, H, 3 * W]
+        tensor (rows, then channels and columns: the vertical resize's layout), zero-padded to the largest."""
+        _add_consts(pack, self.recipe)
+        order = _placement(images, self.device)
+        if order is not None:
+            pack.add("order", order)
+        d = pack.to(self.device)
+        height, width = max(im.shape[1] for im in images), max(im.shape[2] for im in images)
+        padded = pad_images(images, height, width, self.device, d.get("order"))
+        img = padded.permute(0, 2, 1, 3).to(torch.float32, memory_format=torch.contiguous_format)
+        return d, _unpack_consts(d), img.view(len(images), height, 3 * width)
+
+    def eval_transform(self, encoded: Sequence[bytes], size: int | None = None) -> tuple[Tensor, np.ndarray]:
+        """Deterministic resize-short-side + centre crop, normalised (torch_exec.eval_transform); (images, kept).
+        Batched like the views: the resize to the short side and the centre crop are one set of taps."""
+        size = size or self.recipe.size
+        candidates = np.array([i for i, e in enumerate(encoded) if try_image_size(e)], dtype=np.int64)
+        images, kept = decode_batch(encoded, candidates, self.device)
+        self._drop_report(len(encoded), kept)
+        if not images:
+            return _empty(size, self.device), kept
+        pack = HostPack()
+        hw = np.array([im.shape[1:] for im in images], np.int64)
+        geo = np.array([eval_geometry(int(h), int(w), size) for h, w in hw], np.int64)  # rh, rw, top, left
+        zero = np.zeros(len(images), np.int64)
+        yi, yt = aa_taps(zero, hw[:, 0], geo[:, 0], geo[:, 2], size)
+        xi, xt = aa_taps(zero, hw[:, 1], geo[:, 1], geo[:, 3], size)
+        for name, a in (("yi", yi), ("yt", yt / np.float32(255.0)), ("xi", xi), ("xt", xt)):
+            pack.add(f"e.{name}", a)
+        d, consts, img = self._upload(images, pack)
+        x = resize_group(img, d, "e", 1, size)
+        return (x - consts["mean"]) / consts["std"], kept
+
+
+def _placement(images: Sequence[Tensor], device: torch.device) -> np.ndarray | None:
+    """Where each image lands when the device-decoded ones are padded first and the host ones after them
+    (pad_images); None when they are all on one side."""
+    here = np.array([im.device == device for im in images])
+    if here.all() or not here.any():
+        return None
+    rank = np.empty(len(images), np.int64)
+    rank[np.flatnonzero(here)] = np.arange(here.sum())
+    rank[np.flatnonzero(~here)] = here.sum() + np.arange((~here).sum())
+    return rank
