@@ -37,7 +37,7 @@ from .params import Params, blur_window, eval_geometry, try_image_size, valid_sa
 from .recipe import Recipe, ViewSpec
 from .resize_taps import aa_taps, crop_axes
 from .strong_batch import apply_strong_batch
-from .torch_exec import TorchExecutor, _empty
+from .torch_exec import TorchExecutor, _empty, crop_resize, eval_images
 
 log = logging.getLogger(__name__)
 # The strided nested tensor is only the carrier of a ragged batch into to_padded_tensor (two ops for any batch);
@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings(
     "ignore", message="The PyTorch API of nested tensors is in prototype stage", category=UserWarning
 )
+
+
+# Past this many multiply-adds per view row (size x padded height x padded width) a CPU resizes faster one view at a
+# time than by the dense matmul, whose work covers the whole padded image: measured crossover ~1-2e6 on this 2-core
+# EPYC (64 px from 128 x 128 even, 96 px from 256 x 256 per-sample 1.9x faster, 32 px from 32 x 32 matmul 2.7x;
+# docs/performance.md). On a GPU the matmul always runs.
+CPU_MATMUL_MAX = 1_500_000
 
 
 @dataclass(frozen=True)
@@ -89,19 +96,30 @@ def _image_major(a: np.ndarray, n_views: int, rows_per_view: bool) -> np.ndarray
 
 
 def plan_group(
-    g: Group, specs: Sequence[ViewSpec], params: Sequence[Params], pack: HostPack, key: str, normalize: bool
+    g: Group,
+    specs: Sequence[ViewSpec],
+    params: Sequence[Params],
+    pack: HostPack,
+    key: str,
+    normalize: bool,
+    matmul: bool = True,
 ) -> dict:
-    """Add group g's arrays to `pack` under `key`; return what the device side needs to know besides them."""
+    """Add group g's arrays to `pack` under `key`; return what the device side needs to know besides them.
+    matmul=False: the resize is left to resize_per_sample (large images on a CPU), which reads the plan's crops."""
     p = _concat_views([params[v] for v in g.views])
     n, nv, s = len(p["crop"]), len(g.views), g.size
     per_view = [specs[v] for v in g.views]
-    (yi, yt), (xi, xt) = crop_axes(p["crop"], s, p["flip"])
-    pack.add(f"{key}.yi", _image_major(yi, nv, False))
-    pack.add(f"{key}.yt", _image_major(yt / np.float32(255.0), nv, False))  # the reference's /255, folded in
-    pack.add(f"{key}.xi", _image_major(xi, nv, True))
-    pack.add(f"{key}.xt", _image_major(xt, nv, True))
     rows = Rows(n)
     plan: dict = {"n": n, "pre": [], "post": [], "hue": False, "gray": False, "blur": 0, "solarize": False}
+    if matmul:
+        (yi, yt), (xi, xt) = crop_axes(p["crop"], s, p["flip"])
+        pack.add(f"{key}.yi", _image_major(yi, nv, False))
+        pack.add(f"{key}.yt", _image_major(yt / np.float32(255.0), nv, False))  # the reference's /255, folded in
+        pack.add(f"{key}.xi", _image_major(xi, nv, True))
+        pack.add(f"{key}.xt", _image_major(xt, nv, True))
+    else:
+        plan["crops"] = p["crop"]
+        rows.m("flip", p["flip"] > 0)
     if g.colour:
         on = p["jitter_on"] > 0
         factors = np.stack([p["brightness"], p["contrast"], p["saturation"]], 1)
@@ -224,6 +242,15 @@ def resize_group(img: Tensor, d: dict[str, Tensor], key: str, n_views: int, size
     return z.view(b, n_views, size, 3, size).permute(1, 0, 3, 2, 4).reshape(n_views * b, 3, size, size)
 
 
+def resize_per_sample(images: Sequence[Tensor], crops: np.ndarray, flip: Tensor, size: int) -> Tensor:
+    """What resize_group makes, one torchvision resize per view (torch_exec.crop_resize, the reference itself):
+    on a CPU, past CPU_MATMUL_MAX, cheaper than the dense matmul, which spends its work on the whole padded image.
+    crops: [V * B, 4] view-major; flip: [V * B, 1, 1, 1] bool."""
+    b = len(images)
+    x = torch.stack([crop_resize(images[i % b], c, size) for i, c in enumerate(crops)])
+    return torch.where(flip, x.flip(-1), x)
+
+
 def separable_blur(x: Tensor, rows: Tensor, taps: Tensor) -> Tensor:
     """Rows `rows` of x blurred with their own taps (taps: [n * 3, 1, 1, k], one row per sample and channel),
     reflect padding k // 2, a horizontal then a vertical depthwise convolution."""
@@ -236,15 +263,21 @@ def separable_blur(x: Tensor, rows: Tensor, taps: Tensor) -> Tensor:
     return x.index_copy(0, rows, y.view(n3 // c, c, h, w))
 
 
-def photometric_group(x: Tensor, d: dict[str, Tensor], key: str, plan: dict, consts: dict[str, Tensor]) -> Tensor:
-    """Everything after the resize, for one group: colour passes, hue, grayscale, blur, solarize, strong pool,
-    normalisation, in the reference's order (torch_exec.photometric)."""
+def group_rows(d: dict[str, Tensor], key: str, plan: dict) -> dict[str, Tensor]:
+    """The group's per-sample rows by name, each [N, 1, 1, 1] (floats as float32, masks as bool)."""
     rows: dict[str, Tensor] = {}
     shape = (-1, plan["n"], 1, 1, 1)
     if plan["names_f"]:
         rows.update(zip(plan["names_f"], d[f"{key}.f"].view(shape).unbind(0)))
     if plan["names_m"]:
         rows.update(zip(plan["names_m"], (d[f"{key}.m"] != 0).view(shape).unbind(0)))
+    return rows
+
+
+def photometric_group(x: Tensor, d: dict[str, Tensor], key: str, plan: dict, consts: dict[str, Tensor]) -> Tensor:
+    """Everything after the resize, for one group: colour passes, hue, grayscale, blur, solarize, strong pool,
+    normalisation, in the reference's order (torch_exec.photometric)."""
+    rows = group_rows(d, key, plan)
     luma = consts["luma"]
 
     def one_pass(name: str, uses_gray: bool, uses_mean: bool) -> Tensor:
@@ -317,23 +350,40 @@ class BatchedExecutor(TorchExecutor):
         if not images:
             return views
         pack = HostPack()
-        plans = [plan_group(g, self.recipe.views, params, pack, f"g{i}", normalize) for i, g in enumerate(self.groups)]
-        d, consts, img = self._upload(images, pack)
+        height, width = max(im.shape[1] for im in images), max(im.shape[2] for im in images)
+        matmul = [self._matmul(g.size, height, width) for g in self.groups]
+        plans = [
+            plan_group(g, self.recipe.views, params, pack, f"g{i}", normalize, mm)
+            for i, (g, mm) in enumerate(zip(self.groups, matmul))
+        ]
+        d, consts, img = self._upload(images, pack, any(matmul))
         for i, (g, plan) in enumerate(zip(self.groups, plans)):
-            x = resize_group(img, d, f"g{i}", len(g.views), g.size)
+            if img is not None and "crops" not in plan:
+                x = resize_group(img, d, f"g{i}", len(g.views), g.size)
+            else:
+                x = resize_per_sample(images, plan["crops"], group_rows(d, f"g{i}", plan)["flip"], g.size)
             x = photometric_group(x, d, f"g{i}", plan, consts)
             for v, part in zip(g.views, x.split(len(images))):
                 views[v] = part
         return views
 
-    def _upload(self, images: Sequence[Tensor], pack: HostPack) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
-        """The pack (with the constants) copied over in one transfer, and the images as one float [B, H, 3 * W]
-        tensor (rows, then channels and columns: the vertical resize's layout), zero-padded to the largest."""
+    def _matmul(self, size: int, height: int, width: int) -> bool:
+        """Resize by dense matmuls (always on a GPU), or per sample (a CPU, past CPU_MATMUL_MAX)?"""
+        return self.device.type != "cpu" or size * height * width <= CPU_MATMUL_MAX
+
+    def _upload(
+        self, images: Sequence[Tensor], pack: HostPack, pad: bool = True
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor | None]:
+        """The pack (with the constants) copied over in one transfer, and (pad=True) the images as one float
+        [B, H, 3 * W] tensor (rows, then channels and columns: the vertical resize's layout), zero-padded to the
+        largest."""
         _add_consts(pack, self.recipe)
         order = _placement(images, self.device)
         if order is not None:
             pack.add("order", order)
         d = pack.to(self.device)
+        if not pad:
+            return d, _unpack_consts(d), None
         height, width = max(im.shape[1] for im in images), max(im.shape[2] for im in images)
         padded = pad_images(images, height, width, self.device, d.get("order"))
         img = padded.permute(0, 2, 1, 3).to(torch.float32, memory_format=torch.contiguous_format)
@@ -348,6 +398,8 @@ class BatchedExecutor(TorchExecutor):
         self._drop_report(len(encoded), kept)
         if not images:
             return _empty(size, self.device), kept
+        if not self._matmul(size, max(im.shape[1] for im in images), max(im.shape[2] for im in images)):
+            return eval_images(images, size, self.recipe.mean, self.recipe.std, self.device), kept
         pack = HostPack()
         hw = np.array([im.shape[1:] for im in images], np.int64)
         geo = np.array([eval_geometry(int(h), int(w), size) for h, w in hw], np.int64)  # rh, rw, top, left
@@ -357,6 +409,7 @@ class BatchedExecutor(TorchExecutor):
         for name, a in (("yi", yi), ("yt", yt / np.float32(255.0)), ("xi", xi), ("xt", xt)):
             pack.add(f"e.{name}", a)
         d, consts, img = self._upload(images, pack)
+        assert img is not None
         x = resize_group(img, d, "e", 1, size)
         return (x - consts["mean"]) / consts["std"], kept
 

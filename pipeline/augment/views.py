@@ -76,11 +76,21 @@ def _batched_device(device: str, torch_device: torch.device | str | None) -> tor
     return where
 
 
-# What executor=auto resolves to, on the CPU and on a GPU alike: the batched executor, on the worker's device. On a
-# GPU it is the one executor measured there (docs/gpu.md); DALI's GPU pipeline has never run on one, so it stays a
-# choice (executor=dali) rather than every GPU user's default. On a CPU it is the fastest of the three at the sizes
-# CPU runs use (docs/performance.md), with the torch executor's views to float rounding.
-AUTO_KIND = "batched"
+# Where executor=auto runs the batched executor on a CPU: views of at most this many pixels a side. Past it the
+# batched colour passes, each over the whole batch, cost a memory-bound CPU more than the per-sample torch
+# executor's subsets (benchmarks/views_cpu.py on this 2-core EPYC: 2.9x at 32 px, 1.2x at 64, 0.98x at 96, 0.27x at
+# 224; docs/performance.md).
+CPU_BATCHED_MAX_SIZE = 96
+
+
+def auto_kind(recipe: Recipe, device: str = "auto", torch_device: torch.device | str | None = None) -> str:
+    """What executor=auto resolves to. On a GPU: the batched executor, the one executor measured there
+    (docs/gpu.md); DALI's GPU pipeline has never run on one, so it stays a choice (executor=dali) rather than
+    every GPU user's default. On a CPU: the batched executor for views up to CPU_BATCHED_MAX_SIZE px (every CPU
+    run this project ships), the torch executor above it. Both make the same views to float rounding."""
+    if _batched_device(device, torch_device).type != "cpu" or max(recipe.sizes) <= CPU_BATCHED_MAX_SIZE:
+        return "batched"
+    return "torch"
 
 
 def make_executor(
@@ -92,7 +102,7 @@ def make_executor(
     seed: int = 0,
     torch_device: torch.device | str | None = None,
 ) -> Executor:
-    """kind: "dali" | "torch" | "batched" | "auto" (AUTO_KIND). `device` is augment.device (auto | cpu | gpu:
+    """kind: "dali" | "torch" | "batched" | "auto" (see auto_kind). `device` is augment.device (auto | cpu | gpu:
     DALI's backend); `torch_device` is where the batched executor runs and puts its views (None: CUDA when
     available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says)."""
     if kind == "gpu":
@@ -100,7 +110,7 @@ def make_executor(
     if kind not in EXECUTOR_KINDS:
         raise ValueError(f"executor kind must be one of {'|'.join(EXECUTOR_KINDS)}, got {kind!r}")
     if kind == "auto":
-        kind = AUTO_KIND
+        kind = auto_kind(recipe, device, torch_device)
         log.info("view executor: %s (auto)", kind)
     if kind == "torch":
         from .torch_exec import TorchExecutor

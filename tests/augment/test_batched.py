@@ -19,6 +19,8 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
 
 from helpers import encode, natural
+from pipeline.augment import batched
+from pipeline.augment import views as views_mod
 from pipeline.augment.batched import BatchedExecutor, _blur_taps, separable_blur
 from pipeline.augment.colour import colour_distort, hue_hsv
 from pipeline.augment.colour_batch import HUE_CONSTS, blend_pass, hue_batch, jitter_passes
@@ -63,9 +65,16 @@ def photos() -> list[bytes]:
 
 
 # ----------------------------------------------------------------------------- executor parity
+@pytest.fixture(params=["matmul", "per_sample"])
+def resize(request, monkeypatch):
+    """Both resizes of the CPU: the dense matmul (every size, here) and the per-sample one (past CPU_MATMUL_MAX)."""
+    monkeypatch.setattr(batched, "CPU_MATMUL_MAX", 10**12 if request.param == "matmul" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", RECIPES)
-def test_matches_torch_executor(name, device, photos):
+def test_matches_torch_executor(name, device, photos, resize):
     """Same params -> the torch executor's views. CPU: same decoders, PyTorch's resize weights, within 1e-4, except
     where a strong-pool threshold (Solarize, Posterize, Equalize's LUT) turns a 1e-6 difference into a level or
     more: on those views 99.5 % of the values within 1e-4. CUDA: nvjpeg's IDCT and chroma upsampling differ from
@@ -350,7 +359,7 @@ def test_decode_batch_equals_torch_decoder_and_png_check():
 
 # ----------------------------------------------------------------------------- eval transform, factory
 @pytest.mark.parametrize("device", ["cpu", CUDA])
-def test_eval_transform_equals_torch_exec(device, photos):
+def test_eval_transform_equals_torch_exec(device, photos, resize):
     recipe = TwoViewRecipe(size=32)
     ex, ref = BatchedExecutor(recipe, device), TorchExecutor(recipe)
     encoded = photos + [b"corrupt"]
@@ -363,7 +372,7 @@ def test_eval_transform_equals_torch_exec(device, photos):
     assert ex.eval_transform([b"corrupt"])[0].shape == (0, 3, 32, 32)
 
 
-def test_make_executor_batched_kind_and_auto():
+def test_make_executor_batched_kind_and_auto(monkeypatch):
     recipe = TwoViewRecipe(size=32)
     ex = make_executor("batched", recipe, 4, torch_device="cpu")
     assert type(ex) is BatchedExecutor and ex.device == torch.device("cpu")
@@ -388,12 +397,19 @@ def test_make_executor_batched_kind_and_auto():
         make_executor("pil", recipe, 4)
     with pytest.raises(ValueError, match="gpu is now called batched"):
         make_executor("gpu", recipe, 4)
-    # auto: the batched executor on the worker's device, with or without CUDA and DALI
+    # auto: the batched executor on the worker's device, with or without DALI; on a CPU only up to 96 px views
     auto = make_executor("auto", recipe, 4, torch_device="cpu")
     assert type(auto) is BatchedExecutor and auto.device == torch.device("cpu")
+    assert views_mod.auto_kind(recipe_of("mocov2"), torch_device="cpu") == "batched"  # 64 px
+    large = image_recipe(compose_config(["augment=mocov2", "data=imagenet"])["augment"])  # 224 px
+    assert views_mod.auto_kind(large, torch_device="cpu") == "torch"
+    assert views_mod.auto_kind(large, device="cpu", torch_device="cuda") == "torch"  # augment.device=cpu
+    assert type(make_executor("auto", large, 4, torch_device="cpu")) is TorchExecutor
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             make_executor("batched", recipe, 4, device="gpu")
+    monkeypatch.setattr(views_mod.torch.cuda, "is_available", lambda: True)  # a GPU worker: batched at any size
+    assert views_mod.auto_kind(large, torch_device="cuda:0") == views_mod.auto_kind(large) == "batched"
 
 
 def test_config_refuses_the_old_executor_name():
