@@ -1224,7 +1224,7 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
         )
         + (f" Not checked: {', '.join(unchecked)}." if unchecked else ""),
     ]
-    lines += ["", "## View executor (gpu)", ""]
+    lines += ["", "## View executor (batched)", ""]
     if executor is None:
         lines.append("Not run (--skip-executor).")
     elif "unavailable" in executor:
