@@ -86,7 +86,8 @@ VIT_ROWS = {"mocov3_vit", "dino_vit"}  # ViT-S/16 (vit_tiny with --quick), whate
 PROJECT_TARGET = 0.97  # project step >= 0.97x the bare loop
 COST_TARGET = {"co2": 1.02, "clsa": 1.32, "invclr": 2.0}  # plug-in step time / its baseline's
 EXECUTOR_RECIPES = {"mocov2": "mocov2", "simclr": "simclr", "byol": "byol", "clsa": "clsa", "cocor": "cocor"}
-EXECUTOR_TARGET = 2.0  # executor images/s >= 2x what the step consumes
+# executor images/s over what the step of the recipe's row consumes (#48: 2x for MoCo v2, 1.5x for the rest)
+EXECUTOR_TARGET = {"mocov2": 2.0, "simclr": 1.5, "byol": 1.5, "clsa": 1.5, "cocor": 1.5}
 E2E_TARGET = 0.85  # jobs/pretrain.py from JPEG shards >= 0.85x the project step fed pre-made tensors
 SRC_W, SRC_H = 500, 375
 
@@ -1233,7 +1234,7 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
         lines += [
             f"{meta['exec_images']} JPEGs of {SRC_W}x{SRC_H} ({meta['jpeg_source']}), batches of "
             f"{min(s['batch'], meta['exec_images'])}, {s['size']} px; parameters drawn inside the timed region. "
-            f"Step consumes = the project step's images/s for that recipe's row; target >= {EXECUTOR_TARGET}x.",
+            "Step consumes = the project step's images/s for that recipe's row; target >= 2x for mocov2, 1.5x else.",
             "",
             "| recipe | views | images/s | views/s | step consumes img/s | executor/step | target |",
             "| --- | --- | --- | --- | --- | --- | --- |",
@@ -1241,10 +1242,10 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
         for name, r in executor.items():
             step = steps.get(name, {}).get("project", math.nan)
             ratio = r["images_s"] / step if step and not math.isnan(step) else math.nan
-            ok = None if math.isnan(ratio) else ratio >= EXECUTOR_TARGET
+            ok = None if math.isnan(ratio) else ratio >= EXECUTOR_TARGET[name]
             lines.append(
                 f"| {name} | {r['views']} | {_fmt(r['images_s'])} | {_fmt(r['views_s'])} | {_fmt(step)} | "
-                f"{_fmt(ratio, '.2f')} | >= {EXECUTOR_TARGET}x{_verdict(ok)} |"
+                f"{_fmt(ratio, '.2f')} | >= {EXECUTOR_TARGET[name]}x{_verdict(ok)} |"
             )
     lines += ["", "## End to end: jobs/pretrain.py from JPEG shards", ""]
     if e2e is None:

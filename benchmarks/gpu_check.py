@@ -141,7 +141,8 @@ def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tup
     for recipe, r in executor.items():
         if isinstance(r, dict):
             step = steps.get(recipe, {}).get("project", math.nan)
-            judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", gpu.EXECUTOR_TARGET)
+            target = gpu.EXECUTOR_TARGET[recipe]
+            judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", target)
     if "unavailable" in executor:
         lines.append(f"   views: batched executor not available ({executor['unavailable'][:80]})")
     if epoch:

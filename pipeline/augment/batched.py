@@ -12,8 +12,8 @@ Between the encoded bytes and the views there is no per-sample Python on the dev
   * then colour jitter (fixed or random order), grayscale, a separable Gaussian blur with per-sample taps on the
     rows that blur, solarize, the strong pool (strong_batch.py), normalisation.
 It equals TorchExecutor's views to float rounding on the CPU (tests/augment/test_batched.py), and needs no more
-ops for 256 images than for 16 (tests/augment/test_batched_ops.py). The strong pool still groups its ops on the host
-and sends its rows one op at a time (blocking copies): the one part of the path that is not sync-free.
+ops for 256 images than for 16 (tests/augment/test_batched_ops.py). The strong pool (strong_batch.py) plans its
+steps on the host too and sends them in a copy of its own; its op count grows with the ops drawn, not the batch.
 """
 
 from __future__ import annotations

@@ -8,43 +8,51 @@ import numpy as np
 import torch
 from torch import Tensor
 
+# the dtypes a pack carries, each in a section of its own (8-byte aligned): floats as float32 unless asked for
+# float64 (the strong pool's affine matrices), everything else as int64 (what index ops take)
+SECTIONS = ((np.float32, torch.float32), (np.float64, torch.float64), (np.int64, torch.int64))
+
 
 class HostPack:
-    """add(name, array) any number of times, then to(device) -> {name: tensor on device, array's shape}.
-    Floats travel as float32, everything else as int64 (what index ops take)."""
+    """add(name, array) any number of times, then to(device) -> {name: tensor on device, array's shape}."""
 
     def __init__(self) -> None:
-        self._floats: dict[str, np.ndarray] = {}
-        self._ints: dict[str, np.ndarray] = {}
+        self._arrays: dict[str, np.ndarray] = {}
 
-    def add(self, name: str, array: np.ndarray | list | float) -> None:
+    def add(self, name: str, array: np.ndarray | list | float, dtype: type | None = None) -> None:
         a = np.asarray(array)
-        if a.dtype.kind == "f":
-            self._floats[name] = np.ascontiguousarray(a, dtype=np.float32)
-        else:
-            self._ints[name] = np.ascontiguousarray(a, dtype=np.int64)
+        dtype = dtype or (np.float32 if a.dtype.kind == "f" else np.int64)
+        self._arrays[name] = np.ascontiguousarray(a, dtype=dtype)
 
     def to(self, device: torch.device) -> dict[str, Tensor]:
-        n_f = sum(a.size for a in self._floats.values())
-        n_f += n_f % 2  # the int64 section starts 8-byte aligned
-        n_i = sum(a.size for a in self._ints.values())
-        host = torch.empty(4 * n_f + 8 * n_i, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        layout, offset = [], 0  # (numpy dtype, torch dtype, byte offset, names) per section
+        for np_dtype, torch_dtype in SECTIONS:
+            names = [k for k, a in self._arrays.items() if a.dtype == np_dtype]
+            layout.append((np_dtype, torch_dtype, offset, names))
+            size = np.dtype(np_dtype).itemsize * sum(self._arrays[k].size for k in names)
+            offset += -(-size // 8) * 8
+        host = torch.empty(offset, dtype=torch.uint8, pin_memory=device.type == "cuda")
         raw = host.numpy()
-        floats, ints = raw[: 4 * n_f].view(np.float32), raw[4 * n_f :].view(np.int64)
-        spans: dict[str, tuple[bool, int, tuple[int, ...]]] = {}
-        for section, arrays, is_float in ((floats, self._floats, True), (ints, self._ints, False)):
-            at = 0
-            for name, a in arrays.items():
-                section[at : at + a.size] = a.reshape(-1)
-                spans[name] = (is_float, at, a.shape)
-                at += a.size
+        for np_dtype, _, start, names in layout:
+            at = start
+            for k in names:
+                a = self._arrays[k]
+                raw[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
+                at += a.nbytes
         dev = host.to(device, non_blocking=True)
-        f_dev, i_dev = dev[: 4 * n_f].view(torch.float32), dev[4 * n_f :].view(torch.int64)
-        # one op per array (as_strided, whose offset counts from the storage's start), not a slice and a view
         out = {}
-        for name, (is_float, at, shape) in spans.items():
-            base = f_dev if is_float else i_dev
-            out[name] = base.as_strided(shape, _contiguous_strides(shape), base.storage_offset() + at)
+        for np_dtype, torch_dtype, start, names in layout:
+            if not names:
+                continue
+            item = np.dtype(np_dtype).itemsize
+            base = dev[start:].view(torch_dtype)
+            at = 0
+            for k in names:
+                shape = self._arrays[k].shape
+                # one op per array (as_strided, whose offset counts from the storage's start), not a slice and a view
+                out[k] = base.as_strided(shape, _contiguous_strides(shape), base.storage_offset() + at)
+                at += self._arrays[k].size
+            assert start % item == 0
         return out
 
 
