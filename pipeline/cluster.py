@@ -37,7 +37,10 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
         cores = os.cpu_count() or 1
         need = trainer["num_workers"] * trainer["cpus_per_worker"] * trials
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        # the project first, then what the driver has on PYTHONPATH (an outside package installed with --target):
+        # the workers import what the driver imports (replacing it hid such packages from them)
+        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), *inherited])}
         # Train's preemption watcher polls for nodes being drained (spot instances); a private cluster has none,
         # and its actor logs an error-level line at every start. Train propagates this variable from the driver.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")

@@ -119,6 +119,14 @@ class Registry(Mapping[str, type[T]], Generic[T]):
     def names(self) -> list[str]:
         return list(self.paths())
 
+    def origin(self, name: str) -> str | None:
+        """The installed package (distribution) that declares `name`, or None for the project's own."""
+        if name in self._builtin:
+            return None
+        for ep in entry_points(group=self.group, name=name):
+            return ep.dist.name if ep.dist else ep.value.partition(":")[0].split(".")[0]
+        return None
+
     def __getitem__(self, name: str) -> type[T]:
         if name not in self._loaded:
             path = self.paths()[name]  # KeyError for an unknown name, as a dict

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import ConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "ext" / "augssl_barlow"
 
@@ -165,6 +167,50 @@ def test_the_packages_settings_are_checked_like_the_projects(site, tmp_path, ove
     r = _python(site, "jobs/pretrain.py", f"paths.root={tmp_path}", *overrides, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith(line), r.stderr[-2000:]
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_the_packages_method_trains_through_the_job_with_the_package_on_pythonpath_only(site, tmp_path):
+    """jobs/pretrain.py method=barlow plugin=[uniformity] with the package on PYTHONPATH and installed nowhere else:
+    the private cluster's workers get the driver's PYTHONPATH (after the project's root), the preflight finds both
+    components on the node, and the run trains to its end."""
+    from test_e2e import SMALL, SPIRO, mlflow_runs
+
+    args = [f"paths.root={tmp_path}", *SPIRO, *SMALL, "method=barlow", "plugin=[uniformity]", "train.epochs=1"]
+    r = _python(site, "jobs/pretrain.py", *args, "eval.probe.after_pretrain=false", "eval.knn.every=0", timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    _, runs = mlflow_runs(tmp_path)
+    assert runs[0].info.status == "FINISHED" and runs[0].data.params["method.kind"] == "barlow"
+    assert "train/uniformity" in runs[0].data.metrics or any("uniformity" in k for k in runs[0].data.metrics)
+
+
+def test_a_node_that_cannot_load_an_outside_component_is_named_in_one_line(site):
+    """The preflight's two halves without a cluster: the driver (package on its path) lists the outside components;
+    a worker without the package reports each; check_workers_see turns a node's report into one ConfigError line."""
+    code = (
+        "import json, sys; from pipeline.worker_check import outside_components as o, cannot_load as c;"
+        "cfg = {'method': {'kind': 'barlow'}, 'plugin': {'uniformity': {}, 'co2': {}}};"
+        "found = o(cfg); print(json.dumps([found, c(found)]))"
+    )
+    r = _python(site, "-c", code, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found, missing = json.loads(r.stdout.strip().splitlines()[-1])
+    assert found == [["augssl.methods", "barlow", "augssl-barlow"], ["augssl.plugins", "uniformity", "augssl-barlow"]]
+    assert missing == []  # the driver's own environment loads them
+    from pipeline import worker_check
+
+    here = worker_check.cannot_load([tuple(f) for f in found])  # this process: the package is not on its path
+    assert len(here) == 2 and here[0].startswith("augssl.methods 'barlow' (not registered here")
+
+    components = [tuple(f) for f in found]
+    worker_check.refuse_missing({"10.0.0.6": []}, components)  # a node that loads them: nothing to say
+    with pytest.raises(ConfigError) as e:
+        worker_check.refuse_missing({"10.0.0.6": [], "10.0.0.7": here}, components)
+    line = str(e.value)
+    assert "\n" not in line and "10.0.0.7 cannot load augssl.methods 'barlow'" in line
+    assert "package augssl-barlow" in line and "install it on every node" in line
+    # the project's own components need no check: no task is started
+    assert worker_check.outside_components({"method": {"kind": "simclr"}, "plugin": {"co2": {}}}) == []
 
 
 def test_the_uniformity_and_barlow_losses_are_their_equations():

@@ -33,6 +33,7 @@ from pipeline.train.artifacts import (
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import run_lock
 from pipeline.train.spec import PretrainSpec
+from pipeline.worker_check import check_workers_see
 
 
 def _log(msg: str) -> None:
@@ -118,6 +119,7 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(spec.config["trainer"], spec.verbose)
+        check_workers_see(spec.config)  # an outside method or plug-in the nodes cannot load: one line, no MLflow run
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if spec.probe is not None:
             run_probe.check_probe_actors(spec.probe)
