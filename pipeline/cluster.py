@@ -74,9 +74,13 @@ def _free_port() -> int:
 
 
 def quiet_logs(verbose: bool) -> None:
-    """MLflow's store set-up lines and torch.export's notes while logging the model: for verbose=true only."""
+    """MLflow's store set-up lines, its "View run ... at" links (the job prints its own), urllib3's retry warnings
+    while a tracking server is away and torch.export's notes while logging the model: for verbose=true only."""
     logging.getLogger("mlflow").setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING if verbose else logging.ERROR)
     logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
+    if not verbose:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def cluster_address(trainer: Mapping) -> str | None:

@@ -36,6 +36,7 @@ class Tracking(Section):
     experiment: Str()
     log_every: Int(1)
     flush_every_s: Num(ge=0) = 5.0
+    outage_s: Num(ge=0) = 600.0
     system_metrics: Bool() = True
 
 

@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import Metric, Run
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from pipeline.mlflow_ui import NOTE_TAG, command_line, mark_model_training
@@ -139,29 +139,3 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
         else:
             out[key] = str(v)[:500]
     return out
-
-
-class StepLogger:
-    """Per-step metrics from the rank-0 training worker, batched into few store writes."""
-
-    def __init__(self, uri: str, run_id: str, flush_every_s: float = 5.0):
-        self.client = MlflowClient(uri)
-        self.run_id = run_id
-        self.pending: list = []
-        self.flush_every_s = flush_every_s
-        self.last = time.monotonic()
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        now = int(time.time() * 1000)
-        self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        if time.monotonic() - self.last >= self.flush_every_s:
-            self.flush()
-
-    def tag(self, key: str, value: str) -> None:
-        self.client.set_tag(self.run_id, key, value)
-
-    def flush(self) -> None:
-        for i in range(0, len(self.pending), 900):  # MLflow caps a batch at 1000 metrics
-            self.client.log_batch(self.run_id, metrics=self.pending[i : i + 900])
-        self.pending = []
-        self.last = time.monotonic()

@@ -248,6 +248,9 @@ def train_loop_per_worker(config: dict) -> None:
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
         for name in ("ray.train", "ray.data", *_file_named_loggers()):
             logging.getLogger(name).setLevel(logging.WARNING)
+        # urllib3's "Retrying ..." warnings while a tracking server is away (system metrics' writes): the step
+        # logger says it once in the job's words
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
 
     start_epoch = 0
     state = None
@@ -279,14 +282,21 @@ def train_loop_per_worker(config: dict) -> None:
     monitor = _system_metrics(spec, plan, ctx, placed)
     logger = knn = None
     if rank == 0:
-        from pipeline.tracking import StepLogger  # mlflow: only rank 0 logs steps, the other ranks skip loading it
+        from pipeline.step_logger import StepLogger  # mlflow: only rank 0 logs steps, the other ranks skip loading it
 
-        logger = StepLogger(plan.tracking_uri, plan.mlflow_run_id, flush_every_s=float(spec.tracking.flush_every_s))
+        logger = StepLogger(
+            plan.tracking_uri,
+            plan.mlflow_run_id,
+            flush_every_s=float(spec.tracking.flush_every_s),
+            outage_s=float(spec.tracking.outage_s),
+        )
         logger.tag("worker_nodes", ",".join(placed))
         knn = _KnnMonitor(spec) if spec.knn.every else None
     shard = ray.train.get_dataset_shard("train")
     try:
         _epochs(spec, tr, shard, start_epoch, logger, knn, label)
+        if logger:
+            logger.close()  # what the store has not yet taken, waiting up to tracking.outage_s for it
     finally:
         if monitor:
             monitor.finish()

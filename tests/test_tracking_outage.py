@@ -1,0 +1,99 @@
+"""A real tracking server stopped under a training job and started again: the run ends FINISHED with every step's
+metrics, and the console says the outage once, in the job's words, and its end once; no urllib3 retry warning, no
+MLflow "View run" link (docs/tracking.md, "When the store goes away")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_e2e import SMALL, SPIRO, job_env
+
+from helpers import free_port
+from services import MLFLOW
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class PlainServer:
+    """`mlflow server` on loopback with its runs in a SQLite file: stop() and start() keep the port and the runs."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.port = folder, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        cmd = [MLFLOW, "server", "--host=127.0.0.1", f"--port={self.port}", "--workers=1"]
+        cmd += [f"--backend-store-uri=sqlite:///{self.folder / 'mlflow.db'}", f"--artifacts-destination={self.folder}"]
+        with (self.folder / "server.log").open("a") as out:
+            self.process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        import requests
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.uri}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                time.sleep(0.5)
+        raise RuntimeError((self.folder / "server.log").read_text()[-3000:])
+
+    def stop(self) -> None:
+        assert self.process is not None
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_run_survives_its_tracking_server_going_away(tmp_path):
+    server = PlainServer(tmp_path / "server")
+    server.folder.mkdir()
+    server.start()
+    cmd = [sys.executable, str(ROOT / "jobs" / "pretrain.py"), f"paths.root={tmp_path}", *SPIRO, *SMALL]
+    cmd += [
+        f"tracking.uri={server.uri}",
+        "tracking.flush_every_s=1",
+        "train.epochs=3",
+        "eval.probe.after_pretrain=false",
+    ]
+    job = subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert job.stdout is not None
+        for line in job.stdout:  # the server goes away as training starts, for 20 s
+            lines.append(line)
+            if line.startswith("[train] 1 worker(s)"):
+                break
+        server.stop()
+        stopped = time.monotonic()
+        time.sleep(20)
+        server.start()
+        lines += job.stdout.readlines()
+        assert job.wait(timeout=600) == 0, "".join(lines)[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+        server.stop()
+    out = "".join(lines)
+    away = [ln for ln in lines if "does not answer" in ln]
+    back = [ln for ln in lines if "is back after" in ln]
+    assert len(away) == 1 and len(back) == 1, out[-4000:]
+    assert "Retrying" not in out and "View run" not in out and "Traceback" not in out, out[-4000:]
+    assert time.monotonic() - stopped > 20
+    server.start()
+    try:
+        import mlflow
+
+        client = mlflow.MlflowClient(server.uri)
+        (run,) = client.search_runs([client.get_experiment_by_name("augssl").experiment_id])
+        assert run.info.status == "FINISHED"
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
+        assert steps == list(range(2, 3 * 512 // 64 + 1, 2)), steps  # log_every=2: every logged step, once
+    finally:
+        server.stop()
