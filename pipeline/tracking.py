@@ -113,21 +113,35 @@ def error_line(exc: BaseException) -> str:
     return (named[-1] if named else lines[0] if lines else type(exc).__name__)[:1000]
 
 
-def end_failed(exc: BaseException, status: str | None = None) -> str:
+def end_failed(exc: BaseException, status: str | None = None, line: str | None = None) -> str:
     """End the active run FAILED (an exception) or KILLED (KeyboardInterrupt, SystemExit), or `status`, with its
-    error: the tag `error` (one line) and the artifact errors/<time>-<status>.txt (the traceback's tail).
-    Returns the status. Recording is best effort: the store being the failure must not hide the original error."""
+    error: the tag `error` (`line`, else error_line(exc)) and the artifact errors/<time>-<status>.txt (the
+    traceback's tail). Returns the status, with " (not recorded)" where the store could not take it (a full disk,
+    a server away): the job's own line says what happened, and its status file keeps it for the next start."""
     status = status or ("KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
+    line = line or error_line(exc)
     try:
-        mlflow.set_tag("error", error_line(exc))
+        mlflow.set_tag("error", line)
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        mlflow.log_text(f"{status}: {error_line(exc)}\n\n{text[-20000:]}", f"errors/{stamp}-{status.lower()}.txt")
-    except Exception as e:  # noqa: BLE001
-        print(f"[tracking] could not record the error in MLflow: {type(e).__name__}: {e}", flush=True)
-    finally:
+        mlflow.log_text(f"{status}: {line}\n\n{text[-20000:]}", f"errors/{stamp}-{status.lower()}.txt")
         mlflow.end_run(status=status)
+    except Exception:  # noqa: BLE001 - the store being the failure must not hide the original error
+        try:
+            mlflow.end_run(status=status)
+        except Exception:  # noqa: BLE001
+            _forget_active_run()
+            return f"{status} (not recorded)"
     return status
+
+
+def _forget_active_run() -> None:
+    """Drop the fluent API's active run without writing to the store (which refused its end)."""
+    while mlflow.active_run() is not None:
+        try:
+            mlflow.tracking.fluent._active_run_stack.get().pop()  # noqa: SLF001 - MLflow has no public call for this
+        except Exception:  # noqa: BLE001
+            break
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:

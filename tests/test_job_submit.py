@@ -125,6 +125,7 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         assert re.search(r"UPLOADED False True \S*/\.venv$", r.stdout, flags=re.M), out[-4000:]
         assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
+        _two_jobs_at_once(work, shell, small)
         # another Ray on the machine, which must survive our cluster-stop (started only now: an idle head costs CPU,
         # and the suite is CPU-bound). A sweep through `ray job submit` is left out for suite time: its trials join
         # the cluster as tests/infra/test_faults.py's sweep does, and the upload is the pretraining job's above.
@@ -139,3 +140,55 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
         _make("cluster-stop", work, env, **other)
     assert subprocess.run(["pgrep", "-f", str(short / "r2")], capture_output=True).returncode == 1
     shutil.rmtree(short, ignore_errors=True)
+
+
+def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
+    """Two pretraining jobs submitted at once to the same head (4 logical CPUs), each asking for a 3-CPU worker: the
+    second says in one line that other jobs hold the room and waits; both finish, in runs, locks and checkpoints of
+    their own (different seeds: different run names, one store)."""
+    ids = []
+    for seed in (1, 2):
+        job = [
+            "python",
+            "jobs/pretrain.py",
+            *small,
+            "train.epochs=1",
+            f"seed={seed}",
+            "trainer.cpus_per_worker=3",
+            "eval.probe.after_pretrain=false",
+            "eval.knn.every=0",
+        ]
+        r = subprocess.run(
+            [".venv/bin/ray", "job", "submit", "--no-wait", "--working-dir", ".", "--", *job],
+            cwd=work,
+            env=shell,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        (job_id,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
+        ids.append(job_id)
+    logs = {}
+    deadline = time.monotonic() + 900
+    for job_id in ids:
+        while True:
+            st = subprocess.run(
+                [".venv/bin/ray", "job", "status", job_id],
+                cwd=work,
+                env=shell,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if any(w in st.stdout for w in ("SUCCEEDED", "FAILED", "STOPPED")) or time.monotonic() > deadline:
+                break
+            time.sleep(5)
+        logs[job_id] = subprocess.run(
+            [".venv/bin/ray", "job", "logs", job_id], cwd=work, env=shell, capture_output=True, text=True, timeout=120
+        ).stdout
+        assert "SUCCEEDED" in st.stdout, st.stdout + logs[job_id][-3000:]
+    waited = [i for i in ids if "other jobs hold it now" in logs[i]]
+    assert len(waited) == 1, {i: logs[i][-1500:] for i in ids}  # one started, the other said so and waited
+    names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in ids}
+    assert len(names) == 2, names

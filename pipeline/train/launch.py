@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pipeline import mlflow_ui, tracking
 from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
+from pipeline.disk_space import DiskFull, check_space, checkpoint_bytes, full_disk_line, is_disk_full
 from pipeline.eval import run_probe
 from pipeline.fields import Checked
 from pipeline.plan import RunPlan
@@ -31,7 +33,7 @@ from pipeline.train.artifacts import (
     report_finished,
 )
 from pipeline.train.prepare import resolve
-from pipeline.train.run_lock import run_lock
+from pipeline.train.run_lock import last_end, record_end, run_lock
 from pipeline.train.spec import PretrainSpec
 from pipeline.worker_check import check_workers_see
 
@@ -108,13 +110,19 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     spec = PretrainSpec.of(Checked.of(Config, cfg))
     quiet_logs(spec.verbose)
     name = spec.name
+    ckpt = _checkpoint_size(spec.config)
+    if ckpt:  # before the lock, the store and Ray: a run whose first checkpoints cannot fit is refused in one line
+        check_space(spec.trainer.storage, str(spec.runs), ckpt, warn=_log)
     with run_lock(spec.runs, name):
         found = tracking.find_run(tracking.setup(spec.store), name)
         if found is not None and found.info.status == "FINISHED":
             return report_finished(spec, found)
         if found is not None:  # FAILED, KILLED, or RUNNING: left so by a job killed outright (we hold the lock)
+            last = last_end(spec.runs, name)  # what a job that could not write the store left beside its lock
             why = found.data.tags.get("error") or (
-                "its job ended without a status (killed?)" if found.info.status == "RUNNING" else ""
+                (f"its last job failed: {last}" if last else "its job ended without a status (killed?)")
+                if found.info.status == "RUNNING"
+                else ""
             )
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
@@ -123,16 +131,27 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if spec.probe is not None:
             run_probe.check_probe_actors(spec.probe)
-        asked = resources.check_resources(spec.config["trainer"], log=_log)
+        # a job waits for room other jobs hold; a sweep's trial does not: Tune reserved its workers' room already
+        free = resources.free_resources if trial is None else None
+        asked = resources.check_resources(spec.config["trainer"], log=_log, free=free)
+        record_end(spec.runs, name, "")
         try:
-            out = _run(spec, plan, trial)
+            out = _run(spec, plan, trial, ckpt)
         finally:
             if asked:  # the autoscaler may remove the job's nodes once they idle
                 resources.withdraw_request(_log)
     return out
 
 
-def _run(spec: PretrainSpec, plan: RunPlan, trial: Trial | None) -> dict:
+def _checkpoint_size(cfg: dict) -> int | None:
+    """One checkpoint's bytes (disk_space.checkpoint_bytes), or None where the model cannot be built here."""
+    try:
+        return checkpoint_bytes(cfg)
+    except Exception:  # noqa: BLE001 - an estimate only: the run's own build says what is wrong
+        return None
+
+
+def _run(spec: PretrainSpec, plan: RunPlan, trial: Trial | None, ckpt: int | None = None) -> dict:
     """Open (or resume) the job's MLflow run and train in it; any error ends the run FAILED (KILLED on Ctrl-C)."""
     if trial is None:
         run_id = tracking.start_or_resume(spec.store, spec.name, spec.name, job="pretrain")
@@ -146,8 +165,14 @@ def _run(spec: PretrainSpec, plan: RunPlan, trial: Trial | None) -> dict:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             # Ctrl-C: Ray Train aborts the run gracefully; checkpoints already reported stay usable
             _log("interrupted: the last reported checkpoint stays usable; rerun the same command to resume")
-        status = tracking.end_failed(e)
-        _log(f"MLflow run {run_id} ended {status}: {tracking.error_line(e)}")
+        full = is_disk_full(e)
+        folders = {"trainer.storage": spec.trainer.storage, "paths.runs": str(spec.runs), "tmp": tempfile.gettempdir()}
+        line = full_disk_line(e, folders, ckpt or 0) if full else tracking.error_line(e)
+        record_end(spec.runs, spec.name, line)  # in space reserved at the start: readable when the store is not
+        status = tracking.end_failed(e, line=line)
+        if full:
+            raise DiskFull(line) from None
+        _log(f"MLflow run {run_id} ended {status}: {line}")
         raise
     mlflow.end_run()
     return out

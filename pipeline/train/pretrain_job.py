@@ -3,7 +3,10 @@ config is known good), then the run (pipeline.train.launch)."""
 
 from __future__ import annotations
 
+import sys
+
 from pipeline.config import ConfigError, cli, fail
+from pipeline.disk_space import DiskFull
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
 
@@ -18,4 +21,7 @@ def main(argv: list[str], description: str = "") -> int:
         pretrain(cfg, plan)
     except (ConfigError, RunBusy) as e:
         fail(str(e))
+    except DiskFull as e:  # the run is marked FAILED where the store could take it; its status file says it
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0

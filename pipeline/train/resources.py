@@ -46,6 +46,53 @@ def withdraw_request(log: Callable[[str], None] = print) -> None:
         )
 
 
+def free_resources() -> dict[str, float]:
+    """What the cluster has free now, all nodes together (Ray's available resources)."""
+    import ray
+
+    return {k: float(v) for k, v in ray.available_resources().items()}
+
+
+def _wait_until_free(
+    trainer: Mapping,
+    bundle: dict[str, float],
+    free: Callable[[], dict[str, float]],
+    sleep: Callable[[float], None],
+    log: Callable[[str], None],
+    poll_s: float,
+) -> None:
+    """The workers fit the cluster, but other jobs may hold what they need (two jobs on one head, a sweep beside a
+    job): wait up to trainer.resource_wait_s for one trial's workers to be free, saying so once a minute, rather
+    than leave Ray Train's placement group pending in silence; past it, one ConfigError line."""
+    want = int(trainer["num_workers"])
+    now = free()
+
+    def shown(have: dict[str, float]) -> str:
+        return describe({k: have.get(k, 0.0) for k in bundle})
+
+    if workers_that_fit([now], bundle) >= want:
+        return
+    wait_s = float(trainer.get("resource_wait_s", 1800))
+    deadline, last_said = time.monotonic() + wait_s, -math.inf
+    asked = f"trainer.num_workers={want} x ({describe(bundle)})"
+    while time.monotonic() < deadline:
+        if time.monotonic() - last_said >= 60:
+            log(
+                f"waiting for {asked}: the cluster has room for them but other jobs hold it now (free: "
+                f"{shown(now)}); up to trainer.resource_wait_s={wait_s:g} s"
+            )
+            last_said = time.monotonic()
+        sleep(poll_s)
+        now = free()
+        if workers_that_fit([now], bundle) >= want:
+            log(f"{asked} free now: starting")
+            return
+    raise ConfigError(
+        f"{asked} still held by other jobs after trainer.resource_wait_s={wait_s:g} s (free: {shown(now)}); wait "
+        "for them (ray job list) or stop one, and rerun the same command"
+    )
+
+
 def check_resources(
     trainer: Mapping,
     nodes: Callable[[], list[dict[str, float]]] = alive_nodes,
@@ -54,6 +101,7 @@ def check_resources(
     poll_s: float = 10.0,
     trials: int = 1,
     request: Callable[[list[dict[str, float]]], None] = request_workers,
+    free: Callable[[], dict[str, float]] | None = None,
 ) -> bool:
     """ConfigError (one line: what was asked, what the cluster has) when the workers cannot be placed. On an
     autoscaling cluster, ask the autoscaler for them (nothing is pending yet that would tell it) and wait up to
@@ -70,6 +118,8 @@ def check_resources(
     )
     have = nodes()
     if fits(have):
+        if free is not None:  # the job's own check (launch): the tests of the totals pass none
+            _wait_until_free(trainer, bundle, free, sleep, log, poll_s)
         return False
     if trainer.get("autoscale"):
         request([dict(bundle) for _ in range(want)])

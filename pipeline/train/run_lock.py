@@ -43,9 +43,44 @@ def run_lock(runs: str | Path, name: str):
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
+        _reserve(path.with_suffix(".status"))
         yield path
     finally:
         os.close(fd)  # releases the lock
+
+
+STATUS_BYTES = 4096  # a job's last words, written over space reserved when it started
+
+
+def _reserve(path: Path) -> None:
+    """Make the run's status file STATUS_BYTES long, so that a failure can be written into it on a full disk."""
+    try:
+        if not path.exists() or path.stat().st_size < STATUS_BYTES:
+            path.write_bytes(b" " * STATUS_BYTES)
+    except OSError:  # a disk already full: nothing reserved, the failure will be said on the console only
+        pass
+
+
+def record_end(runs: str | Path, name: str, text: str) -> None:
+    """Write how the job ended into the space reserved for it (in place: no new block is needed on a full disk);
+    "" clears it. The MLflow store may be the thing that cannot be written: the next start reads this."""
+    path = lock_path(runs, name)
+    if path is None:
+        return
+    try:
+        with path.with_suffix(".status").open("r+b") as f:
+            f.write(text.encode()[: STATUS_BYTES - 1].ljust(STATUS_BYTES, b" "))
+    except OSError:
+        pass
+
+
+def last_end(runs: str | Path, name: str) -> str:
+    """What record_end last wrote for the run ("" if nothing)."""
+    path = lock_path(runs, name)
+    try:
+        return path.with_suffix(".status").read_text().strip() if path else ""
+    except OSError:
+        return ""
 
 
 def _holder_message(name: str, path: Path) -> str:

@@ -139,3 +139,27 @@ def test_withdrawing_the_request_never_raises_and_says_what_is_left(monkeypatch)
     said = []
     withdraw_request(said.append)
     assert len(said) == 1 and "ConnectionError: the cluster is gone" in said[0] and "stay up" in said[0]
+
+
+def test_workers_that_fit_but_are_held_by_other_jobs_are_waited_for_and_said_once_a_minute(monkeypatch):
+    """Two jobs on one head: the totals fit, the free room does not until the other job ends."""
+    trainer = {"num_workers": 1, "cpus_per_worker": 2, "use_gpu": False, "resource_wait_s": 300}
+    nodes = [{"CPU": 4.0}]
+    frees = iter([{"CPU": 1.0}] * 8 + [{"CPU": 3.0}])
+    clock = {"t": 0.0}
+    said: list[str] = []
+
+    def sleep(s):
+        clock["t"] += s
+
+    monkeypatch.setattr(resources.time, "monotonic", lambda: clock["t"])  # the waits pass on this clock
+    assert not check_resources(trainer, nodes=lambda: nodes, sleep=sleep, log=said.append, free=lambda: next(frees))
+    assert said[0].startswith("waiting for trainer.num_workers=1 x (2 CPU): the cluster has room for them but other")
+    assert "(free: 1 CPU)" in said[0] and "trainer.resource_wait_s=300 s" in said[0]
+    assert len([s for s in said if s.startswith("waiting")]) == 2  # 80 s of waiting: said at 0 and at 60 s
+    assert said[-1] == "trainer.num_workers=1 x (2 CPU) free now: starting"
+    # never free: one line after resource_wait_s, no hang
+    with pytest.raises(ConfigError, match=r"still held by other jobs after trainer.resource_wait_s=300 s"):
+        check_resources(trainer, nodes=lambda: nodes, sleep=sleep, log=said.append, free=lambda: {"CPU": 1.0})
+    # free room: no wait at all
+    assert not check_resources(trainer, nodes=lambda: nodes, sleep=pytest.fail, free=lambda: {"CPU": 4.0})
