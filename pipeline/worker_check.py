@@ -9,19 +9,19 @@ where it must be installed, before any MLflow run is opened.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from pipeline.config import ConfigError
 
 
-def outside_components(cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(registry group, name, package) of the run's method and plug-ins that come from an installed package."""
+def outside_components(kind: str | None, plugins: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+    """(registry group, name, package) of the run's method (`method.kind`) and plug-ins that come from an
+    installed package."""
     from pipeline.methods import METHODS
     from pipeline.plugins import PLUGINS
 
     found = []
-    kind = (cfg.get("method") or {}).get("kind")
-    for registry, names in ((METHODS, [kind] if kind else []), (PLUGINS, list(cfg.get("plugin") or {}))):
+    for registry, names in ((METHODS, [kind] if kind else []), (PLUGINS, list(plugins))):
         for name in names:
             package = registry.origin(name)
             if package is not None:
@@ -51,10 +51,10 @@ def cannot_load(components: list[tuple[str, str, str]]) -> list[str]:
     return missing
 
 
-def check_workers_see(cfg: dict[str, Any]) -> None:
+def check_workers_see(kind: str | None, plugins: Iterable[str] = ()) -> None:
     """ConfigError in one line when a Ray node cannot load an outside component the driver resolved; nothing to do
     when the run uses the project's own components only. Ray must be initialised."""
-    components = outside_components(cfg)
+    components = outside_components(kind, plugins)
     if components:
         refuse_missing(node_reports(components), components)
 

@@ -189,8 +189,7 @@ def test_a_node_that_cannot_load_an_outside_component_is_named_in_one_line(site)
     a worker without the package reports each; check_workers_see turns a node's report into one ConfigError line."""
     code = (
         "import json, sys; from pipeline.worker_check import outside_components as o, cannot_load as c;"
-        "cfg = {'method': {'kind': 'barlow'}, 'plugin': {'uniformity': {}, 'co2': {}}};"
-        "found = o(cfg); print(json.dumps([found, c(found)]))"
+        "found = o('barlow', ['uniformity', 'co2']); print(json.dumps([found, c(found)]))"
     )
     r = _python(site, "-c", code, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -210,7 +209,7 @@ def test_a_node_that_cannot_load_an_outside_component_is_named_in_one_line(site)
     assert "\n" not in line and "10.0.0.7 cannot load augssl.methods 'barlow'" in line
     assert "package augssl-barlow" in line and "install it on every node" in line
     # the project's own components need no check: no task is started
-    assert worker_check.outside_components({"method": {"kind": "simclr"}, "plugin": {"co2": {}}}) == []
+    assert worker_check.outside_components("simclr", ["co2"]) == []
 
 
 def test_the_uniformity_and_barlow_losses_are_their_equations():

@@ -10,7 +10,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import mlflow
 
@@ -127,7 +127,8 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
             status = found.info.status + (f": {why}" if why else "")
             _log(f"resuming run {name} (MLflow run {found.info.run_id}, {status})")
         init_ray(spec.config["trainer"], spec.verbose)
-        check_workers_see(spec.config)  # an outside method or plug-in the nodes cannot load: one line, no MLflow run
+        # an outside method or plug-in the nodes cannot load: one line, before any MLflow run
+        check_workers_see(spec.method.kind, spec.config.get("plugin") or {})
         # before any MLflow run: a job that cannot start leaves none (nor one whose probe's actors cannot be placed)
         if spec.probe is not None:
             run_probe.check_probe_actors(spec.probe)
@@ -143,10 +144,10 @@ def pretrain(cfg: dict, plan: RunPlan | None = None, trial: Trial | None = None)
     return out
 
 
-def _checkpoint_size(cfg: dict) -> int | None:
+def _checkpoint_size(config: Mapping[str, Any]) -> int | None:
     """One checkpoint's bytes (disk_space.checkpoint_bytes), or None where the model cannot be built here."""
     try:
-        return checkpoint_bytes(cfg)
+        return checkpoint_bytes(config)
     except Exception:  # noqa: BLE001 - an estimate only: the run's own build says what is wrong
         return None
 

@@ -21,7 +21,8 @@ from torchvision.transforms import InterpolationMode
 from helpers import encode, natural
 from pipeline.augment import batched
 from pipeline.augment import views as views_mod
-from pipeline.augment.batched import BatchedExecutor, _blur_taps, separable_blur
+from pipeline.augment.batch_plan import _blur_taps
+from pipeline.augment.batched import BatchedExecutor, separable_blur
 from pipeline.augment.colour import colour_distort, hue_hsv
 from pipeline.augment.colour_batch import HUE_CONSTS, blend_pass, hue_batch, jitter_passes
 from pipeline.augment.decode import decode_batch
