@@ -78,6 +78,9 @@ def quiet_logs(verbose: bool) -> None:
     while a tracking server is away and torch.export's notes while logging the model: for verbose=true only."""
     logging.getLogger("mlflow").setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING if verbose else logging.ERROR)
+    # MLflow's SQLite store logs each failed write with its whole traceback (a full disk, a locked file): the job
+    # says what happened in one line of its own
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.ERROR if verbose else logging.CRITICAL)
     logging.getLogger("torch._export").setLevel(logging.INFO if verbose else logging.ERROR)
     if not verbose:
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")

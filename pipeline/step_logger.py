@@ -38,6 +38,14 @@ def _health(uri: str, timeout: float = 3.0) -> str | None:
     return None if r.status_code == 200 else f"HTTP {r.status_code}"
 
 
+def _reason(e: BaseException) -> str:
+    """A store error in a few words: the line of its message that names the database's own error (SQLAlchemy
+    wraps it in advice about autoflush), else its first line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    named = [ln for ln in lines if "Error)" in ln or "full" in ln or "locked" in ln]
+    return f"{type(e).__name__}: {(named or lines or [''])[0][:160]}"
+
+
 class StepLogger:
     def __init__(
         self,
@@ -122,7 +130,7 @@ class StepLogger:
                 for i in range(0, max(len(metrics), 1), BATCH):
                     self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH], tags=tags if i == 0 else [])
             except Exception as e:  # noqa: BLE001 - the store's failure, whatever its type, is an outage to wait out
-                why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                why = _reason(e)
                 # a partial write is possible; resending a metric at the same step and time is harmless
         if why is not None:
             if self.down_since is None:

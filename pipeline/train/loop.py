@@ -248,9 +248,12 @@ def train_loop_per_worker(config: dict) -> None:
     if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
         for name in ("ray.train", "ray.data", *_file_named_loggers()):
             logging.getLogger(name).setLevel(logging.WARNING)
-        # urllib3's "Retrying ..." warnings while a tracking server is away (system metrics' writes): the step
-        # logger says it once in the job's words
+        # urllib3's "Retrying ..." warnings while a tracking server is away (system metrics' writes) and MLflow's
+        # SQLite store's tracebacks: the step logger says it once in the job's words; Train's copy of an error the
+        # driver reports in its own line
         logging.getLogger("urllib3").setLevel(logging.ERROR)
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        logging.getLogger("ray.train.v2._internal.util").setLevel(logging.CRITICAL)
 
     start_epoch = 0
     state = None
