@@ -5,6 +5,7 @@ MLflow "View run" link (docs/tracking.md, "When the store goes away")."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +33,8 @@ class PlainServer:
         cmd = [MLFLOW, "server", "--host=127.0.0.1", f"--port={self.port}", "--workers=1"]
         cmd += [f"--backend-store-uri=sqlite:///{self.folder / 'mlflow.db'}", f"--artifacts-destination={self.folder}"]
         with (self.folder / "server.log").open("a") as out:
-            self.process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            # a session of its own: `mlflow server` serves from child processes, stopped with it as a group
+            self.process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         import requests
 
         deadline = time.monotonic() + 120
@@ -46,8 +48,18 @@ class PlainServer:
 
     def stop(self) -> None:
         assert self.process is not None
-        self.process.terminate()
+        os.killpg(self.process.pid, signal.SIGTERM)
         self.process.wait(timeout=30)
+        import requests
+
+        deadline = time.monotonic() + 30  # its workers gone too: nothing answers on the port
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"{self.uri}/health", timeout=1)
+            except requests.RequestException:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the server at {self.uri} still answers after it was stopped")
 
 
 @pytest.mark.slow

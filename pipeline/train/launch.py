@@ -60,7 +60,6 @@ def build_trainer(spec: PretrainSpec, plan: RunPlan, callbacks: tuple = ()):
     from ray.train.torch import TorchTrainer
 
     from pipeline.train.loop import train_loop_per_worker
-
     # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
     # console; plain prints are enough (the driver propagates this variable to the workers).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
@@ -86,8 +85,9 @@ def build_trainer(spec: PretrainSpec, plan: RunPlan, callbacks: tuple = ()):
             storage_path=tr.storage,
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             failure_config=ray.train.FailureConfig(max_failures=tr.max_failures),
-            # Train's own "Reporting training result ..." lines: verbose=true only
-            logging_config=ray.train.LoggingConfig(log_level="INFO" if spec.verbose else "WARNING"),
+            # Train's own console lines, its "Reporting training result ..." and its copies (tracebacks) of an error
+            # the job reports in one line of its own: verbose=true only (Ray's session logs keep them all)
+            logging_config=ray.train.LoggingConfig(log_level="INFO" if spec.verbose else "CRITICAL"),
             callbacks=list(callbacks),
         ),
         datasets={"train": train_dataset(spec.data.train, seed=spec.seed)},

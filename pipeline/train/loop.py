@@ -249,11 +249,9 @@ def train_loop_per_worker(config: dict) -> None:
         for name in ("ray.train", "ray.data", *_file_named_loggers()):
             logging.getLogger(name).setLevel(logging.WARNING)
         # urllib3's "Retrying ..." warnings while a tracking server is away (system metrics' writes) and MLflow's
-        # SQLite store's tracebacks: the step logger says it once in the job's words; Train's copy of an error the
-        # driver reports in its own line
+        # SQLite store's tracebacks: the step logger says it once in the job's words
         logging.getLogger("urllib3").setLevel(logging.ERROR)
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-        logging.getLogger("ray.train.v2._internal.util").setLevel(logging.CRITICAL)
 
     start_epoch = 0
     state = None
