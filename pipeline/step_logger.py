@@ -4,13 +4,15 @@ The step never waits for the store: `log` and `tag` only append to a buffer, and
 `flush_every_s` (or when `flush` asks). A store that does not answer (a tracking server restarting, a network
 partition, a locked or full SQLite file) keeps everything in the buffer, nothing dropped, and is said once in the
 job's own words; its return is said once, with how long it was away and how much was sent. Before each write to an
-HTTP server the sender asks its /health with a short timeout, so an outage costs no MLflow retry loop (whose
-urllib3 warnings would fill the console). `close` sends what is left, waiting up to `outage_s` for the store; past
+HTTP server the sender asks its /health with a short timeout, and the worker's MLflow requests do not retry (the
+sender does, every flush), so an outage costs no MLflow retry loop, whose urllib3 warnings would fill the console
+and whose backoff would hold a write for minutes. `close` sends what is left, waiting up to `outage_s` for the store; past
 that it raises StoreUnreachable (one line; the run's checkpoints are Ray Train's and a rerun resumes).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Callable
@@ -56,6 +58,11 @@ class StepLogger:
         say: Callable[[str], None] = lambda line: print(line, flush=True),
     ):
         self.uri, self.run_id = uri, run_id
+        if uri.startswith(("http://", "https://")):
+            # this process's MLflow requests fail fast rather than retry for minutes inside a write (a server that
+            # went away mid-request): the sender retries at its own pace, every flush, and says so once
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         self.client = MlflowClient(uri)
         self.flush_every_s, self.outage_s, self.say = flush_every_s, outage_s, say
         self._metrics: list[Metric] = []
