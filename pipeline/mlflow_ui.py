@@ -243,12 +243,40 @@ def start_system_metrics(
         return None
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # mlflow: see the module docstring
 
-    if not verbose:  # its start and stop lines ("Started monitoring system metrics") reach the console
-        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    if not verbose:  # its start and stop lines ("Started monitoring system metrics") and its warnings while the
+        # store is away (the step logger says that once) reach the console otherwise
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.ERROR)
 
-    monitor = SystemMetricsMonitor(run_id, node_id=node_id, resume_logging=resume, tracking_uri=tracking_uri)
-    monitor.start()
-    return monitor
+    def make():
+        monitor = SystemMetricsMonitor(run_id, node_id=node_id, resume_logging=resume, tracking_uri=tracking_uri)
+        monitor.start()
+        return monitor
+
+    return _Started(make)
+
+
+class _Started:
+    """A monitor made and started on a thread of its own: resuming asks the store for the run's last steps, and a
+    store that is away would hold the training worker there (MLflow retries for minutes). finish() stops it once
+    it is up; a monitor that never came up (the store away all run) is left behind."""
+
+    def __init__(self, make):
+        import threading
+
+        self.monitor = None
+        self._thread = threading.Thread(target=self._run, args=(make,), name="system-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self, make) -> None:
+        try:
+            self.monitor = make()
+        except Exception:  # noqa: BLE001 - system metrics are a convenience; the store's outage is said elsewhere
+            self.monitor = None
+
+    def finish(self) -> None:
+        self._thread.join(timeout=5)
+        if self.monitor is not None:
+            self.monitor.finish()
 
 
 # ---------------------------------------------------------------- make mlflow-ui

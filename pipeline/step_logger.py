@@ -6,8 +6,8 @@ partition, a locked or full SQLite file) keeps everything in the buffer, nothing
 job's own words; its return is said once, with how long it was away and how much was sent. Before each write to an
 HTTP server the sender asks its /health with a short timeout, and the worker's MLflow requests do not retry (the
 sender does, every flush), so an outage costs no MLflow retry loop, whose urllib3 warnings would fill the console
-and whose backoff would hold a write for minutes. `close` sends what is left, waiting up to `outage_s` for the store; past
-that it raises StoreUnreachable (one line; the run's checkpoints are Ray Train's and a rerun resumes).
+and whose backoff would hold a write for minutes. `close` sends what is left, waiting up to `outage_s` for the store;
+past that it raises StoreUnreachable (one line; the run's checkpoints are Ray Train's and a rerun resumes).
 """
 
 from __future__ import annotations

@@ -131,6 +131,17 @@ def test_system_metrics_are_sampled_into_the_run_and_can_be_turned_off(store, mo
     assert {"system/node1/cpu_utilization_percentage", "system/node1/system_memory_usage_megabytes"} <= keys
 
 
+def test_starting_system_metrics_never_waits_for_a_store_that_is_away():
+    """Resuming asks the store for the run's last steps; with the store away that would hold the training worker
+    for MLflow's retries. It starts on a thread of its own: the call returns at once."""
+    from helpers import free_port
+
+    t0 = time.monotonic()
+    monitor = mlflow_ui.start_system_metrics("0" * 32, f"http://127.0.0.1:{free_port()}", None, resume=True)
+    assert time.monotonic() - t0 < 1.0
+    monitor.finish()  # gives up waiting for it after a few seconds
+
+
 def test_the_description_names_the_command_method_data_and_pictures_then_the_results(tmp_path):
     from pipeline.config import compose_config
     from pipeline.fields import Checked
