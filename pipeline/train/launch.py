@@ -60,6 +60,7 @@ def build_trainer(spec: PretrainSpec, plan: RunPlan, callbacks: tuple = ()):
     from ray.train.torch import TorchTrainer
 
     from pipeline.train.loop import train_loop_per_worker
+
     # Train V2 routes workers' print() through its logger as well, which shows every line twice on the
     # console; plain prints are enough (the driver propagates this variable to the workers).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
