@@ -19,7 +19,6 @@ than or equal to the plain loop's).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import subprocess
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from epoch_rate import bare_transform  # noqa: E402
+from epoch_rate import bare_transform, bare_views  # noqa: E402
 
 from pipeline.build import build_method, complete_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
@@ -90,20 +89,12 @@ def run_plain(root: Path, overrides: list[str]) -> dict:
     transform = bare_transform(cfg["augment"])
     rng = np.random.default_rng(cfg["seed"])
     rates, step = [], 0
-    from PIL import Image
-
     for epoch in range(int(cfg["train"]["epochs"])):
         order = rng.permutation(len(encoded))
         t0 = time.monotonic()
         n = 0
         for i in range(0, len(order) - batch + 1, batch):
-            views: list[list[torch.Tensor]] = [[], []]
-            for j in order[i : i + batch]:
-                with Image.open(io.BytesIO(encoded[j])) as im:
-                    img = im.convert("RGB")
-                for v in views:
-                    v.append(transform(img))
-            images = [torch.stack(v) for v in views]
+            images = bare_views([encoded[j] for j in order[i : i + batch]], transform, 2)
             schedule_step(
                 optimizer, cfg["optim"], step, plan.total_steps, plan.warmup_steps, plan.lr, plan.steps_per_epoch
             )

@@ -142,6 +142,13 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
     shutil.rmtree(short, ignore_errors=True)
 
 
+def _ray_job(work: Path, shell: dict, *args: str) -> subprocess.CompletedProcess:
+    """`.venv/bin/ray job <args>` from the copy of the project, in the user's shell."""
+    return subprocess.run(
+        [".venv/bin/ray", "job", *args], cwd=work, env=shell, capture_output=True, text=True, timeout=300
+    )
+
+
 def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
     """Two pretraining jobs submitted at once to the same head (4 logical CPUs), each asking for a 3-CPU worker: the
     second says in one line that other jobs hold the room and waits; both finish, in runs, locks and checkpoints of
@@ -159,14 +166,7 @@ def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
             "eval.probe.after_pretrain=false",
             "eval.knn.every=0",
         ]
-        r = subprocess.run(
-            [".venv/bin/ray", "job", "submit", "--no-wait", "--working-dir", ".", "--", *job],
-            cwd=work,
-            env=shell,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *job)
         assert r.returncode == 0, r.stdout + r.stderr
         (job_id,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
         ids.append(job_id)
@@ -174,14 +174,7 @@ def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
         # room free, and the second's workers then wait in Ray Train's queue without the line (docs/cluster.md)
         deadline = time.monotonic() + 600
         while seed == 1 and time.monotonic() < deadline:
-            said = subprocess.run(
-                [".venv/bin/ray", "job", "logs", job_id],
-                cwd=work,
-                env=shell,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            ).stdout
+            said = _ray_job(work, shell, "logs", job_id).stdout
             if "worker(s), rank 0" in said:
                 break
             time.sleep(3)
@@ -189,21 +182,12 @@ def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
     deadline = time.monotonic() + 900
     for job_id in ids:
         while True:
-            st = subprocess.run(
-                [".venv/bin/ray", "job", "status", job_id],
-                cwd=work,
-                env=shell,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            st = _ray_job(work, shell, "status", job_id)
             ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
             if ended or time.monotonic() > deadline:
                 break
             time.sleep(5)
-        logs[job_id] = subprocess.run(
-            [".venv/bin/ray", "job", "logs", job_id], cwd=work, env=shell, capture_output=True, text=True, timeout=120
-        ).stdout
+        logs[job_id] = _ray_job(work, shell, "logs", job_id).stdout
         assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[job_id][-3000:]
     waited = [i for i in ids if "other jobs hold it now" in logs[i]]
     assert len(waited) == 1, {i: logs[i][-1500:] for i in ids}  # one started, the other said so and waited

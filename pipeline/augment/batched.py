@@ -32,11 +32,11 @@ from .colour import LUMA
 from .colour_batch import HUE_CONSTS, blend_pass, grey, hue_batch
 from .decode import decode_batch, default_device
 from .host_pack import HostPack
-from .params import Params, eval_geometry, try_image_size, valid_samples
+from .params import Params, eval_geometry, valid_samples
 from .recipe import Recipe
 from .resize_taps import aa_taps
 from .strong_batch import apply_strong_batch
-from .torch_exec import TorchExecutor, _empty, crop_resize, eval_images
+from .torch_exec import TorchExecutor, _empty, crop_resize, eval_candidates, eval_images
 
 log = logging.getLogger(__name__)
 # The strided nested tensor is only the carrier of a ragged batch into to_padded_tensor (two ops for any batch);
@@ -238,8 +238,7 @@ class BatchedExecutor(TorchExecutor):
         """Deterministic resize-short-side + centre crop, normalised (torch_exec.eval_transform); (images, kept).
         Batched like the views: the resize to the short side and the centre crop are one set of taps."""
         size = size or self.recipe.size
-        candidates = np.array([i for i, e in enumerate(encoded) if try_image_size(e)], dtype=np.int64)
-        images, kept = decode_batch(encoded, candidates, self.device)
+        images, kept = decode_batch(encoded, eval_candidates(encoded), self.device)
         self._drop_report(len(encoded), kept)
         if not images:
             return _empty(size, self.device), kept
