@@ -19,6 +19,7 @@ from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
 
 from pipeline.detect.coco_data import CocoSplit, coco_ap, coco_results
 from pipeline.detect.diverged import Diverged
+from pipeline.eval.finetune import clip_each_
 from pipeline.progress import bar as progress
 
 STAGE_LAYER = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}  # detectron2's stage names
@@ -94,15 +95,6 @@ def _batches(ds, batch_size: int, seed: int):
             if len(idx) == batch_size:
                 images, targets = zip(*(ds[int(i)] for i in idx))
                 yield list(images), list(targets)
-
-
-def clip_each_(params, max_norm: float | None) -> None:
-    """Each parameter's gradient scaled down to L2 norm `max_norm` at most (detectron2's SOLVER.CLIP_GRADIENTS
-    with CLIP_TYPE "norm", so both engines clip alike); None: no clipping."""
-    if max_norm:
-        for p in params:
-            if p.grad is not None:
-                nn.utils.clip_grad_norm_(p, max_norm)
 
 
 def train(model, ds, d: dict, device: torch.device, log=None, label: str = "") -> dict[str, float]:

@@ -9,6 +9,8 @@ too. Classification reports top-1 and top-5, regression (Spirograph's factors) M
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,11 @@ class Schedule:
     weight_decay: float
     crop_scale: Sequence[float]  # RandomResizedCrop's area range; (1, 1) with flip=False is no augmentation
     flip: bool
+    clip_grad_norm: float | None = None  # each parameter's gradient norm at most this (None: no clipping)
+    precise_bn: bool = False  # BatchNorm's statistics recomputed over the labelled subset's eval views before scoring
+    head_lr_cap: bool = (
+        False  # lr_head at most HEAD_STABLE / E||f||^2 of the labelled subset's features (stable_head_lr)
+    )
 
 
 def train_view(
@@ -107,9 +114,9 @@ class Classifier(nn.Module):
         return out
 
 
-def optimiser(model: Classifier, s: Schedule) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.MultiStepLR]:
-    """SGD with the backbone's and the head's learning rates, the step decay applied per epoch."""
-    opt = torch.optim.SGD(
+def optimiser(model: Classifier, s: Schedule) -> torch.optim.SGD:
+    """SGD with the backbone's and the head's learning rates (finetune sets them each epoch: lr_factor)."""
+    return torch.optim.SGD(
         [
             {"params": model.backbone.parameters(), "lr": s.lr_backbone},
             {"params": model.head.parameters(), "lr": s.lr_head},
@@ -118,7 +125,40 @@ def optimiser(model: Classifier, s: Schedule) -> tuple[torch.optim.SGD, torch.op
         momentum=s.momentum,
         weight_decay=s.weight_decay,
     )
-    return opt, torch.optim.lr_scheduler.MultiStepLR(opt, list(s.milestones), s.gamma)
+
+
+def lr_factor(s: Schedule, epoch: int) -> float:
+    """Both learning rates' multiplier in `epoch` (from 0): gamma for each milestone passed."""
+    return s.gamma ** sum(epoch >= m for m in s.milestones)
+
+
+HEAD_STABLE = 2.0
+
+
+@torch.no_grad()
+def mean_sq_norm(backbone: nn.Module, x: torch.Tensor) -> float:
+    """E||f||^2 of the backbone's features of `x`, BatchNorm on the batch's statistics as in training (on a copy:
+    the backbone's running statistics stay as they are)."""
+    f = copy.deepcopy(backbone).train()(x).float()
+    return float((f**2).sum(1).mean())
+
+
+def stable_head_lr(lr: float, sq_norm: float) -> float:
+    """`lr` capped where a linear head on features of mean squared norm `sq_norm` takes stable steps: plain
+    gradient descent on a least-squares head diverges past lr = 2 / lambda_max of the features' second moment
+    (heavy-ball momentum beta moves it to 2(1 + beta) / lambda_max), and lambda_max <= E||f||^2; softmax cross-entropy's
+    curvature is at most half of that. The papers' head lr (1.0) is set for ImageNet features of small norm; a
+    backbone whose pooled features have E||f||^2 in the thousands (a ResNet-50 trained briefly) diverges there."""
+    return min(lr, HEAD_STABLE / max(sq_norm, 1e-12))
+
+
+def clip_each_(params, max_norm: float | None) -> None:
+    """Each parameter's gradient scaled down to L2 norm `max_norm` at most (detectron2's SOLVER.CLIP_GRADIENTS with
+    CLIP_TYPE "norm": both detection engines and fine-tuning clip alike); None: no clipping."""
+    if max_norm:
+        for p in params:
+            if p.grad is not None:
+                nn.utils.clip_grad_norm_(p, max_norm)
 
 
 def loss_of(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
@@ -180,38 +220,81 @@ def finetune(
         ys = (ys - mu) / sd
         model.head.register_buffer("target_mean", mu.to(device))
         model.head.register_buffer("target_std", sd.to(device))
-    opt, sched = optimiser(model, s)
+    if s.head_lr_cap:
+        x, _ = eval_transform(train.encoded[: s.batch_size], size, mean, std)
+        sq = mean_sq_norm(model.backbone, x.to(device))
+        lr_head = stable_head_lr(s.lr_head, sq)
+        if lr_head < s.lr_head:
+            print(
+                f"[finetune] head lr {s.lr_head:g} -> {lr_head:.3g}: the features' mean squared norm is {sq:.4g} "
+                f"(a linear head is stable below {HEAD_STABLE:g} / that; lr_head=<number> sets it)",
+                flush=True,
+            )
+        s = dataclasses.replace(s, lr_head=lr_head, head_lr_cap=False)
+    opt = optimiser(model, s)
     start = 0
     if ckpt is not None and ckpt.exists():
         saved = torch.load(ckpt, map_location=device, weights_only=False)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
-        sched.load_state_dict(saved["sched"])
         start = saved["epoch"]
         print(f"[finetune] resuming after epoch {start} from {ckpt}", flush=True)
     model.train()
     for epoch in range(start, s.epochs):
         gen = torch.Generator().manual_seed(seed * 100_003 + epoch)  # per epoch: a resumed run draws the same
         total, seen = 0.0, 0
+        for group, base in zip(opt.param_groups, (s.lr_backbone, s.lr_head)):
+            group["lr"] = base * lr_factor(s, epoch)
         for idx in batches(len(train.encoded), s.batch_size, gen):
             x = train_view([train.encoded[i] for i in idx.tolist()], size, mean, std, s.crop_scale, s.flip, gen)
             loss = loss_of(model(x.to(device)), ys[idx].to(device), task)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            clip_each_(model.parameters(), s.clip_grad_norm)
             opt.step()
             total, seen = total + float(loss.detach()) * len(idx), seen + len(idx)
-        lr = opt.param_groups[0]["lr"]  # the epoch's own, before the step to the next epoch's
-        sched.step()
         if not math.isfinite(total):
             raise FloatingPointError(f"fine-tuning loss is {total} in epoch {epoch + 1}: lower the learning rates")
-        log(epoch + 1, {"loss": total / max(seen, 1), "lr_backbone": lr})
+        log(
+            epoch + 1,
+            {
+                "loss": total / max(seen, 1),
+                "lr_backbone": opt.param_groups[0]["lr"],
+                "lr_head": opt.param_groups[1]["lr"],
+            },
+        )
         if ckpt is not None:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save(
-                {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "epoch": epoch + 1},
+                {"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch + 1},
                 ckpt,
             )
+    if s.precise_bn:
+        precise_bn_(model, train.encoded, size, mean, std, s.batch_size, device)
     return scores(model, val, size, mean, std, task, device)
+
+
+@torch.no_grad()
+def precise_bn_(model: nn.Module, encoded: Sequence[bytes], size: int, mean, std, batch_size: int, device) -> None:
+    """Every BatchNorm's running statistics set to their averages over `encoded`'s eval views (precise BN): a
+    fine-tuning of a few dozen steps leaves them mostly where they started, and scoring in eval mode uses them. Each
+    batch weighs by its size (momentum n / seen-so-far), so the running mean is the subset's own mean exactly and
+    the variance the mean of the batches' variances: the batches are drawn at random (seeded), as training's are,
+    for that to be the subset's variance (class-sorted batches would leave out the variance between classes)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momenta, was = [m.momentum for m in bns], model.training
+    for m in bns:
+        m.reset_running_stats()
+    model.train()
+    order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(0)).tolist()
+    for i in range(0, len(encoded), batch_size):
+        x, _ = eval_transform([encoded[j] for j in order[i : i + batch_size]], size, mean, std)
+        for m in bns:
+            m.momentum = len(x) / (i + len(x))
+        model(x.to(device))
+    for m, mo in zip(bns, momenta):
+        m.momentum = mo
+    model.train(was)
 
 
 def out_dim(train: Split, task: str) -> int:

@@ -44,6 +44,9 @@ def schedule(f: Finetune, task: str) -> Schedule:
         f.weight_decay,
         [float(v) for v in scale],
         bool(flip),
+        f.clip_grad_norm,
+        f.precise_bn,
+        head_lr_cap=f.lr_head == "auto",
     )
 
 

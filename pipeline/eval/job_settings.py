@@ -36,6 +36,8 @@ class Finetune(Section):
     gamma: Num(gt=0, le=1)
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
+    clip_grad_norm: Num(gt=0, null=True) = None
+    precise_bn: Bool() = True
     val_size: Int(1, null=True) = None
     # checked by check(), each in a line of its own
     milestones: Any

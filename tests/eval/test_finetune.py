@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,18 @@ from helpers import encode, fake_source, job_env
 from pipeline.data.labelled import sample_name, select
 from pipeline.data.reader import Split
 from pipeline.data.shards import write_split
-from pipeline.eval.finetune import Classifier, Schedule, batches, finetune, optimiser, scores, train_view
+from pipeline.eval.finetune import (
+    Classifier,
+    Schedule,
+    batches,
+    finetune,
+    mean_sq_norm,
+    optimiser,
+    precise_bn_,
+    scores,
+    stable_head_lr,
+    train_view,
+)
 from pipeline.models.backbones import build_backbone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,18 +105,110 @@ def _schedule(**kw) -> Schedule:
     return Schedule(**{**base, **kw})
 
 
-def test_two_learning_rates_decay_by_gamma_after_each_milestone():
-    model = Classifier(build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4}), 6)
-    opt, sched = optimiser(model, _schedule())
+def _colour_args(tmp_path: Path) -> dict:
+    root = colour_shards(tmp_path, {"train": 6, "val": 3})
+    train, _ = select(str(root / "train"), "classification", None, 1.0, seed=0)
+    val, _ = select(str(root / "val"), "classification", None, 1.0, seed=0)
+    return dict(
+        train=train,
+        val=val,
+        task="classification",
+        out_dim=6,
+        size=16,
+        mean=[0.5] * 3,
+        std=[0.25] * 3,
+        device=torch.device("cpu"),
+        seed=0,
+    )
+
+
+def _net(width: int = 4):
+    torch.manual_seed(0)
+    return build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": width})
+
+
+def test_two_learning_rates_decay_by_gamma_after_each_milestone(tmp_path):
+    model = Classifier(_net(), 6)
+    opt = optimiser(model, _schedule())
     assert {id(p) for p in opt.param_groups[1]["params"]} == {id(p) for p in model.head.parameters()}
+    assert opt.param_groups[0]["momentum"] == 0.9 and opt.param_groups[0]["weight_decay"] == 1e-4
     seen = []
-    for _ in range(4):
-        seen.append([g["lr"] for g in opt.param_groups])
-        opt.step()
-        sched.step()
+    finetune(
+        _net(), s=_schedule(), log=lambda e, m: seen.append([m["lr_backbone"], m["lr_head"]]), **_colour_args(tmp_path)
+    )
     expect = [[0.01 * 0.2 ** sum(e >= m for m in (2, 3)), 1.0 * 0.2 ** sum(e >= m for m in (2, 3))] for e in range(4)]
     assert np.allclose(seen, expect)
-    assert opt.param_groups[0]["momentum"] == 0.9 and opt.param_groups[0]["weight_decay"] == 1e-4
+
+
+def test_the_head_lr_is_capped_where_a_least_squares_head_stops_being_stable():
+    """Gradient descent on a linear least-squares head diverges past lr = 2 / lambda_max of the features' second
+    moment; stable_head_lr caps at 2 / E||f||^2 <= 2 / lambda_max. Checked on the iteration itself: features with a
+    large common component (lambda_max close to E||f||^2), lr at the cap converges, at twice lambda_max's bound it
+    grows."""
+    g = torch.Generator().manual_seed(0)
+    f = 3.0 + 0.3 * torch.randn(64, 32, generator=g, dtype=torch.float64)  # mean-dominated, as pooled ReLU features
+    y = torch.randn(64, 1, generator=g, dtype=torch.float64)
+    sq = float((f**2).sum(1).mean())
+    lam = float(torch.linalg.eigvalsh(f.T @ f / len(f)).max())
+    assert lam <= sq and stable_head_lr(1.0, sq) == pytest.approx(2 / sq) and stable_head_lr(1e-9, sq) == 1e-9
+
+    def final_loss(lr):
+        w = torch.zeros(32, 1, dtype=torch.float64)
+        for _ in range(200):
+            w -= lr * 2 * f.T @ (f @ w - y) / len(f) / 2  # the gradient of mean((f w - y)^2) / 2
+        return float(((f @ w - y) ** 2).mean())
+
+    assert final_loss(stable_head_lr(1.0, sq)) < float((y**2).mean())
+    assert final_loss(2.2 / lam) > 1e6
+
+
+def test_the_cap_measures_features_as_training_sees_them_and_leaves_the_backbone_alone(tmp_path):
+    net = _net(width=8)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    x = torch.randn(6, 3, 16, 16)
+    sq = mean_sq_norm(net, x)
+    net.train()
+    with torch.no_grad():
+        direct = float((net(x) ** 2).sum(1).mean())
+    assert sq == pytest.approx(direct, rel=1e-5)
+    net.load_state_dict(before)  # the direct forward above moved the running statistics; mean_sq_norm did not:
+    net2 = _net(width=8)
+    mean_sq_norm(net2, x)
+    assert all(torch.equal(net2.state_dict()[k], before[k]) for k in before)
+
+
+def test_precise_bn_sets_running_statistics_to_the_subsets_own(tmp_path):
+    """The running mean: the subset's mean of the layer's input, however it is batched; the running variance: the
+    batches' unbiased variances weighed by their sizes (the subset's own variance when it is one batch)."""
+    from pipeline.augment.torch_exec import eval_transform
+
+    encoded = _colour_args(tmp_path)["train"].encoded
+    x, _ = eval_transform(encoded, 16, [0.5] * 3, [0.25] * 3)
+    order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(0))
+    for batch_size in [len(encoded), 8]:
+        model = Classifier(_net(), 6)
+        precise_bn_(model, encoded, 16, [0.5] * 3, [0.25] * 3, batch_size, torch.device("cpu"))
+        seen = []
+        hook = model.backbone.bn1.register_forward_hook(lambda m, i, o: seen.append(i[0]))
+        model.eval()
+        with torch.no_grad():
+            model(x[order])
+        hook.remove()
+        a = seen[0]  # bn1's input does not depend on any BatchNorm
+        parts = a.split(batch_size)
+        var = sum(len(p) * p.var((0, 2, 3)) for p in parts) / len(a)
+        assert torch.allclose(model.backbone.bn1.running_mean, a.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
+        assert torch.allclose(model.backbone.bn1.running_var, var, rtol=1e-4, atol=1e-5)
+
+
+def test_clipping_and_precise_bn_are_what_the_schedule_asks(tmp_path):
+    args = _colour_args(tmp_path)
+    plain = finetune(_net(), s=_schedule(epochs=2, milestones=[1]), **args)
+    again = finetune(_net(), s=_schedule(epochs=2, milestones=[1]), **args)
+    assert plain == again
+    clipped = finetune(_net(), s=_schedule(epochs=2, milestones=[1], clip_grad_norm=1e-3), **args)
+    precise = finetune(_net(), s=_schedule(epochs=2, milestones=[1], precise_bn=True), **args)
+    assert clipped != plain and precise != plain
 
 
 def test_batches_cover_every_sample_once_and_never_leave_one_alone():
@@ -279,3 +383,49 @@ def test_finetune_job_on_a_checkpoint_logs_both_backbones_and_a_rerun_trains_not
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert f"{n} labelled images (listed in {subset}" in listed.stdout
     assert len(client.search_runs([run.info.experiment_id])) == 2
+
+
+def _spirograph_split(n: int, seed: int) -> Split:
+    """n Spirograph images (32 px) with their four targets, as the embedded dataset's shards hold them."""
+    from pipeline.data.spirograph import render_flat, sample_params
+
+    flat = sample_params(n, torch.Generator().manual_seed(seed))
+    imgs = (render_flat(flat) * 255).round().byte().permute(0, 2, 3, 1).numpy()
+    names = ["m", "b", "sigma", "f_r"]
+    y = torch.stack([flat[k] for k in names], 1).numpy()
+    return Split([encode(a) for a in imgs], y, names)
+
+
+@pytest.mark.slow
+def test_a_resnet50_finetunes_at_the_defaults_where_the_papers_head_lr_diverged():
+    """The case that diverged (issue #49): ResNet-50 with its ImageNet stem (pooled features of E||f||^2 ~ 5,000)
+    fine-tuned on 30 Spirograph images with conf/finetune.yaml's defaults: the loss stays finite and falls, the
+    head lr capped; the same run with the head lr uncapped diverges, so the cap is what holds it."""
+    from pipeline.eval.finetune_job import FineTuning
+    from pipeline.eval.finetune_run import schedule
+
+    ev = FineTuning()
+    s = schedule(ev.job(ev.compose(["run=x"])).own, "regression")
+    assert s.head_lr_cap and s.precise_bn and s.epochs == 20
+    args = dict(
+        train=_spirograph_split(30, 0),
+        val=_spirograph_split(60, 1),
+        task="regression",
+        out_dim=4,
+        size=32,
+        mean=[0.5] * 3,
+        std=[0.25] * 3,
+        device=torch.device("cpu"),
+        seed=0,
+    )
+
+    def resnet50():
+        torch.manual_seed(0)
+        return build_backbone({"backbone": "resnet50", "cifar_stem": False, "width": 64})
+
+    losses: list[float] = []
+    res = finetune(resnet50(), s=s, log=lambda e, m: losses.append(m["loss"]), **args)
+    assert len(losses) == 20 and all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0], losses
+    assert np.isfinite(res["mse"]) and res["r2"] > -1.0, res  # precise BN: the eval-mode statistics are the subset's
+    with pytest.raises(FloatingPointError, match="lower the learning rates"):
+        finetune(resnet50(), s=dataclasses.replace(s, head_lr_cap=False), **args)
