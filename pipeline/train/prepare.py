@@ -4,9 +4,11 @@ check every shard, name the run, and make its plan (pipeline.plan: lr, local bat
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from pipeline import preflight
 from pipeline.config import ConfigError, config_hash
@@ -92,11 +94,13 @@ def prepare_data(data: Mapping[str, Any], data_root: str) -> dict:
     from pipeline.data.manifest import check_shards, describe_bad, shard_samples
 
     if _must_make(data, data_root):
-        for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
-            manifest = _local_manifest(data[split])
-            if manifest is not None:
-                _check_provenance(data, split, manifest)
-        _make_embedded(data)
+        with _making(Path(data["train"]).parent):
+            if _must_make(data, data_root):  # another job may have made it while this one waited
+                for split in ("train", "val"):  # never let the generator rewrite a folder that holds other data
+                    manifest = _local_manifest(data[split])
+                    if manifest is not None:
+                        _check_provenance(data, split, manifest)
+                _make_embedded(data)
     policy = data.get("on_bad_shard", "fail")
     manifests = {}
     for split in ("train", "val"):
@@ -154,6 +158,24 @@ def _check_provenance(data: Mapping[str, Any], split: str, manifest: dict) -> No
                 f"{key}={made.get(key)}; set data.generate.{key}={made.get(key)} to use it, or "
                 f"point data.train and data.val at another folder"
             )
+
+
+@contextmanager
+def _making(root: Path) -> Iterator[None]:
+    """One process at a time makes an embedded dataset's folder: two jobs started together (two `ray job submit`s,
+    a sweep's trials) would write the same shards' temporary files. The other waits, saying so, then finds the
+    data made."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another job making {root}")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _make_embedded(data: Mapping[str, Any]) -> None:
