@@ -1,5 +1,5 @@
 """A config into the objects a run trains, in one place: the method with its plug-ins and colour stage, and the
-checks that the three fit together (a plug-in its paper defines on the framework, fed the fields it needs).
+checks that the three fit together (a plug-in fed the fields it needs from the method's step).
 
 The one module that imports both registries: methods and plug-ins never import each other (a plug-in reads the
 method's StepContext, pipeline.methods.context)."""
@@ -18,7 +18,7 @@ from pipeline.methods import METHODS
 from pipeline.methods.base import Method
 from pipeline.methods.context import check_contract, satisfied
 from pipeline.methods.settings import MethodRun
-from pipeline.plugins import PLUGINS, build_plugins
+from pipeline.plugins import PLUGINS, build_plugins, own_settings
 from pipeline.run_shape import RunShape
 from pipeline.sections import Config
 
@@ -38,21 +38,37 @@ def complete_method(c: Checked[Config]) -> dict[str, Any]:
 
 
 def check_plugins(c: Checked[Config]) -> None:
-    """ValueError with one line when a plug-in is unknown, is not defined on the framework, needs context the
-    method does not provide, lacks its views or has bad settings."""
-    kind, shape, plugins = c.typed.method.kind, RunShape.of(c), c.raw.get("plugin") or {}
+    """ValueError with one line when a plug-in is unknown, needs context the method does not provide, lacks its
+    views or has bad settings. Nothing is built: each plug-in's `check` reads its settings and the run's shape."""
+    m, shape, plugins = c.typed.method, RunShape.of(c), c.raw.get("plugin") or {}
     for name in plugins:
         if name not in PLUGINS:
             raise ValueError(f"unknown plugin {name!r}; known: {sorted(PLUGINS)}")
-        if kind not in PLUGINS[name].frameworks:
-            raise ValueError(
-                f"plugin {name} does not plug into method kind {kind!r} "
-                f"(its paper defines it on {', '.join(PLUGINS[name].frameworks)})"
-            )
-        check_contract(kind, METHODS[kind].provides, name, PLUGINS[name].needs)
-        typed = check_model(PLUGINS[name].Settings, plugins[name] or {}, root=f"plugin.{name}")
+        check_contract(m.kind, METHODS[m.kind].provides, name, PLUGINS[name].needs)
+        keys = own_settings(plugins[name], m.name, m.kind)
+        typed = check_model(PLUGINS[name].Settings, keys, root=f"plugin.{name}")
         PLUGINS[name].check(typed, shape)  # what it asks of the run
-    list(build_plugins(c.raw))  # constructors check their settings against the run (CoCor's composite views)
+
+
+def plugin_notes(cfg: dict) -> list[str]:
+    """One line per plug-in the run uses on a framework its paper did not define it on: it composes by the fields
+    the method provides, and the run says so (pipeline.train.launch prints and records these)."""
+    kind, plugins = cfg["method"]["kind"], cfg.get("plugin") or {}
+    return [
+        f"plugin {name} on method kind {kind!r}: its paper defines it on {', '.join(_defined_on(own)) or 'none'}; "
+        f"here it works from what the method provides ({_fields(METHODS[kind].provides, PLUGINS[name].needs)})"
+        for name, own in plugins.items()
+        if kind not in _defined_on(own)
+    ]
+
+
+def _defined_on(own: dict | None) -> list[str]:
+    return list((own or {}).get("defined_on") or [])
+
+
+def _fields(provides: frozenset[str], needs: tuple[frozenset[str], ...]) -> str:
+    met = next((n for n in needs if n <= provides), frozenset())
+    return "+".join(sorted(met)) or "nothing"
 
 
 def build_method(cfg: dict) -> Method:
@@ -80,16 +96,23 @@ def build_method(cfg: dict) -> Method:
 
 def plugin_matrix() -> str:
     """The framework x plug-in table (markdown) of what composes: each method config of conf/method/ against each
-    plug-in (its paper defines it there and the method provides what it reads), and JointCrop/JointBlur, a sampler
-    of any image recipe's first two views. README.md prints it; tests/train/test_device_step.py trains each cell."""
+    plug-in, ✓ where its paper defines it on the framework, ○ where it composes by the fields the method provides
+    alone (the run says so in a notice), blank where the method leaves none of the sets it needs; JointCrop/JointBlur
+    is a sampler of any image recipe's first two views. README.md prints it; tests/train/test_device_step.py trains
+    each marked cell."""
     kinds = {p.stem: yaml.safe_load(p.read_text())["kind"] for p in (CONF_DIR / "method").glob("*.yaml")}
     kinds = dict(sorted(kinds.items(), key=lambda nk: (list(METHODS).index(nk[1]), nk[0])))
     names = sorted(PLUGINS)
     lines = ["| framework | " + " | ".join(names) + " | jointcrop |", "| --- |" + " :-: |" * (len(names) + 1)]
     for name, kind in kinds.items():
-        cells = [
-            "✓" if kind in PLUGINS[p].frameworks and satisfied(METHODS[kind].provides, PLUGINS[p].needs) else ""
-            for p in names
-        ]
+        cells = [matrix_cell(kind, p) for p in names]
         lines.append(f"| {name} | " + " | ".join(cells) + " | ✓ |")
     return "\n".join(lines)
+
+
+def matrix_cell(kind: str, plugin: str) -> str:
+    """✓: the plug-in's paper defines it on the method kind; ○: it composes by contract alone; "": it cannot."""
+    if not satisfied(METHODS[kind].provides, PLUGINS[plugin].needs):
+        return ""
+    own = CONF_DIR / "plugin" / f"{plugin}.yaml"
+    return "✓" if own.exists() and kind in _defined_on(yaml.safe_load(own.read_text())) else "○"

@@ -17,6 +17,23 @@ if TYPE_CHECKING:
 PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugins",), "name", "Plugin"))
 
 
+def own_settings(own: dict | None, method_name: str, method_kind: str) -> dict:
+    """A plug-in's `plugin.<name>` keys with its `per_method` table applied (the table and `defined_on` left out): a key left
+    null takes the table's value for the run's method name, else for its kind, else its `default` entry. The
+    per-framework constants of a plug-in's paper live in its yaml this way, and its code names no method.
+
+    Example: own_settings({"alpha": None, "per_method": {"mocov1": {"alpha": 10.0}, "default": {"alpha": 0.3}}},
+    "mocov1", "moco") == {"alpha": 10.0}"""
+    keys = dict(own or {})
+    table = keys.pop("per_method", None) or {}
+    keys.pop("defined_on", None)  # what its paper covers: pipeline.build.plugin_notes reads it
+    for source in (table.get(method_name), table.get(method_kind), table.get("default")):
+        for k, v in (source or {}).items():
+            if keys.get(k) is None:
+                keys[k] = v
+    return keys
+
+
 def build_plugins(cfg: dict) -> Iterator[Plugin]:
     """The config's plug-ins, in its order, one at a time (the builder attaches each before the next is made):
     each one's `plugin.<name>` keys typed by its `Settings` (ConfigError with one line naming the first bad key) and
@@ -37,6 +54,7 @@ def build_plugins(cfg: dict) -> Iterator[Plugin]:
     )
     for name, own in (cfg.get("plugin") or {}).items():
         cls = PLUGINS[name]
-        settings = check_model(cls.Settings, dict(own or {}), root=f"plugin.{name}")
+        keys = own_settings(own, run.method_name, run.method_kind)
+        settings = check_model(cls.Settings, keys, root=f"plugin.{name}")
         # each plug-in's constructor takes its own settings, typed, and what it reads of the run
         yield cast("Callable[..., Plugin]", cls)(settings, run)

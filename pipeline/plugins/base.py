@@ -10,8 +10,10 @@ in `optimizers`; after the encoder's step the loop asks it for their loss (`oute
 across workers, schedules, steps and checkpoints them as it does the encoder's (pipeline.train.plugin_optim), and
 calls `after_outer_step`.
 
-`frameworks` names the method kinds the plug-in's paper defines it on; `needs` the StepContext fields it reads
-(any one of the sets), checked against the method's `provides` when the config is validated.
+`needs` names the StepContext fields it reads (any one of the sets), checked against the method's `provides` when
+the config is validated: a plug-in composes with every method that provides them. Its yaml's `defined_on` lists the
+method kinds its paper defines it on (elsewhere the run says so in a notice), and its per-framework constants are
+its yaml's `per_method` table (pipeline.plugins.own_settings): no plug-in's code names a method.
 
 Its constructor is `__init__(self, s: Settings, run: PluginRun)`: its own `plugin.<name>.*` keys, checked and typed,
 and what it reads of the rest of the run (pipeline.plugins.build_plugins makes both from the config).
@@ -61,7 +63,6 @@ class OwnOptimizer:
 class Plugin(nn.Module):
     Settings: type[Section] = Section  # its plugin.<name>.* keys (conf/plugin/<name>.yaml), checked before the run
     name: ClassVar[str]  # plugin=[<name>] picks it; a class that sets it is registered (pipeline.registry)
-    frameworks: tuple[str, ...] = ()  # method kinds it plugs into
     needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 
     needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad

@@ -5,7 +5,8 @@ clsa_multi).
 
 On MoCo v3 (no queue) the support is every worker's keys of the batch (the in-batch negatives MoCo v3 itself uses).
 On BYOL (the paper's Table 8 gives a result but not the attachment, §6 item 16) there is no queue: the support is the
-batch's target projections (the code's batch-keys form) and the temperature is plugin.clsa.temperature."""
+batch's target projections (the code's batch-keys form) and the temperature, where the method has none, is
+plugin.clsa.batch_temperature. Any method that leaves pairs and an embedding composes the same way."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from pipeline.run_shape import RunShape
 
 class CLSA(Plugin):
     name = "clsa"
-    frameworks = ("moco", "mocov3", "byol")
     # the strong views go through the method's embed; the support is the queue (MoCo), every worker's keys (MoCo v3)
     # or the batch's keys (BYOL, whose temperature is the plug-in's own)
     needs = (
@@ -30,7 +30,8 @@ class CLSA(Plugin):
     class Settings(Section):
         beta: Num(ge=0) = 1.0  # the weight of L_D
         batch_keys: Bool() = False  # true: the official code's support (every key of the batch + the queue)
-        temperature: Num(gt=0, null=True) = None  # null: the framework's tau (MoCo's); 0.2 on BYOL
+        temperature: Num(gt=0, null=True) = None  # null: the method's tau, or batch_temperature where it has none
+        batch_temperature: Num(gt=0) = 0.2  # a method without a tau (BYOL): over the batch's target projections
 
     @classmethod
     def check(cls, s: Section, shape: RunShape) -> None:
@@ -42,13 +43,12 @@ class CLSA(Plugin):
         super().__init__()
         self.beta = float(s.beta)
         self.batch_keys = bool(s.batch_keys)
-        self.temperature = s.temperature  # null: the framework's (MoCo's tau)
-        if run.method_kind == "byol" and self.temperature is None:
-            self.temperature = 0.2
+        self.temperature = s.temperature  # null: the method's tau
+        self.batch_temperature = float(s.batch_temperature)
 
     def loss(self, method, images, params, ctx):
         q_weak, k = ctx.pairs[0]
-        t = float(self.temperature if self.temperature is not None else ctx.temperature)
+        t = float(next(v for v in (self.temperature, ctx.temperature, self.batch_temperature) if v is not None))
         if ctx.queue is not None:  # MoCo v1/v2: [own key, queue] (the paper), or [the batch's keys, queue] (code)
             queue, batch_keys = ctx.queue, self.batch_keys
         else:  # MoCo v3: every worker's keys; BYOL: the batch's target projections

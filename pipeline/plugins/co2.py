@@ -9,26 +9,21 @@ from pipeline.fields import Choice, Num, Section
 from pipeline.losses.co2 import co2_consistency, co2_consistency_anchors, co2_consistency_bank
 from pipeline.plugins.base import Plugin, PluginRun
 
-# docs/methods/co2.md §1.6 (table of constants): (alpha, tau_con) per framework
-DEFAULTS = {"mocov1": (10.0, 0.04), "mocov2": (0.3, 0.05), "simclr": (0.07, 1.0)}
-# MoCo v3 is not in the paper: MoCo v2's constants, whose tau_con is close to MoCo v3's ViT tau (0.2) scale
-
 
 class CO2(Plugin):
     name = "co2"
-    frameworks = ("moco", "mocov3", "simclr")
     needs = (frozenset({"pairs", "queue"}), frozenset({"pairs", "key_bank"}), frozenset({"projections", "gathered"}))
 
     class Settings(Section):
-        alpha: Num(ge=0, null=True) = None  # null: the paper's constant for the framework (DEFAULTS)
-        temperature: Num(gt=0, null=True) = None  # tau_con; null: the paper's constant for the framework
+        # the paper's constants per framework: conf/plugin/co2.yaml's per_method table
+        alpha: Num(ge=0)
+        temperature: Num(gt=0)  # tau_con
         divergence: Choice("symmetric", "forward", "reverse") = "symmetric"  # forward | reverse: Table 4's ablations
 
     def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
-        alpha, tau = DEFAULTS.get(run.method_name, DEFAULTS["simclr" if run.method_kind == "simclr" else "mocov2"])
-        self.alpha = float(s.alpha if s.alpha is not None else alpha)
-        self.temperature = float(s.temperature if s.temperature is not None else tau)
+        self.alpha = float(s.alpha)
+        self.temperature = float(s.temperature)
         self.divergence = s.divergence
 
     def loss(self, method, images, params, ctx):

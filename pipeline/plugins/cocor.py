@@ -20,6 +20,7 @@ Spirograph's (m, b, σ, f_r).
 from __future__ import annotations
 
 from functools import partial
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -36,23 +37,23 @@ from pipeline.fields import Choice, Int, Num, Section, field
 from pipeline.losses.cocor import COCOR_FORMS, cocor_consistency, cocor_target_surrogate
 from pipeline.models.mmnn import MonotoneTarget
 from pipeline.plugins.base import OwnOptimizer, Plugin, PluginRun
+from pipeline.run_shape import RunShape
 from pipeline.schedules import cosine, warmup_cosine
-
-# Table 9: hand-tuned constant targets per length (w/o MMNN), and the start of the learned targets
-TABLE9 = {"moco": {1: 0.80, 2: 0.75, 3: 0.65}, "simsiam": {1: 0.75, 2: 0.70, 3: 0.60}}
 
 
 class CoCor(Plugin):
     name = "cocor"
-    frameworks = ("moco", "mocov3", "simsiam", "supcon", "byol", "simclr")
     needs = (frozenset({"embed", "embed_target"}),)  # it embeds the composite views and the originals through them
 
     class Settings(Section):
         weight: Num(ge=0) = 1.0  # alpha on the consistency loss
         form: Choice(*COCOR_FORMS) = "code"  # losses.cocor.cocor_consistency
         target: Choice("learned", "fixed") = "learned"  # learned: MMNN, bi-level; fixed: Table 9's constants
-        # one per composite view; null (or empty): Table 9's for the framework
+        # one per composite view; null (or empty): table9's for each view's length
         fixed_targets: field(list[StrictFloat], "a list of numbers", null=True) = None
+        # Table 9's hand-tuned targets for composite lengths 1, 2, 3 (conf/plugin/cocor.yaml's per_method table):
+        # the fixed targets, and where the learned ones start
+        table9: field(list[StrictFloat], "a list of numbers", null=True) = None
         hidden: Int(1) = 64  # the MMNN's width
         target_lr: Num(ge=0) = 0.05  # eta_d
         target_freeze_epochs: Int(0) = 3  # the MMNN's lr is 0 for these first epochs ...
@@ -68,29 +69,39 @@ class CoCor(Plugin):
         # at a CPU budget of a few hundred updates the code's step leaves the targets where they start
         target_lr_match: Int(1, null=True) = None
 
-    def __init__(self, s: Settings, run: PluginRun):
-        super().__init__()
-        aug = run.augment
+    @classmethod
+    def check(cls, s: Section, shape: RunShape) -> None:
+        cls.lengths_and_targets(cast(CoCor.Settings, s), shape.augment)
+
+    @staticmethod
+    def lengths_and_targets(s: Settings, aug: dict) -> tuple[list[int], list[int], dict[int, float]]:
+        """The composite views' indices, their lengths and each length's constant target: ValueError with one line
+        for a recipe without composite views or a length no target is given for."""
         if aug.get("kind", "views") != "views":
             raise ValueError("plugin cocor needs composite image views: augment=cocor")
         views = image_recipe(aug).views
-        self.composites = [i for i, v in enumerate(views) if i >= 2 and v.strong_ops]
-        if not self.composites:
+        composites = [i for i, v in enumerate(views) if i >= 2 and v.strong_ops]
+        if not composites:
             raise ValueError("plugin cocor needs composite views after the two standard ones: augment=cocor")
-        self.lengths = [views[i].strong_ops for i in self.composites]
-        self.n_ops = len(POOLS[views[self.composites[0]].strong_pool])
-        self.weight = float(s.weight)
-        self.form = s.form
-        self.mode = s.target
+        lengths = [views[i].strong_ops for i in composites]
         fixed = s.fixed_targets
-        table = dict(zip(self.lengths, fixed)) if fixed else TABLE9.get(run.method_kind, TABLE9["moco"])
-        missing = [n for n in self.lengths if n not in table]
+        table = dict(zip(lengths, fixed)) if fixed else dict(enumerate(s.table9 or [], start=1))
+        missing = [n for n in lengths if n not in table]
         if missing:
             raise ValueError(
                 f"plugin.cocor.fixed_targets: no target for composite lengths {missing} "
-                "(Table 9 covers 1, 2, 3; give one value per composite view)"
+                "(table9 covers 1, 2, 3; give one value per composite view)"
             )
-        self.constants = {n: float(table[n]) for n in self.lengths}
+        return composites, lengths, {n: float(table[n]) for n in lengths}
+
+    def __init__(self, s: Settings, run: PluginRun):
+        super().__init__()
+        aug = run.augment
+        self.composites, self.lengths, self.constants = self.lengths_and_targets(s, aug)
+        self.n_ops = len(POOLS[image_recipe(aug).views[self.composites[0]].strong_pool])
+        self.weight = float(s.weight)
+        self.form = s.form
+        self.mode = s.target
         self.sign = {"derived": -1.0, "paper": 1.0}[s.hypergradient]
         self.min_denominator = float(s.min_denominator)
         self.target_lr, self.classifier_lr = float(s.target_lr), float(s.classifier_lr)

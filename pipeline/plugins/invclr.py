@@ -25,7 +25,6 @@ from pipeline.run_shape import RunShape
 
 class InvCLR(Plugin):
     name = "invclr"
-    frameworks = ("moco", "simclr")
     needs = (frozenset({"features"}),)
     needs_alpha_grad = True
 
@@ -43,6 +42,21 @@ class InvCLR(Plugin):
                 "train.compile=true cannot run InvCLR's gradient penalty (torch.compile has no double "
                 "backward): drop train.compile or set plugin.invclr.lam=0"
             )
+        if shape.augment.get("kind") != "spirograph":
+            cls.colour_law(shape.augment)
+
+    @staticmethod
+    def colour_law(aug) -> list[tuple[float, float]]:
+        """The first view's colour-jitter ranges (brightness, contrast, saturation, hue), which alpha' is drawn from:
+        ValueError with one line for a recipe whose colour stage does not run in the model."""
+        spec = image_recipe(aug).views[0]
+        if spec.color_stage != "model":
+            raise ValueError(
+                "plugin invclr needs a recipe whose colour stage runs in the model "
+                "(augment=invclr, or color_stage: model) or Spirograph views"
+            )
+        b, c, sat, h = spec.jitter
+        return [(max(0.0, 1 - b), 1 + b), (max(0.0, 1 - c), 1 + c), (max(0.0, 1 - sat), 1 + sat), (-h, h)]
 
     def __init__(self, s: Settings, run: PluginRun):
         super().__init__()
@@ -53,14 +67,7 @@ class InvCLR(Plugin):
         self.spirograph = run.augment.get("kind") == "spirograph"
         self.size = int(run.augment["size"]) if self.spirograph else None
         if not self.spirograph:
-            spec = image_recipe(run.augment).views[0]
-            if spec.color_stage != "model":
-                raise ValueError(
-                    "plugin invclr needs a recipe whose colour stage runs in the model "
-                    "(augment=invclr, or color_stage: model) or Spirograph views"
-                )
-            b, c, sat, h = spec.jitter
-            self.law = [(max(0.0, 1 - b), 1 + b), (max(0.0, 1 - c), 1 + c), (max(0.0, 1 - sat), 1 + sat), (-h, h)]
+            self.law = self.colour_law(run.augment)
         self.seed = run.seed
         self._gen: torch.Generator | None = None
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import mlflow
 
 from pipeline import mlflow_ui, tracking
+from pipeline.build import plugin_notes
 from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
@@ -186,6 +187,11 @@ def _train_and_log(spec: PretrainSpec, plan: RunPlan, run_id: str, trial: Trial 
     # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
     plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
     _log(f"run {spec.name}  mlflow run {run_id}  store {uri}")
+    notes = plugin_notes(dict(spec.config))
+    for line in notes:  # a plug-in on a framework its paper did not define it on: said, and recorded on the run
+        _log(f"notice: {line}")
+    if notes:
+        mlflow.set_tag("plugin_notes", "\n".join(notes))
     if not mlflow.get_run(run_id).data.params:  # what the run was made from, as the config has it
         cfg = dict(spec.config)
         mlflow.log_params(tracking.flatten(cfg))

@@ -13,7 +13,7 @@ import torch
 from helpers import encode, natural
 from pipeline import dist
 from pipeline.augment.view_maker import build_view_maker
-from pipeline.build import build_method
+from pipeline.build import build_method, matrix_cell
 from pipeline.config import compose_config
 from pipeline.data.labelled import LabelledBatches
 from pipeline.data.reader import Split
@@ -50,7 +50,7 @@ CASES = [
     (m, p, OWN_RECIPE.get(m, r) if r == "mocov2" else r)
     for m, kind in FRAMEWORKS.items()
     for p, r in RECIPE_OF.items()
-    if p in (None, "jointcrop") or kind in PLUGINS[p].frameworks
+    if p in (None, "jointcrop") or matrix_cell(kind, p)
 ] + [("simclr", "invclr", "spirograph"), ("mocov3-resnet", None, "mocov3"), ("dino-resnet", None, "dino")]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])]

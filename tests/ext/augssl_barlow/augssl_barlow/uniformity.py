@@ -19,7 +19,6 @@ def uniformity(z: torch.Tensor, t: float) -> torch.Tensor:
 
 class Uniformity(Plugin):
     name = "uniformity"
-    frameworks = ("barlow", "simclr")
     needs = (frozenset({"projections"}),)
 
     class Settings(Section):
