@@ -6,7 +6,7 @@ method's StepContext, pipeline.methods.context)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from typing import Any, Callable, Mapping, cast
 
 import yaml
 
@@ -50,10 +50,9 @@ def check_plugins(c: Checked[Config]) -> None:
         PLUGINS[name].check(typed, shape)  # what it asks of the run
 
 
-def plugin_notes(cfg: dict) -> list[str]:
+def plugin_notes(kind: str, plugins: Mapping[str, Any]) -> list[str]:
     """One line per plug-in the run uses on a framework its paper did not define it on: it composes by the fields
     the method provides, and the run says so (pipeline.train.launch prints and records these)."""
-    kind, plugins = cfg["method"]["kind"], cfg.get("plugin") or {}
     return [
         f"plugin {name} on method kind {kind!r}: its paper defines it on {', '.join(_defined_on(own)) or 'none'}; "
         f"here it works from what the method provides ({_fields(METHODS[kind].provides, PLUGINS[name].needs)})"

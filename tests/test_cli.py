@@ -115,7 +115,10 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
         ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
         ("method.key_bn=bogus", "method.key_bn=bogus: expected one of auto, shuffle, shuffle_node, sync, split"),
-        ("method.kind=bogus", "method.kind=bogus: expected one of byol, dino, moco, mocov3, simclr, simsiam, supcon"),
+        (
+            "method.kind=bogus",
+            "method.kind=bogus: expected one of barlowtwins, byol, dino, moco, mocov3, simclr, simsiam, supcon, vicreg",
+        ),
         ("method.key_bn=split method.bn_splits=1", "method.bn_splits=1: must be 2 or more with method.key_bn=split"),
         ("method.key_bn=sync method.bn_splits=2", "method.bn_splits=2: must be 1 with method.key_bn=sync"),
         ("trainer.num_workers=1 method.key_bn=sync", "method.key_bn=sync: needs 2 or more workers"),
@@ -233,7 +236,10 @@ def test_empty_dataset_is_refused(tmp_path):
 def test_help_lists_groups(tmp_path):
     r = _run(["--help"], tmp_path)
     assert r.returncode == 0
-    assert "method: byol, dino, mocov1, mocov2, mocov3, simclr, simsiam, supcon" in r.stdout and "key=value" in r.stdout
+    assert (
+        "method: barlowtwins, byol, dino, mocov1, mocov2, mocov3, simclr, simsiam, supcon, vicreg" in r.stdout
+        and "key=value" in r.stdout
+    )
     recipes = sorted(f.stem for f in (ROOT / "conf" / "experiment").glob("*.yaml"))
     assert f"+experiment: {', '.join(recipes)}" in r.stdout  # presets, with how to add them
     assert "+detect" not in r.stdout  # jobs/detect.py's group, not a preset of the training config

@@ -160,7 +160,10 @@ def test_an_installed_package_adds_a_dataset_and_an_evaluation_a_suite_runs(site
         (["data=blobs", "data.generate.sigma=0"], "error: data.generate.sigma=0: expected a number > 0"),
         (["method=barlow", "method.lambd=0"], "error: method.lambd=0: expected a number > 0"),
         (["method=simclr", "plugin=[uniformity]", "plugin.uniformity.t=-2"], "error: plugin.uniformity.t=-2: "),
-        (["method=mocov2", "plugin=[uniformity]"], "error: plugin: plugin uniformity needs projections from the method's"),
+        (
+            ["method=mocov2", "plugin=[uniformity]"],
+            "error: plugin: plugin uniformity needs projections from the method's",
+        ),
     ],
 )
 def test_the_packages_settings_are_checked_like_the_projects(site, tmp_path, overrides, line):

@@ -77,7 +77,7 @@ def test_a_name_declared_twice_is_refused_in_one_line(tmp_path, monkeypatch):
 
 def test_the_projects_own_components_are_found_and_load_as_their_names_say():
     expected = (
-        (METHODS, "kind", {"byol", "dino", "moco", "mocov3", "simclr", "simsiam", "supcon"}),
+        (METHODS, "kind", {"barlowtwins", "byol", "dino", "moco", "mocov3", "simclr", "simsiam", "supcon", "vicreg"}),
         (PLUGINS, "name", {"clsa", "co2", "cocor", "invclr"}),
         (DATASETS, "name", {"photos", "spirograph"}),
         (EVALUATIONS, "name", {"linear_probe", "knn", "finetune", "detect"}),

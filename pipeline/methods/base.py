@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pipeline.methods.context import StepContext, visible
 from pipeline.methods.settings import Head, MethodSettings
@@ -96,9 +98,16 @@ class Method(nn.Module):
         """framework_loss with the plug-ins: each may rewrite the views first (InvCLR's differentiable colour
         stage) and adds weighted loss terms after; every term is logged under its own name."""
         params = params or [{} for _ in images]
+        double = any(p.needs_alpha_grad for p in self.plugins)
+        # a gradient of a gradient (InvCLR's penalty) through attention needs its plain (math) kernel: the fused
+        # ones have no double backward
+        with sdpa_kernel([SDPBackend.MATH]) if double else contextlib.nullcontext():
+            return self._total_loss(images, params, double)
+
+    def _total_loss(self, images: list[torch.Tensor], params: list[dict], double: bool) -> dict:
         alphas = {}
         if self.colour_stage:
-            grad_views = [0] if any(getattr(p, "needs_alpha_grad", False) for p in self.plugins) else []
+            grad_views = [0] if double else []
             images, alphas = self.colour_stage(images, params, grad_views)
         for plugin in self.plugins:
             images = plugin.prepare(self, images, params, alphas)

@@ -18,9 +18,9 @@ PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugi
 
 
 def own_settings(own: dict | None, method_name: str, method_kind: str) -> dict:
-    """A plug-in's `plugin.<name>` keys with its `per_method` table applied (the table and `defined_on` left out): a key left
-    null takes the table's value for the run's method name, else for its kind, else its `default` entry. The
-    per-framework constants of a plug-in's paper live in its yaml this way, and its code names no method.
+    """A plug-in's `plugin.<name>` keys with its `per_method` table applied (the table and `defined_on` left out): a
+    key left null takes the table's value for the run's method name, else for its kind, else its `default` entry.
+    The per-framework constants of a plug-in's paper live in its yaml this way, and its code names no method.
 
     Example: own_settings({"alpha": None, "per_method": {"mocov1": {"alpha": 10.0}, "default": {"alpha": 0.3}}},
     "mocov1", "moco") == {"alpha": 10.0}"""

@@ -36,9 +36,9 @@ from pipeline.run_shape import RunShape
 class PluginRun:
     """What a plug-in reads of the run beside its own settings (pipeline.plugins.build_plugins makes it from the
     config): the augment section (the views: InvCLR's colour law or Spirograph size, CoCor's composites), the
-    method's kind and name (the framework's constants: CO2's alpha and tau, CLSA's BYOL temperature, CoCor's Table 9
-    targets), the seed of its random state, the epochs its schedules span (CoCor's target network) and the training
-    data CoCor draws its labelled subset from (`data.train`, `data.task`, `data.targets`)."""
+    method's kind and name (for an outside plug-in; the project's take their per-framework constants from their
+    yaml's per_method table), the seed of its random state, the epochs its schedules span (CoCor's target network)
+    and the training data CoCor draws its labelled subset from (`data.train`, `data.task`, `data.targets`)."""
 
     augment: dict[str, Any]
     method_kind: str

@@ -20,7 +20,7 @@ Spirograph's (m, b, σ, f_r).
 from __future__ import annotations
 
 from functools import partial
-from typing import cast
+from typing import Any, Mapping, cast
 
 import torch
 import torch.nn.functional as F
@@ -74,7 +74,7 @@ class CoCor(Plugin):
         cls.lengths_and_targets(cast(CoCor.Settings, s), shape.augment)
 
     @staticmethod
-    def lengths_and_targets(s: Settings, aug: dict) -> tuple[list[int], list[int], dict[int, float]]:
+    def lengths_and_targets(s: Settings, aug: Mapping[str, Any]) -> tuple[list[int], list[int], dict[int, float]]:
         """The composite views' indices, their lengths and each length's constant target: ValueError with one line
         for a recipe without composite views or a length no target is given for."""
         if aug.get("kind", "views") != "views":

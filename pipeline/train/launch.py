@@ -187,7 +187,7 @@ def _train_and_log(spec: PretrainSpec, plan: RunPlan, run_id: str, trial: Trial 
     # the workers log into this run; a terminal gets progress bars, a file (ray job logs, CI) plain lines
     plan = plan.opened(run_id, uri, trial.label if trial else None, sys.stdout.isatty())
     _log(f"run {spec.name}  mlflow run {run_id}  store {uri}")
-    notes = plugin_notes(dict(spec.config))
+    notes = plugin_notes(spec.method.kind, spec.config.get("plugin") or {})
     for line in notes:  # a plug-in on a framework its paper did not define it on: said, and recorded on the run
         _log(f"notice: {line}")
     if notes:

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-import yaml
 import torch.nn.functional as F
+import yaml
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
@@ -345,11 +345,13 @@ def test_a_plugin_sees_only_the_fields_its_needs_name():
     assert full.queue is t and full.projections is not None  # the method's own context is left as it was
 
 
-@pytest.mark.parametrize("plugin, recipe", [("co2", "mocov3"), ("clsa", "clsa"), ("cocor", "cocor"), ("invclr", "invclr")])
+@pytest.mark.parametrize(
+    "plugin, recipe", [("co2", "mocov3"), ("clsa", "clsa"), ("cocor", "cocor"), ("invclr", "invclr")]
+)
 def test_mocov3_takes_every_plugin_whose_fields_it_provides_and_notes_those_its_papers_did_not_define(plugin, recipe):
     cfg = _cfg("method=mocov3", f"augment={recipe}", f"plugin=[{plugin}]")
     check_plugins(Checked.of(Config, cfg))
-    notes = plugin_notes(cfg)
+    notes = plugin_notes(cfg["method"]["kind"], cfg["plugin"])
     if plugin == "invclr":  # InvCLR's paper: MoCo and SimCLR; it reads the backbone's features, which MoCo v3 has
         assert notes == [
             "plugin invclr on method kind 'mocov3': its paper defines it on moco, simclr; "
