@@ -13,6 +13,7 @@ import yaml
 from pipeline.augment.colour import ModelColourStage
 from pipeline.augment.view_maker import image_recipe
 from pipeline.config import CONF_DIR
+from pipeline.curve_panels import Panel
 from pipeline.fields import Checked, check_model
 from pipeline.methods import METHODS
 from pipeline.methods.base import Method
@@ -59,6 +60,12 @@ def plugin_notes(kind: str, plugins: Mapping[str, Any]) -> list[str]:
         for name, own in plugins.items()
         if kind not in _defined_on(own)
     ]
+
+
+def drawn_curves(kind: str, plugins: Mapping[str, Any]) -> tuple[list[str], list[Panel]]:
+    """The loss terms the method and its plug-ins declare, and the plug-ins' own panels (pipeline.train.curves)."""
+    terms = [*METHODS[kind].loss_terms, *(t for name in plugins for t in PLUGINS[name].loss_terms)]
+    return terms, [p for name in plugins for p in PLUGINS[name].panels]
 
 
 def _defined_on(own: dict | None) -> list[str]:

@@ -73,6 +73,7 @@ class Method(nn.Module):
     online: nn.Module
     n_views: int = 2
     provides: frozenset[str] = frozenset()  # the StepContext fields framework_loss fills
+    loss_terms: ClassVar[tuple[str, ...]] = ()  # logged parts of its loss, drawn beside it (pipeline.curve_panels)
 
     @classmethod
     def check(cls, s: MethodSettings, shape: RunShape) -> None:

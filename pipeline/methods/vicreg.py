@@ -66,6 +66,7 @@ class VICReg(Method):
     # the projections (L2-normalised for the plug-ins, as the contract says) from every worker, each view's as the
     # positive key of the other's (pairs), the backbone's features and the embedding of further views
     provides = frozenset({"features", "pairs", "projections", "gathered", "embed", "embed_target"})
+    loss_terms = ("invariance", "variance", "covariance")
 
     class Settings(MethodSettings):
         head: Head  # required: the expander (the paper's name for the projector)

@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
+from pipeline.curve_panels import Panel
 from pipeline.fields import Section
 from pipeline.methods.context import StepContext
 from pipeline.run_shape import RunShape
@@ -65,6 +66,8 @@ class Plugin(nn.Module):
     name: ClassVar[str]  # plugin=[<name>] picks it; a class that sets it is registered (pipeline.registry)
     needs: tuple[frozenset[str], ...] = ()  # StepContext fields it reads: any one of these sets
 
+    loss_terms: ClassVar[tuple[str, ...]] = ()  # the terms of `loss` drawn beside the training loss
+    panels: ClassVar[tuple[Panel, ...]] = ()  # curves of its own (pipeline.curve_panels)
     needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad
 
     @classmethod

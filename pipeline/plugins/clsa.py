@@ -19,6 +19,7 @@ from pipeline.run_shape import RunShape
 
 class CLSA(Plugin):
     name = "clsa"
+    loss_terms = ("clsa_ddm",)
     # the strong views go through the method's embed; the support is the queue (MoCo), every worker's keys (MoCo v3)
     # or the batch's keys (BYOL, whose temperature is the plug-in's own)
     needs = (

@@ -12,6 +12,7 @@ from pipeline.plugins.base import Plugin, PluginRun
 
 class CO2(Plugin):
     name = "co2"
+    loss_terms = ("co2_consistency",)
     needs = (frozenset({"pairs", "queue"}), frozenset({"pairs", "key_bank"}), frozenset({"projections", "gathered"}))
 
     class Settings(Section):

@@ -31,6 +31,7 @@ from pipeline import dist
 from pipeline.augment.strong import POOLS
 from pipeline.augment.torch_exec import eval_transform
 from pipeline.augment.view_maker import eval_settings, image_recipe
+from pipeline.curve_panels import Panel
 from pipeline.data.labelled import LabelledBatches, labelled_subset
 from pipeline.data.manifest import read_manifest
 from pipeline.fields import Choice, Int, Num, Section, field
@@ -44,6 +45,14 @@ from pipeline.schedules import cosine, warmup_cosine
 class CoCor(Plugin):
     name = "cocor"
     needs = (frozenset({"embed", "embed_target"}),)  # it embeds the composite views and the originals through them
+    loss_terms = ("cocor_consistency",)
+    panels = (  # each composite length's target beside the similarity it constrains, in one colour
+        Panel(
+            "CoCor: target g(v) (solid) and latent similarity (dashed) per composite length",
+            r"cocor_(?:target|sim)_l(\d+)",
+            dashed="cocor_sim_",
+        ),
+    )
 
     class Settings(Section):
         weight: Num(ge=0) = 1.0  # alpha on the consistency loss

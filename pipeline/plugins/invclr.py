@@ -26,6 +26,7 @@ from pipeline.run_shape import RunShape
 class InvCLR(Plugin):
     name = "invclr"
     needs = (frozenset({"features"}),)
+    loss_terms = ("invclr_penalty",)
     needs_alpha_grad = True
 
     class Settings(Section):

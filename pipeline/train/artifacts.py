@@ -150,11 +150,15 @@ def curves_path(spec: PretrainSpec) -> Path:
 
 
 def log_curves(spec: PretrainSpec, run_id: str, uri: str) -> None:
-    """Loss, kNN and (CoCor) per-length target curves from the run's metric history, as a PNG in MLflow."""
+    """The loss with the terms its method and plug-ins declare, the kNN monitor and the plug-ins' own panels, from the
+    run's metric history, as a PNG in MLflow."""
     import mlflow  # not at load: see the module docstring
 
+    from pipeline.build import drawn_curves  # torch
+
+    terms, extra = drawn_curves(spec.method.kind, spec.config.get("plugin") or {})
     client = mlflow.MlflowClient(uri)
-    path = write_curves(client, run_id, curves_path(spec))
+    path = write_curves(client, run_id, curves_path(spec), terms, extra)
     if path:
         mlflow.log_artifact(str(path), artifact_path="curves")
         _log(f"training curves {path}")

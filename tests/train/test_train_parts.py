@@ -73,7 +73,8 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
 
 
 def test_curve_panels_group_what_was_logged():
-    from pipeline.train.curves import panels
+    from pipeline.build import drawn_curves
+    from pipeline.curve_panels import panels
 
     keys = [
         "train/loss",
@@ -87,13 +88,17 @@ def test_curve_panels_group_what_was_logged():
         "train/cocor_outer_loss",
         "system/cpu_utilization_percentage",
     ]
-    p = panels(keys)
+    p = panels(keys, *drawn_curves("moco", {"cocor": {}}))
     assert list(p.values()) == [
         ["train/loss", "train/cocor_consistency"],
         ["knn/r2_m"],
         ["train/cocor_sim_l1", "train/cocor_target_l1", "train/cocor_target_l3"],
     ]
     assert panels(["train/lr"]) == {}
+    (cocor,) = drawn_curves("moco", {"cocor": {}})[1]  # a length's target solid, its similarity dashed, one colour
+    assert cocor.style("train/cocor_sim_l3") == ("--", "C3") and cocor.style("train/cocor_target_l3") == ("-", "C3")
+    # what a method and a plug-in declare is drawn with the loss; nothing else names them
+    assert drawn_curves("vicreg", {"invclr": {}}) == (["invariance", "variance", "covariance", "invclr_penalty"], [])
 
 
 def test_progress_lines_print_a_plain_line_every_interval_and_no_redraws(capsys):
