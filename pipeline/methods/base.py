@@ -124,6 +124,10 @@ class Method(nn.Module):
                 out[name] = value.detach()
         return out
 
+    def fixed_lr_parameters(self) -> list[nn.Parameter]:
+        """Parameters the lr schedule leaves at its peak (a group of their own in the loop's optimiser); none here."""
+        return []
+
     def before_optimizer_step(self, progress: float) -> dict:
         """Called between backward and the optimiser step (gradient surgery: DINO's last-layer freeze and
         clipping). Returns logged scalars."""

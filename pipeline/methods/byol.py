@@ -40,6 +40,7 @@ class BYOL(PredictorMethod):
 
     def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
+        self.fix_predictor_lr = bool(s.fix_predictor_lr)
         self.momentum = Momentum(s.momentum, s.momentum_cosine)
         head = s.head
         encoder = build_encoder(run.model, head)

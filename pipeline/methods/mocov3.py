@@ -42,6 +42,7 @@ class MoCoV3(PredictorMethod):
 
     def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
+        self.fix_predictor_lr = bool(s.fix_predictor_lr)
         model = run.model
         vit = is_vit(model["backbone"])
         self.temperature = float(s.temperature if s.temperature is not None else (0.2 if vit else 1.0))

@@ -37,6 +37,12 @@ class PredictorEncoder(Encoder):
 class PredictorMethod(Method):
     """A method whose `online` is a PredictorEncoder."""
 
+    fix_predictor_lr = False  # its constructor sets method.fix_predictor_lr (SimSiam's --fix-pred-lr)
+
+    def fixed_lr_parameters(self) -> list[nn.Parameter]:
+        """The predictor's, when `method.fix_predictor_lr` keeps it at the peak lr."""
+        return list(cast(PredictorEncoder, unwrap(self.online)).predictor.parameters()) if self.fix_predictor_lr else []
+
     def query(self, x: torch.Tensor, with_features: bool = False):
         """The L2-normalised float32 prediction; with_features also returns the backbone features."""
         h, _, p = self.online(x, with_features=True, predict=True)

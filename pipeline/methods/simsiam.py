@@ -29,6 +29,7 @@ class SimSiam(PredictorMethod):
 
     def __init__(self, s: Settings, run: MethodRun):
         super().__init__()
+        self.fix_predictor_lr = bool(s.fix_predictor_lr)
         head = s.head
         # BN after every fc of the projector, its output fc's too (no ReLU, no affine parameters, as in the paper's
         # code; that fc's bias, which BN would cancel, is dropped)

@@ -115,9 +115,7 @@ class _Trainer:
         self.method.to(device, memory_format=self.memory_format)  # type: ignore[call-overload]
         if spec.train.compile:
             compile_backbones(self.method)
-        # SimSiam's predictor at a fixed lr: its parameters, known before DDP wraps the module
-        predictor = getattr(self.method.online, "predictor", None) if spec.method.fix_predictor_lr else None
-        fixed_lr = list(predictor.parameters()) if isinstance(predictor, torch.nn.Module) else []
+        fixed_lr = self.method.fixed_lr_parameters()  # the method's own (SimSiam's predictor), before DDP wraps it
         # DDP when world > 1, syncing BatchNorm's buffers once a step (sync_buffers_) rather than at every forward
         self.method.online = ray.train.torch.prepare_model(
             self.method.online, parallel_strategy_kwargs=dist.ddp_options()

@@ -112,7 +112,7 @@ def test_the_simsiam_recipe_is_main_simsiam_with_fix_pred_lr():
     ]
     lr = scaled_lr(cfg["optim"]["base_lr"], cfg["train"]["batch_size"])
     assert lr == pytest.approx(o["lr"] * o["batch"] / 256)  # init_lr = args.lr * args.batch_size / 256
-    opt = build_optimizer(method.online, cfg["optim"], lr, fixed_lr=method.online.predictor.parameters())
+    opt = build_optimizer(method.online, cfg["optim"], lr, fixed_lr=method.fixed_lr_parameters())
     assert opt.defaults["momentum"] == o["momentum"] and _every_parameter_decays_at(opt, o["wd"])
     held = [p for g in opt.param_groups if g.get("fixed_lr") for p in g["params"]]
     assert {id(p) for p in held} == {id(p) for p in method.online.predictor.parameters()}

@@ -233,8 +233,11 @@ def test_simsiam_predictor_keeps_the_initial_lr_as_the_authors_adjust_learning_r
     assert cfg["method"]["fix_predictor_lr"] is True
     method = build_method(cfg)
     pred = list(method.online.predictor.parameters())
+    assert [id(p) for p in method.fixed_lr_parameters()] == [id(p) for p in pred]  # what the loop asks the method
+    cfg_off = compose_config([f"paths.root={tmp_path}", "method=simsiam", "method.fix_predictor_lr=false"])
+    assert build_method(cfg_off).fixed_lr_parameters() == []
     init_lr, total = 0.05 * 512 / 256, 40
-    opt = build_optimizer(method.online, cfg["optim"], init_lr, pred)
+    opt = build_optimizer(method.online, cfg["optim"], init_lr, method.fixed_lr_parameters())
     in_pred = [g for g in opt.param_groups if any(p is q for p in g["params"] for q in pred)]
     assert all(g.get("fixed_lr") for g in in_pred) and sum(len(g["params"]) for g in in_pred) == len(pred)
     rest = [g for g in opt.param_groups if not g.get("fixed_lr")]
