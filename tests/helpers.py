@@ -159,3 +159,10 @@ def fake_source(backbone: str, cifar: bool, width: int, seed: int = 0, cfg: dict
     }
     state = {"method": {f"online.backbone.{k}": v for k, v in net.state_dict().items()}, "cfg": cfg}
     return Source(state, cfg, None, "fake")
+
+
+def same_views(n_views: int = 2, **view):
+    """A recipe of `n_views` views with one law (MoCo v1/v2, SimCLR); keyword arguments are ViewSpec fields."""
+    from pipeline.augment.recipe import Recipe, ViewSpec
+
+    return Recipe(views=(ViewSpec(**view),) * int(n_views))

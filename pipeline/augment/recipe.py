@@ -149,12 +149,6 @@ class Recipe:
         return tuple(v.size for v in self.views)
 
 
-def TwoViewRecipe(n_views: int = 2, mean=IMAGENET_MEAN, std=IMAGENET_STD, **view: Any) -> Recipe:  # noqa: N802
-    """`n_views` views with the same law (MoCo v1/v2, SimCLR); keyword arguments are ViewSpec fields."""
-    spec = ViewSpec(**view)
-    return Recipe(views=(spec,) * int(n_views), mean=mean, std=std)
-
-
 _VIEW_FIELDS = {f.name for f in fields(ViewSpec)}
 _GROUP_KEYS = {"count", "per_view"}
 

@@ -71,7 +71,6 @@ class Method(nn.Module):
     kind: ClassVar[str]  # the name `method.kind` picks it by; a class that sets it is registered (pipeline.registry)
     Settings: type[MethodSettings] = MethodSettings
     online: nn.Module
-    n_views: int = 2
     provides: frozenset[str] = frozenset()  # the StepContext fields framework_loss fills
     loss_terms: ClassVar[tuple[str, ...]] = ()  # logged parts of its loss, drawn beside it (pipeline.curve_panels)
 

@@ -31,7 +31,7 @@ from pipeline.plan import RunPlan
 from pipeline.progress import ProgressLines
 from pipeline.sections import Debug
 from pipeline.train.optim import build_optimizer
-from pipeline.train.plugin_optim import PluginOptimizers, from_method_state
+from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import resolve_precision
 from pipeline.train.prefetch import Timing, made_ahead, views_threads
 from pipeline.train.spec import PretrainSpec
@@ -144,11 +144,9 @@ class _Trainer:
 
     def restore(self, state: dict) -> int:
         """Load a checkpoint state; returns the epoch to start from."""
-        method_state = dict(state["method"])
-        older = from_method_state(method_state, self.method.plugins)  # a checkpoint from before plugin_optimizers
-        checkpoint.load_method_state(self.method, method_state)
+        checkpoint.load_method_state(self.method, dict(state["method"]))
         self.optimizer.load_state_dict(state["optimizer"])
-        self.plugin_optimizers.load_state_dict(state.get("plugin_optimizers") or older)
+        self.plugin_optimizers.load_state_dict(state.get("plugin_optimizers") or {})
         self.step = state["step"]
         self.method.set_progress(self.step / self.total_steps)
         return state["epoch"] + 1

@@ -77,20 +77,6 @@ class PluginOptimizers:
                     o.optimizer.load_state_dict(mine["optimizers"][name])
 
 
-def from_method_state(method_state: dict, plugins) -> dict:
-    """Checkpoints written before the loop owned these optimisers kept CoCor's in its module's extra state
-    (`plugins.<i>._extra_state`: updates, target_opt, classifier_opt). Removes that entry from `method_state` and
-    returns it in PluginOptimizers.state_dict's form ({} where there is none)."""
-    state = {}
-    for i, plugin in enumerate(plugins):
-        old = method_state.pop(f"plugins.{i}._extra_state", None)
-        if not isinstance(old, dict):
-            continue
-        optimizers = {n: old[f"{n}_opt"] for n in ("target", "classifier") if f"{n}_opt" in old}
-        state[plugin.name] = {"updates": int(old.get("updates", 0)), "optimizers": optimizers}
-    return state
-
-
 def _average_grads(params: list[torch.Tensor]) -> None:
     if not dist.is_dist():
         return

@@ -18,7 +18,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from helpers import encode, natural
+from helpers import encode, natural, same_views
 from pipeline.augment import batched
 from pipeline.augment import views as views_mod
 from pipeline.augment.batch_plan import _blur_taps
@@ -28,7 +28,6 @@ from pipeline.augment.colour_batch import HUE_CONSTS, blend_pass, hue_batch, jit
 from pipeline.augment.decode import decode_batch
 from pipeline.augment.params import blur_window, sample_views
 from pipeline.augment.png_check import png_rows_readable
-from pipeline.augment.recipe import TwoViewRecipe
 from pipeline.augment.resize_taps import aa_taps, crop_axes
 from pipeline.augment.strong import OPS, apply_strong_torch, sample_strong, torch_op
 from pipeline.augment.strong_batch import apply_strong_batch, batch_op
@@ -309,7 +308,7 @@ def test_corrupt_jpeg_and_png_are_dropped_and_counted():
     CPU only: whether nvjpeg reports garbage scan data as an error (rather than decoding noise) is nvjpeg's."""
     device = "cpu"
     encoded, bad = _corrupt_batch()
-    recipe = TwoViewRecipe(size=24)
+    recipe = same_views(size=24)
     ex = BatchedExecutor(recipe, device)
     views = make_views(encoded, recipe, ex, np.random.default_rng(0))
     expected = [i for i in range(len(encoded)) if i not in bad]
@@ -361,7 +360,7 @@ def test_decode_batch_equals_torch_decoder_and_png_check():
 # ----------------------------------------------------------------------------- eval transform, factory
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 def test_eval_transform_equals_torch_exec(device, photos, resize):
-    recipe = TwoViewRecipe(size=32)
+    recipe = same_views(size=32)
     ex, ref = BatchedExecutor(recipe, device), TorchExecutor(recipe)
     encoded = photos + [b"corrupt"]
     got, kept = ex.eval_transform(encoded, 40)
@@ -374,7 +373,7 @@ def test_eval_transform_equals_torch_exec(device, photos, resize):
 
 
 def test_make_executor_batched_kind_and_auto(monkeypatch):
-    recipe = TwoViewRecipe(size=32)
+    recipe = same_views(size=32)
     ex = make_executor("batched", recipe, 4, torch_device="cpu")
     assert type(ex) is BatchedExecutor and ex.device == torch.device("cpu")
     default = make_executor("batched", recipe, 4)

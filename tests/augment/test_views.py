@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from scipy import stats
 
-from helpers import encode, natural
+from helpers import encode, natural, same_views
 from pipeline.augment.params import (
     blur_window,
     eval_geometry,
@@ -26,7 +26,7 @@ from pipeline.augment.params import (
     sample_view_params,
     sample_views,
 )
-from pipeline.augment.recipe import TwoViewRecipe, ViewSpec, recipe_from_dict
+from pipeline.augment.recipe import ViewSpec, recipe_from_dict
 from pipeline.augment.views import Views, make_executor, make_views
 
 dali = pytest.importorskip("nvidia.dali")
@@ -43,7 +43,7 @@ def coord_image() -> np.ndarray:
     return np.stack([yy, xx, np.full_like(yy, 77)], axis=-1).astype(np.uint8)
 
 
-def denorm(x: torch.Tensor, recipe: TwoViewRecipe) -> np.ndarray:
+def denorm(x: torch.Tensor, recipe: same_views) -> np.ndarray:
     """Normalised float [B,3,S,S] -> float [B,S,S,3] in 0..255."""
     mean = torch.tensor(recipe.mean).view(1, 3, 1, 1)
     std = torch.tensor(recipe.std).view(1, 3, 1, 1)
@@ -78,7 +78,7 @@ def executor(kind: str, size: int, n_views: int = 1, batch_size: int = 8):
     """Executors only read size / n_views / mean / std from the recipe, so one per shape is reused."""
     key = (kind, size, n_views, batch_size)
     if key not in _EXECUTORS:
-        _EXECUTORS[key] = make_executor(kind, TwoViewRecipe(size=size, n_views=n_views), batch_size, device="cpu")
+        _EXECUTORS[key] = make_executor(kind, same_views(size=size, n_views=n_views), batch_size, device="cpu")
     return _EXECUTORS[key]
 
 
@@ -95,7 +95,7 @@ def test_recipe_from_dict():
     v = r.views[0]
     assert r.n_views == 2 and r.views[1] == v
     assert r.size == 96 and v.scale == (0.08, 1.0) and v.p_blur == 0.0 and v.jitter == (0.4, 0.4, 0.4, 0.1)
-    assert recipe_from_dict({}) == TwoViewRecipe()
+    assert recipe_from_dict({}) == same_views()
     with pytest.raises(ValueError, match="unknown"):
         recipe_from_dict({"szie": 96})
     with pytest.raises(ValueError):
@@ -161,7 +161,7 @@ def test_view_param_laws():
 
 def test_sample_views_independent_per_view():
     encoded = [encode(coord_image())] * 64
-    views = sample_views(encoded, TwoViewRecipe(n_views=3), np.random.default_rng(0))
+    views = sample_views(encoded, same_views(n_views=3), np.random.default_rng(0))
     assert len(views) == 3
     assert not np.array_equal(views[0]["crop"], views[1]["crop"])
     assert all((v["crop"][:, 0] + v["crop"][:, 2] <= H).all() for v in views)
@@ -179,7 +179,7 @@ def test_blur_window_and_eval_geometry():
 def test_unscaled_crop_is_the_source_window(kind, flip):
     """Output size = crop size: the view must equal the recorded sub-window, pixel for pixel."""
     size = 48
-    recipe = TwoViewRecipe(
+    recipe = same_views(
         size=size, ratio=(1.0, 1.0), scale=(size * size / (H * W),) * 2, p_flip=float(flip), n_views=1, **GEOMETRY_ONLY
     )
     src = coord_image()
@@ -201,7 +201,7 @@ def test_scaled_crop_follows_box_coordinates(kind):
     Measured error: torch < 1e-3, DALI < 0.032 levels (its filter weights are coarser); a box off
     by one pixel would be off by >= 1 level."""
     size = 32
-    recipe = TwoViewRecipe(size=size, n_views=1, **GEOMETRY_ONLY, p_flip=0.0)
+    recipe = same_views(size=size, n_views=1, **GEOMETRY_ONLY, p_flip=0.0)
     encoded = [encode(coord_image())] * 8
     (params,) = sample_views(encoded, recipe, np.random.default_rng(7))
     (out,), _ = executor(kind, size)(encoded, [params])
@@ -218,7 +218,7 @@ def test_scaled_crop_follows_box_coordinates(kind):
 
 
 # ----------------------------------------------------------------------------- DALI vs torch
-def _levels_diff(a: torch.Tensor, b: torch.Tensor, recipe: TwoViewRecipe) -> np.ndarray:
+def _levels_diff(a: torch.Tensor, b: torch.Tensor, recipe: same_views) -> np.ndarray:
     return np.abs(denorm(a, recipe) - denorm(b, recipe))
 
 
@@ -226,7 +226,7 @@ def _levels_diff(a: torch.Tensor, b: torch.Tensor, recipe: TwoViewRecipe) -> np.
 def test_dali_matches_torch(photos, mode):
     size = 64
     extra = GEOMETRY_ONLY if mode == "geometry" else {}
-    recipe = TwoViewRecipe(size=size, n_views=2, **extra)
+    recipe = same_views(size=size, n_views=2, **extra)
     params = sample_views(photos, recipe, np.random.default_rng(11))
     d_views, d_kept = executor("dali", size, 2)(photos, params)
     t_views, t_kept = executor("torch", size, 2)(photos, params)
@@ -241,7 +241,7 @@ def test_dali_matches_torch(photos, mode):
 @pytest.mark.parametrize("hue", [-0.5, -0.1, 0.07, 0.3])
 def test_dali_hue_is_torchvision_hue(photos, hue):
     size = 32
-    recipe = TwoViewRecipe(size=size, n_views=1)
+    recipe = same_views(size=size, n_views=1)
     crops = [[0, 0, 150, 200]] * 3
     encoded = photos[3:]
     params = [identity_params(np.array(crops), jitter_on=1, hue=hue, saturation=1.2, contrast=0.8)]
@@ -254,7 +254,7 @@ def test_dali_hue_is_torchvision_hue(photos, hue):
 def _run_one(kind: str, encoded: list[bytes], size: int, **over) -> np.ndarray:
     crops = np.array([[0, 0, *image_size(e)] for e in encoded])
     (out,), _ = executor(kind, size)(encoded, [identity_params(crops, **over)])
-    return denorm(out, TwoViewRecipe(size=size))
+    return denorm(out, same_views(size=size))
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +327,7 @@ def _other_formats() -> dict[str, bytes]:
 def test_other_formats_agree():
     """Formats found in real datasets (ImageNet has grayscale and CMYK JPEGs) decode to the same RGB."""
     encoded = list(_other_formats().values())
-    recipe = TwoViewRecipe(size=32, n_views=1, **GEOMETRY_ONLY)
+    recipe = same_views(size=32, n_views=1, **GEOMETRY_ONLY)
     params = sample_views(encoded, recipe, np.random.default_rng(0))
     (d,), d_kept = executor("dali", 32)(encoded, params)
     (t,), t_kept = executor("torch", 32)(encoded, params)
@@ -346,7 +346,7 @@ def _corrupt_batch() -> tuple[list[bytes], set[int]]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_corrupt_images_are_dropped_and_counted(kind):
     encoded, bad = _corrupt_batch()
-    recipe = TwoViewRecipe(size=32)
+    recipe = same_views(size=32)
     ex = executor(kind, 32, n_views=2)
     before = ex.skipped
     views = make_views(encoded, recipe, ex, np.random.default_rng(0))
@@ -361,17 +361,17 @@ def test_corrupt_images_are_dropped_and_counted(kind):
 def test_dali_recovers_after_a_failed_batch():
     encoded, _ = _corrupt_batch()
     ex = executor("dali", 32, n_views=2)
-    params = sample_views(encoded, TwoViewRecipe(size=32), np.random.default_rng(0))
+    params = sample_views(encoded, same_views(size=32), np.random.default_rng(0))
     ex(encoded, params)
     good = [encoded[0], encoded[2]]
-    views, kept = ex(good, sample_views(good, TwoViewRecipe(size=32), np.random.default_rng(1)))
+    views, kept = ex(good, sample_views(good, same_views(size=32), np.random.default_rng(1)))
     assert kept.tolist() == [0, 1] and views[0].shape[0] == 2
 
 
 def test_all_corrupt_gives_empty_views():
     ex = executor("dali", 32, n_views=2)
     encoded = [b"not an image", b"\x89PNG\r\n\x1a\n" + bytes(100)]
-    views, kept = ex(encoded, sample_views(encoded, TwoViewRecipe(size=32), np.random.default_rng(0)))
+    views, kept = ex(encoded, sample_views(encoded, same_views(size=32), np.random.default_rng(0)))
     assert len(kept) == 0 and all(v.shape == (0, 3, 32, 32) for v in views)
 
 
@@ -380,7 +380,7 @@ def test_dali_batch_sizes(n, photos):
     """Full batch, a smaller last batch, and more than batch_size (processed in chunks)."""
     ex = executor("dali", 32, n_views=2, batch_size=4)
     encoded = (photos * 2)[:n]
-    recipe = TwoViewRecipe(size=32)
+    recipe = same_views(size=32)
     params = sample_views(encoded, recipe, np.random.default_rng(n))
     views, kept = ex(encoded, params)
     assert kept.tolist() == list(range(n)) and all(v.shape == (n, 3, 32, 32) for v in views)
@@ -391,7 +391,7 @@ def test_dali_batch_sizes(n, photos):
 @pytest.mark.parametrize("kind", KINDS)
 def test_jpeg_views_and_make_views(kind):
     encoded = [encode(natural(375, 500, s), "JPEG") for s in range(2)]
-    recipe = TwoViewRecipe(size=64)
+    recipe = same_views(size=64)
     views = make_views(encoded, recipe, executor(kind, 64, n_views=2), np.random.default_rng(0))
     assert isinstance(views, Views) and len(views.images) == len(views.params) == 2
     for img, p in zip(views.images, views.params):
@@ -409,12 +409,12 @@ def test_eval_transform_agrees(photos):
     t, t_kept = torch_ex.eval_transform(encoded, 48)
     assert d.shape == t.shape == (len(photos), 3, 48, 48)
     assert d_kept.tolist() == t_kept.tolist() == list(range(len(photos)))
-    diff = _levels_diff(d, t, TwoViewRecipe())
+    diff = _levels_diff(d, t, same_views())
     assert diff.mean() < 0.1 and diff[:, 2:-2, 2:-2].max() < 0.05
 
 
 def test_make_executor():
-    recipe = TwoViewRecipe(size=32)
+    recipe = same_views(size=32)
     auto = make_executor("auto", recipe, 4, device="cpu")  # views on the CPU: the batched executor there
     assert type(auto).__name__ == "BatchedExecutor" and auto.device == torch.device("cpu")
     assert type(make_executor("dali", recipe, 4, device="cpu")).__name__ == "DaliExecutor"

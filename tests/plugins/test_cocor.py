@@ -201,7 +201,7 @@ from pipeline.data.labelled import LabelledBatches  # noqa: E402
 from pipeline.data.reader import Split  # noqa: E402
 from pipeline.losses.contrastive import info_nce  # noqa: E402
 from pipeline.methods.base import Encoder  # noqa: E402
-from pipeline.train.plugin_optim import PluginOptimizers, from_method_state  # noqa: E402
+from pipeline.train.plugin_optim import PluginOptimizers  # noqa: E402
 
 
 class _Backbone(nn.Sequential):
@@ -325,33 +325,23 @@ def _one_outer_step(m, owned):
     owned.step(m, images, params, out, progress=0.5)
 
 
-def test_the_loop_checkpoints_the_plugins_optimisers_and_reads_the_older_layout():
-    """The optimisers' state (momentum) and the step count round-trip through the loop's checkpoint entry; a
-    checkpoint written when CoCor kept them in its module's extra state loads into the same state."""
+def test_the_loop_checkpoints_the_plugins_optimisers():
+    """The optimisers' state (momentum) and the step count round-trip through the loop's checkpoint entry."""
     m, _ = _learned()
     owned = PluginOptimizers(m.plugins)
     for _ in range(2):
         _one_outer_step(m, owned)
     saved = owned.state_dict()
     assert saved["cocor"]["updates"] == 2 and set(saved["cocor"]["optimizers"]) == {"target", "classifier"}
-    older = {
-        "plugins.0._extra_state": {
-            "updates": 2,
-            **{f"{n}_opt": saved["cocor"]["optimizers"][n] for n in ("target", "classifier")},
-        }
-    }
-    older["online.weight"] = torch.zeros(1)
-    for state in (saved, from_method_state(older, m.plugins)):
-        fresh, _ = _learned()
-        restored = PluginOptimizers(fresh.plugins)
-        restored.load_state_dict(state)
-        assert restored.updates == {"cocor": 2}
-        for name in ("target_opt", "classifier_opt"):
-            a, b = getattr(m.plugins[0], name).state_dict(), getattr(fresh.plugins[0], name).state_dict()
-            assert a["state"].keys() == b["state"].keys() and a["state"]
-            for k in a["state"]:
-                assert torch.equal(a["state"][k]["momentum_buffer"], b["state"][k]["momentum_buffer"])
-    assert list(older) == ["online.weight"]  # the old entry is taken out of the method's state
+    fresh, _ = _learned()
+    restored = PluginOptimizers(fresh.plugins)
+    restored.load_state_dict(saved)
+    assert restored.updates == {"cocor": 2}
+    for name in ("target_opt", "classifier_opt"):
+        a, b = getattr(m.plugins[0], name).state_dict(), getattr(fresh.plugins[0], name).state_dict()
+        assert a["state"].keys() == b["state"].keys() and a["state"]
+        for k in a["state"]:
+            assert torch.equal(a["state"][k]["momentum_buffer"], b["state"][k]["momentum_buffer"])
 
 
 def test_a_step_without_the_plugins_optimisers_is_refused():
