@@ -35,6 +35,7 @@ from pipeline.data.generated import Generate
 from pipeline.fields import Checked, bad, check_model, show
 from pipeline.locations import check_data, check_paths, check_tracking
 from pipeline.methods import METHODS
+from pipeline.models.catalogue import is_vit, shortcut_widening, vit_patch
 from pipeline.registry import RegistryError
 from pipeline.run_shape import RunShape
 from pipeline.sections import Config, Model
@@ -43,7 +44,6 @@ from pipeline.store import Store
 # The backbone's total downsampling: an image smaller than this leaves the last stage less than one pixel
 # of its own (the rest is padding).
 STRIDE = {True: 8, False: 32}  # by model.cifar_stem
-VIT_PATCH = {"vit_tiny": 4, "vit_s16": 16, "vit_b16": 16}  # pipeline.models.backbones.VITS
 
 
 # ----------------------------------------------------------------------------- validate
@@ -66,13 +66,10 @@ def validate(cfg: dict, method: bool = True) -> Checked[Config]:
     return c
 
 
-BOTTLENECK_RESNETS = ("resnet50", "resnet101", "resnet152")  # their shortcuts see 4x the width
-
-
 def _stride(model: Model) -> int:
     """The backbone's total downsampling: a ViT's patch size, a ResNet's by its stem."""
-    if model.backbone in VIT_PATCH:
-        return int(model.patch_size or VIT_PATCH[model.backbone])
+    if is_vit(model.backbone):
+        return int(model.patch_size or vit_patch(model.backbone))
     return STRIDE[bool(model.cifar_stem)]
 
 
@@ -104,7 +101,7 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
     stride = _stride(model)
     if data.image_size < stride:
         stem = f"model.cifar_stem={show(model.cifar_stem)}"
-        why = f"{model.backbone}'s patches" if model.backbone in VIT_PATCH else stem
+        why = f"{model.backbone}'s patches" if is_vit(model.backbone) else stem
         raise bad(
             "data.image_size",
             data.image_size,
@@ -118,7 +115,7 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
                     f"augment.views.{i}.size",
                     size,
                     f"expected an integer >= {stride}: smaller than one patch of {model.backbone}"
-                    if model.backbone in VIT_PATCH
+                    if is_vit(model.backbone)
                     else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
                 )
     if data.task == "regression" and not data.targets:
@@ -135,8 +132,8 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
         )
     if c.optim.name == "lars" and c.optim.eta is None:
         raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
-    shortcut = model.width * (4 if model.backbone in BOTTLENECK_RESNETS else 1)
-    cpu_resnet = not tr.use_gpu and not model.backbone.startswith("vit")
+    cpu_resnet = not tr.use_gpu and not is_vit(model.backbone)
+    shortcut = model.width * shortcut_widening(model.backbone) if cpu_resnet else 0
     for key in ("channels_last", "compile"):  # inductor lays the CPU's convolutions out channels_last too
         if getattr(t, key) is True and cpu_resnet and shortcut < 16:
             raise bad(

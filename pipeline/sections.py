@@ -10,10 +10,10 @@ from pydantic import Field, StrictFloat, StrictInt, StrictStr
 from pipeline.data.formats import ON_BAD_SHARD
 from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, field
 from pipeline.methods.settings import MethodSettings
+from pipeline.models.catalogue import BACKBONES
 
 # Choices that live with heavy (torch) modules; tests/test_cli.py checks they match those registries. Method kinds
 # are the method registry's names (pipeline.methods.METHODS: the project's and installed packages').
-BACKBONES = ("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_s16", "vit_b16")  # models.backbones.BACKBONES
 OPTIMIZERS = ("sgd", "lars", "adamw")  # pipeline.train.optim.build_optimizer
 
 

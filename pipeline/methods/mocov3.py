@@ -12,7 +12,8 @@ from pipeline.methods.base import Encoder
 from pipeline.methods.context import StepContext
 from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
 from pipeline.methods.settings import Head, MethodRun, MomentumSettings
-from pipeline.models.backbones import build_backbone, is_vit
+from pipeline.models.backbones import build_backbone
+from pipeline.models.catalogue import is_vit
 from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum

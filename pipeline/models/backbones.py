@@ -14,12 +14,9 @@ from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 from torchvision.models.vision_transformer import EncoderBlock, VisionTransformer
 from torchvision.ops import stochastic_depth
 
-# name -> (block, layers)
-_ARCHS = {
-    "resnet18": (BasicBlock, [2, 2, 2, 2]),
-    "resnet34": (BasicBlock, [3, 4, 6, 3]),
-    "resnet50": (Bottleneck, [3, 4, 6, 3]),
-}
+from pipeline.models.catalogue import BACKBONES, RESNETS, VITS, vit_patch
+
+BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
 class _NarrowResNet(ResNet):
@@ -44,16 +41,6 @@ class _NarrowResNet(ResNet):
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-
-
-# name -> (patch size, layers, heads, width, MLP width): ViT-S/16 and ViT-B/16 as in DeiT / MoCo v3 / DINO; vit_tiny
-# is DeiT-Tiny's width with 4 layers and 4-px patches, for 32-px images and CPU tests
-VITS = {
-    "vit_tiny": (4, 4, 3, 192, 768),
-    "vit_s16": (16, 12, 6, 384, 1536),
-    "vit_b16": (16, 12, 12, 768, 3072),
-}
-BACKBONES = (*_ARCHS, *VITS)
 
 
 class ViT(VisionTransformer):
@@ -190,13 +177,9 @@ def sincos_position_embedding(grid: int, dim: int, temperature: float = 10000.0)
     return torch.cat([torch.zeros(1, dim, dtype=torch.float64), emb]).float()
 
 
-def is_vit(name: str) -> bool:
-    return name in VITS
-
-
 def patch_size(model: dict) -> int:
     """A ViT's patch size: model.patch_size, or the architecture's."""
-    return int(model.get("patch_size") or VITS[model["backbone"]][0])
+    return int(model.get("patch_size") or vit_patch(model["backbone"]))
 
 
 def build_backbone(model: dict) -> ViT | _NarrowResNet:
@@ -221,11 +204,11 @@ def build_backbone(model: dict) -> ViT | _NarrowResNet:
             vit.fix_sincos_position_embedding()
         vit.set_drop_path(float(model.get("drop_path") or 0.0))
         return vit
-    if name not in _ARCHS:
+    if name not in RESNETS:
         raise ValueError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
     cifar_stem, width = bool(model.get("cifar_stem", False)), int(model.get("width", 64))
-    block, layers = _ARCHS[name]
-    net = _NarrowResNet(block, layers, width)
+    block, layers = RESNETS[name]
+    net = _NarrowResNet(BLOCKS[block], list(layers), width)
     if cifar_stem:
         net.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
