@@ -6,7 +6,7 @@
   plain  a single-process loop over the same shards' images held in memory: PIL decode and torchvision's MoCo v2
          transforms in the loop (benchmarks/epoch_rate.py's bare row), the same method, optimiser, lr schedule,
          precision (train.precision=auto: bf16 where the CPU has it) and optimisation_step, no Ray, no MLflow;
-         then the same probe (pipeline.eval.run_probe.probe_backbone, the job's probe settings)
+         then the same probe (pipeline.eval.probe.compare.probe_backbone, the job's probe settings)
 
 The job runs first (it writes the shards both read), then the plain loop; each row's rate is the mean of epochs
 2..E (the first is warm-up), images / wall seconds. The ratio is job / plain (target >= 1.0, with a probe better
@@ -38,8 +38,8 @@ from epoch_rate import bare_transform, bare_views  # noqa: E402
 from pipeline.build import build_method, complete_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.reader import load_split  # noqa: E402
-from pipeline.eval.probe_spec import ProbeSpec  # noqa: E402
-from pipeline.eval.run_probe import probe_backbone  # noqa: E402
+from pipeline.eval.probe.compare import probe_backbone  # noqa: E402
+from pipeline.eval.probe.spec import ProbeSpec  # noqa: E402
 from pipeline.plan import make_plan  # noqa: E402
 from pipeline.schema import validate  # noqa: E402
 from pipeline.train.optim import build_optimizer  # noqa: E402

@@ -27,7 +27,7 @@ from pipeline.detect.voc import VOC_CLASSES, to_coco, voc07_ap50
 from pipeline.eval import downstream
 from pipeline.eval.downstream import results_table
 from pipeline.eval.evaluation import Job
-from pipeline.eval.run_probe import backbone_from, random_backbone
+from pipeline.eval.probe.compare import backbone_from, random_backbone
 from pipeline.eval.source import load_source
 
 METRICS = ("AP", "AP50", "AP75", "VOC07_AP50")  # the last for VOC sets, where detectron2 is installed

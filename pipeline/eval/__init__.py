@@ -13,5 +13,5 @@ if TYPE_CHECKING:
     from pipeline.eval.evaluation import Evaluation
 
 EVALUATIONS: Registry[Evaluation] = Registry(
-    "augssl.evaluations", declared(("pipeline.eval", "pipeline.detect"), "name", "Evaluation")
+    "augssl.evaluations", declared(("pipeline.eval", "pipeline.eval.probe", "pipeline.detect"), "name", "Evaluation")
 )

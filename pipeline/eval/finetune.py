@@ -26,7 +26,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from pipeline.augment.torch_exec import decode_rgb, eval_images, eval_transform
 from pipeline.data.reader import Split
-from pipeline.eval.linear_probe import regression_scores
+from pipeline.eval.probe.lbfgs import regression_scores
 
 
 @dataclass

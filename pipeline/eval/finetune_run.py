@@ -21,7 +21,7 @@ from pipeline.eval.evaluation import Job
 from pipeline.eval.finetune import Schedule, decodable, finetune, out_dim
 from pipeline.eval.job_errors import FinetuneError
 from pipeline.eval.job_settings import Finetune
-from pipeline.eval.run_probe import backbone_from, random_backbone
+from pipeline.eval.probe.compare import backbone_from, random_backbone
 from pipeline.eval.source import load_source
 
 METRIC_KEYS = ("top1", "top5", "mse", "r2")

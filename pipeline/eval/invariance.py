@@ -37,7 +37,7 @@ from pipeline.augment.recipe import Recipe
 from pipeline.augment.view_maker import build_view_maker, image_recipe
 from pipeline.augment.views import params_to_tensors
 from pipeline.data.spirograph import NUISANCE, RANGES, TARGETS, render_flat, sample_nuisance
-from pipeline.eval.linear_probe import probe
+from pipeline.eval.probe.lbfgs import probe
 from pipeline.losses.invclr import rademacher, scalar_projection
 from pipeline.losses.precision import float32
 

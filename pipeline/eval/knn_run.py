@@ -20,7 +20,7 @@ from pipeline.eval.extract import check_actors, load_features, split_features
 from pipeline.eval.job_errors import KnnError
 from pipeline.eval.job_settings import Knn
 from pipeline.eval.knn import knn_streamed
-from pipeline.eval.run_probe import backbone_from, random_backbone
+from pipeline.eval.probe.compare import backbone_from, random_backbone
 from pipeline.eval.source import load_source
 
 

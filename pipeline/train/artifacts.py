@@ -12,7 +12,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
 from pipeline.mlflow_ui import command_line, link, ui_base, ui_command
 from pipeline.train.curves import write_curves
@@ -110,7 +110,7 @@ def probe_finished(probe: ProbeSpec, name: str, run, local: Path) -> dict:
     import torch
 
     from pipeline import tracking  # mlflow
-    from pipeline.eval.run_probe import compare_with_random  # torch
+    from pipeline.eval.probe.compare import compare_with_random  # torch
     from pipeline.eval.source import download_state  # torch
 
     run_id = run.info.run_id

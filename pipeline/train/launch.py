@@ -20,7 +20,7 @@ from pipeline.cluster import init_ray, quiet_logs
 from pipeline.config import to_yaml
 from pipeline.data.reader import train_dataset
 from pipeline.disk_space import DiskFull, check_space, checkpoint_bytes, full_disk_line, is_disk_full
-from pipeline.eval import run_probe
+from pipeline.eval.probe import compare as run_probe
 from pipeline.fields import Checked
 from pipeline.plan import RunPlan
 from pipeline.sections import Config

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.fields import Checked
 from pipeline.methods.settings import MethodSettings
 from pipeline.sections import Config, Data, Debug, Gallery, Knn, Model, Tracking, Train, Trainer

@@ -209,7 +209,7 @@ def _random_baseline(spec: SweepSpec) -> float | None:
     prefix = "probe_pretrained_"
     if not metric.startswith(prefix) or metric.startswith(prefix + "fa_"):
         return None
-    from pipeline.eval.run_probe import probe_backbone, random_backbone  # torch: see the module docstring
+    from pipeline.eval.probe.compare import probe_backbone, random_backbone  # torch: see the module docstring
 
     _log("probing a random-init backbone once, as the sweep's baseline")
     net = random_backbone(dict(spec.model), spec.probe.seed)

@@ -20,7 +20,7 @@ from pydantic import ConfigDict
 
 from pipeline.cluster import cluster_address
 from pipeline.config import ConfigError, compose_config, config_hash
-from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.fields import Checked, Choice, Int, Section, Str, bad, check_model
 from pipeline.schema import validate
 from pipeline.sections import Config

@@ -543,7 +543,7 @@ def test_an_unstable_resnet50_diverges_unclipped_and_trains_with_the_presets_cli
     from pipeline.detect.coco_data import CocoSplit
     from pipeline.detect.diverged import Diverged
     from pipeline.detect.shapes import make_shapes
-    from pipeline.eval.run_probe import backbone_from
+    from pipeline.eval.probe.compare import backbone_from
 
     preset = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "detect" / "shapes.yaml"))
     gen = {**preset["data"]["generate"], "n_train": 48, "n_val": 2, "size": 64, "min_side": 12, "max_side": 24}

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from pipeline.eval.knn import knn_classify, knn_metrics, knn_regress, r2_score
-from pipeline.eval.linear_probe import probe
+from pipeline.eval.probe.lbfgs import probe
 
 
 def test_knn_classify_recovers_clusters():
@@ -61,7 +61,7 @@ def test_knn_metrics_keys():
 
 
 def test_probe_is_not_blown_up_by_near_constant_features():
-    from pipeline.eval.linear_probe import probe
+    from pipeline.eval.probe.lbfgs import probe
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 8, generator=g)

@@ -53,7 +53,7 @@ def test_every_step_of_every_suite_composes_and_passes_its_jobs_checks(name, siz
         monkeypatch.setitem(sys.modules, "detectron2", types.ModuleType("detectron2"))
     from pipeline.detect.job_errors import DetectError
     from pipeline.eval import EVALUATIONS
-    from pipeline.eval.probe_job import split_run
+    from pipeline.eval.probe.job import split_run
     from pipeline.fields import check_model
     from pipeline.sections import Config
 

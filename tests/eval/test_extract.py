@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from helpers import encode, fake_source, job_env
 from pipeline.data.shards import write_split
 from pipeline.eval.knn import knn_metrics, knn_streamed
-from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
+from pipeline.eval.probe.sgd import SgdSchedule, fit_sgd, score
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +169,7 @@ def test_extraction_actors_the_cluster_cannot_place_are_refused_in_one_line(ray_
     with pytest.raises(ConfigError, match="no node offers gpu_node; check actors"):
         check_actors(1, {"gpu_node": 1})
     # the probe's (jobs/linear_probe.py, and pretraining's own probe before its run is made): sgd alone extracts
-    from pipeline.eval.run_probe import check_probe_actors
+    from pipeline.eval.probe.compare import check_probe_actors
 
     spec = _probe_spec(solver="sgd", actors=None, actor_resources={"gpu_node": 1.0})
     assert not spec.autoscale
@@ -182,7 +182,7 @@ def test_extraction_actors_the_cluster_cannot_place_are_refused_in_one_line(ray_
 def _probe_spec(train: Path | None = None, **probe):
     """The probe's spec of the default config, with `probe`'s eval.probe keys and data.train=`train` on top."""
     from pipeline.config import compose_config
-    from pipeline.eval.probe_spec import ProbeSpec
+    from pipeline.eval.probe.spec import ProbeSpec
     from pipeline.fields import Checked
     from pipeline.sections import Config
 
@@ -192,7 +192,7 @@ def _probe_spec(train: Path | None = None, **probe):
 
 
 def test_the_probe_picks_its_solver_from_the_split_size(tmp_path):
-    from pipeline.eval.run_probe import probe_solver
+    from pipeline.eval.probe.compare import probe_solver
 
     split = _shards(tmp_path / "train", 20)
     assert probe_solver(_probe_spec(split, solver="auto", lbfgs_max=19, train_size=None)) == "sgd"

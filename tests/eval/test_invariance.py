@@ -1,5 +1,5 @@
 """Invariance metrics and feature averaging (docs/methods/invclr.md §1.3, §4.2, §4.4): pipeline/eval/invariance.py
-and the feature-averaged linear probe of pipeline/eval/run_probe.py."""
+and the feature-averaged linear probe of pipeline/eval/probe/compare.py."""
 
 import numpy as np
 import pytest
@@ -225,8 +225,8 @@ def test_compare_with_random_reports_feature_averaged_probe_and_invariance(tmp_p
     from pipeline.build import build_method
     from pipeline.config import compose_config
     from pipeline.data.spirograph_shards import make_spirograph_splits
-    from pipeline.eval.probe_spec import ProbeSpec
-    from pipeline.eval.run_probe import compare_with_random
+    from pipeline.eval.probe.compare import compare_with_random
+    from pipeline.eval.probe.spec import ProbeSpec
     from pipeline.store import Store
 
     small = [

@@ -79,7 +79,7 @@ def test_failure_after_the_run_opened_is_recorded_and_the_rerun_resumes_then_a_f
 ):
     import mlflow
 
-    from pipeline.eval import run_probe
+    from pipeline.eval.probe import compare as run_probe
     from pipeline.train import launch
 
     def broken(checkpoint, cfg, model=True):
@@ -139,7 +139,7 @@ def test_a_finished_run_never_probed_is_probed_on_rerun_and_stays_finished_if_th
 ):
     import mlflow
 
-    from pipeline.eval import run_probe
+    from pipeline.eval.probe import compare as run_probe
     from pipeline.train import launch
 
     local = store / "runs" / "checkpoints" / "r3"

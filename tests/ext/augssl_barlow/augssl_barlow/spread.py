@@ -33,7 +33,7 @@ class Spread(Evaluation[SpreadSettings]):
         from pipeline.data.reader import load_split
         from pipeline.eval import downstream
         from pipeline.eval.features import eval_preprocess, extract
-        from pipeline.eval.run_probe import backbone_from, random_backbone
+        from pipeline.eval.probe.compare import backbone_from, random_backbone
         from pipeline.eval.source import load_source
 
         s, store = job.own, job.store

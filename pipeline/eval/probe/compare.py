@@ -36,10 +36,10 @@ from pipeline.eval.invariance import (
     transformed_features,
 )
 from pipeline.eval.job_settings import ProbeRequest
-from pipeline.eval.linear_probe import probe
-from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.eval.probe.lbfgs import probe
+from pipeline.eval.probe.sgd import SgdSchedule, fit_sgd, score
+from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.eval.results import format_table
-from pipeline.eval.sgd_probe import SgdSchedule, fit_sgd, score
 from pipeline.models.backbones import build_backbone
 from pipeline.sections import Invariance
 
@@ -104,7 +104,7 @@ SOLVER_NAMES = {"lbfgs": "full-batch L-BFGS", "sgd": "SGD, MoCo's protocol, on f
 
 def probe_backbone_sgd(backbone: torch.nn.Module, spec: ProbeSpec) -> dict[str, float]:
     """The probe of a large set: both splits' features extracted by Ray Data to <paths.runs>/features/ (reused
-    for the same weights and settings), then SGD (pipeline.eval.sgd_probe) on the device there is. Starts Ray
+    for the same weights and settings), then SGD (pipeline.eval.probe.sgd) on the device there is. Starts Ray
     if the caller has not. train_size and val_size take the first that many extracted samples of each split."""
     spec.start_ray()  # the job's Ray: a joined cluster, or a private local one
     data, p, model = spec.data, spec.probe, dict(spec.model)

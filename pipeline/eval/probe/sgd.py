@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.eval.linear_probe import regression_scores
+from pipeline.eval.probe.lbfgs import regression_scores
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a linear probe reads of a job's config, typed, and taken once where a job hands it over: jobs/linear_probe.py
-(pipeline.eval.probe_run), a pretraining run's own probe (pipeline.train.launch, .artifacts) and a sweep's
-random-init baseline (pipeline.tune.results). The probe's functions (pipeline.eval.run_probe) read nothing else."""
+(pipeline.eval.probe.run), a pretraining run's own probe (pipeline.train.launch, .artifacts) and a sweep's
+random-init baseline (pipeline.tune.results). The probe's functions (pipeline.eval.probe.compare) read nothing else."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """jobs/linear_probe.py: the probe of a pretraining run's backbone beside a random-init twin, with the run's model,
 data and image size and the command line's eval.* on top, logged into a child run of the run. A probe that
 finished before with the same settings prints its results and probes nothing. Here: its settings and checks; the
-run is pipeline.eval.probe_run."""
+run is pipeline.eval.probe.run."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ class LinearProbe(Evaluation[ProbeRequest]):
         return Job.of(c, ProbeRequest(cfg, tuple(self.argv)), source=str(ref))
 
     def run(self, job: Job[ProbeRequest]) -> dict:
-        from pipeline.eval import probe_run  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
+        from pipeline.eval.probe import (
+            run as probe_run,  # the heavy part (torch, Ray, MLflow): kept off the bad-input path
+        )
 
         return probe_run.run(job)

@@ -1,4 +1,4 @@
-"""The run of jobs/linear_probe.py (its settings and checks: pipeline.eval.probe_job, which imports this module when
+"""The run of jobs/linear_probe.py (its settings and checks: pipeline.eval.probe.job, which imports this module when
 it runs): the probe of a pretraining run's backbone beside a random-init twin, logged into a child run of the run, or
 a finished probe's results read back."""
 
@@ -15,9 +15,9 @@ from pipeline.eval.downstream import settings_key
 from pipeline.eval.evaluation import Job
 from pipeline.eval.job_errors import ProbeError
 from pipeline.eval.job_settings import ProbeRequest
-from pipeline.eval.probe_spec import ProbeSpec
+from pipeline.eval.probe.compare import check_probe_actors, compare_with_random, config_for_run, probe_solver
+from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.eval.results import format_table, probe_results
-from pipeline.eval.run_probe import check_probe_actors, compare_with_random, config_for_run, probe_solver
 from pipeline.eval.source import load_source
 from pipeline.schema import validate
 
