@@ -267,36 +267,18 @@ def test_top1_top5_and_regression_scores_match_a_direct_count():
 
 
 def test_an_interrupted_finetuning_resumes_to_the_same_result(tmp_path):
-    root = colour_shards(tmp_path, {"train": 6, "val": 3})
-    train, _ = select(str(root / "train"), "classification", None, 1.0, seed=0)
-    val, _ = select(str(root / "val"), "classification", None, 1.0, seed=0)
-    args = dict(
-        train=train,
-        val=val,
-        task="classification",
-        out_dim=6,
-        size=16,
-        mean=[0.5] * 3,
-        std=[0.25] * 3,
-        device=torch.device("cpu"),
-        seed=0,
-    )
-
-    def net():
-        torch.manual_seed(0)
-        return build_backbone({"backbone": "resnet18", "cifar_stem": True, "width": 4})
-
-    whole = finetune(net(), s=_schedule(), ckpt=tmp_path / "a.pt", **args)
+    args = _colour_args(tmp_path)
+    whole = finetune(_net(), s=_schedule(), ckpt=tmp_path / "a.pt", **args)
 
     def killed(epoch, metrics):
         if epoch == 3:  # after epoch 2's checkpoint, before epoch 3's
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        finetune(net(), s=_schedule(), ckpt=tmp_path / "b.pt", log=killed, **args)
+        finetune(_net(), s=_schedule(), ckpt=tmp_path / "b.pt", log=killed, **args)
     assert torch.load(tmp_path / "b.pt", weights_only=False)["epoch"] == 2
     logged = []
-    resumed = finetune(net(), s=_schedule(), ckpt=tmp_path / "b.pt", log=lambda e, m: logged.append(e), **args)
+    resumed = finetune(_net(), s=_schedule(), ckpt=tmp_path / "b.pt", log=lambda e, m: logged.append(e), **args)
     assert logged == [3, 4] and resumed == pytest.approx(whole)
     assert torch.load(tmp_path / "b.pt", weights_only=False)["epoch"] == 4
 
