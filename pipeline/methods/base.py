@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Iterator, cast
 
 import torch
 from torch import nn
@@ -98,16 +98,15 @@ class Method(nn.Module):
         """framework_loss with the plug-ins: each may rewrite the views first (InvCLR's differentiable colour
         stage) and adds weighted loss terms after; every term is logged under its own name."""
         params = params or [{} for _ in images]
-        double = any(p.needs_alpha_grad for p in self.plugins)
-        # a gradient of a gradient (InvCLR's penalty) through attention needs its plain (math) kernel: the fused
-        # ones have no double backward
-        with sdpa_kernel([SDPBackend.MATH]) if double else contextlib.nullcontext():
-            return self._total_loss(images, params, double)
+        grad_views = sorted({v for p in self.plugins for v in p.alpha_grad_views()})
+        # a gradient through those parameters' gradient (InvCLR's penalty) through attention needs its plain (math)
+        # kernel: the fused ones have no double backward
+        with sdpa_kernel([SDPBackend.MATH]) if grad_views else contextlib.nullcontext():
+            return self._total_loss(images, params, grad_views)
 
-    def _total_loss(self, images: list[torch.Tensor], params: list[dict], double: bool) -> dict:
+    def _total_loss(self, images: list[torch.Tensor], params: list[dict], grad_views: list[int]) -> dict:
         alphas = {}
         if self.colour_stage:
-            grad_views = [0] if double else []
             images, alphas = self.colour_stage(images, params, grad_views)
         for plugin in self.plugins:
             images = plugin.prepare(self, images, params, alphas)
@@ -122,6 +121,24 @@ class Method(nn.Module):
                     out["loss"] = out["loss"] + weight * value
                 out[name] = value.detach()
         return out
+
+    @contextlib.contextmanager
+    def state_kept(self) -> Iterator[None]:
+        """Every buffer of the method (queues, BatchNorm statistics, centres) put back as it was once the block
+        ends: a forward inside leaves no trace. A method with state outside its buffers overrides this."""
+        saved = {name: b.clone() for name, b in self.named_buffers()}
+        try:
+            yield
+        finally:
+            for name, b in self.named_buffers():
+                b.copy_(saved[name])
+
+    @torch.no_grad()
+    def loss_again(self, images: list[torch.Tensor], params: list[dict] | None = None) -> torch.Tensor:
+        """The framework's loss of these views at the current weights: no gradient, no side effect (state_kept).
+        CoCor's upper-level step re-evaluates the step's loss this way after the optimiser moved the weights."""
+        with self.state_kept():
+            return self.framework_loss(images, params)["loss"]
 
     def fixed_lr_parameters(self) -> list[nn.Parameter]:
         """Parameters the lr schedule leaves at its peak (a group of their own in the loop's optimiser); none here."""

@@ -68,12 +68,16 @@ class Plugin(nn.Module):
 
     loss_terms: ClassVar[tuple[str, ...]] = ()  # the terms of `loss` drawn beside the training loss
     panels: ClassVar[tuple[Panel, ...]] = ()  # curves of its own (pipeline.curve_panels)
-    needs_alpha_grad = False  # ask the model-side colour stage for alpha tensors requiring grad
 
     @classmethod
     def check(cls, s: Section, shape: RunShape) -> None:
         """What the plug-in asks of the run (its views, torch.compile): ValueError with one line, before anything
         starts. `s` is its `Settings`, already checked; `shape` what it may read of the run."""
+
+    def alpha_grad_views(self) -> tuple[int, ...]:
+        """The views whose augmentation parameters it differentiates through (InvCLR's penalty: view 0): the
+        method's colour stage makes them tensors requiring grad, handed to `prepare` and `loss` as `alphas`."""
+        return ()
 
     def prepare(self, method, images: list[torch.Tensor], params: list[dict], alphas: dict) -> list[torch.Tensor]:
         """May rewrite the views before the framework's forward; `alphas` maps view -> its differentiable alpha."""

@@ -245,14 +245,11 @@ class CoCor(Plugin):
         if self.mode != "learned" or self._pending is None:
             return None, {}
         pending, self._pending = self._pending, None
-        # L_u and s at θe': the same views, no gradient, and every buffer put back (queue, BN statistics)
-        buffers = {name: b.clone() for name, b in method.named_buffers()}
-        with torch.no_grad():
-            after = method.framework_loss(images, params)
+        # L_u and s at θe': the same views, no gradient, and the method's state put back (queue, BN statistics)
+        with torch.no_grad(), method.state_kept():
             sims = self._similarities(method.embed, method.embed_target, images)  # the bi-level part: θe' itself
-            lu_after = after["loss"] + self.weight * cocor_consistency(sims, pending["targets"], self.form)
-        for name, b in method.named_buffers():
-            b.copy_(buffers[name])
+            consistency = cocor_consistency(sims, pending["targets"], self.form)
+        lu_after = method.loss_again(images, params) + self.weight * consistency
         s_after = torch.stack([s.mean() for s in sims]).float()
         # no value is read back to the host here (float() would stall a GPU's queue mid-step): the loop reads the
         # logged tensors once, after the step; the differences are taken in float64, as of Python numbers before

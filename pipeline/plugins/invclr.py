@@ -27,7 +27,6 @@ class InvCLR(Plugin):
     name = "invclr"
     needs = (frozenset({"features"}),)
     loss_terms = ("invclr_penalty",)
-    needs_alpha_grad = True
 
     class Settings(Section):
         lam: Num(ge=0)  # lambda, the penalty's weight
@@ -71,6 +70,9 @@ class InvCLR(Plugin):
             self.law = self.colour_law(run.augment)
         self.seed = run.seed
         self._gen: torch.Generator | None = None
+
+    def alpha_grad_views(self) -> tuple[int, ...]:
+        return (0,)  # the penalty is on the first view's representation
 
     def _generator(self) -> torch.Generator:
         if self._gen is None:  # per rank, so ranks draw different e and alpha'

@@ -126,3 +126,22 @@ def test_moco_symmetric_loss_is_both_directions():
     expected = info_nce(z1, z2, queue, 0.2) + info_nce(z2, z1, queue, 0.2)
     assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-5)
     torch.testing.assert_close(m.queue.keys[:16], torch.cat([z1, z2]))
+
+
+def test_loss_again_gives_the_steps_loss_and_leaves_no_trace():
+    """Method.loss_again (CoCor's re-evaluation after the step): the framework's loss of the same views, with the
+    queue and the BatchNorm statistics as they were; framework_loss itself moves both."""
+    from pipeline.config import compose_config
+
+    m = build_method(compose_config(["method=mocov2", "model.width=4", "method.queue_size=32"]))
+    g = torch.Generator().manual_seed(0)
+    images = [torch.randn(8, 3, 16, 16, generator=g) for _ in range(2)]
+    before = {name: b.clone() for name, b in m.named_buffers()}
+    torch.manual_seed(5)
+    again = m.loss_again(images)
+    assert not again.requires_grad
+    assert all(torch.equal(b, before[name]) for name, b in m.named_buffers())
+    torch.manual_seed(5)  # the same shuffle of the keys' BatchNorm groups
+    loss = m.framework_loss(images)["loss"]
+    assert again.item() == pytest.approx(loss.item(), rel=1e-6)
+    assert not all(torch.equal(b, before[name]) for name, b in m.named_buffers())
