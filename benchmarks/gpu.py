@@ -13,8 +13,8 @@ to docs/performance.md with the command, the device, the torch version and the d
     that recipe's framework consumes (target: >= 2x).
 (b) Training step: images/s of a bare, tuned loop written here with torch and torchvision only (two-view forward
     of torchvision's ResNet + projection MLP + the framework's loss + backward + fused SGD, EMA with
-    `_foreach_lerp_`, no host syncs) against the project's step (`build_method(cfg)`, `build_optimizer`, and
-    `_Trainer.train_step`'s sequence: lr schedule, views to the device, `optimisation_step` = autocast,
+    `_foreach_lerp_`, no host syncs) against the project's step (`build_method(cfg)`, `build_optimizer`, and the
+    loop's own step, `pipeline.train.step.Stepper`: lr schedule, views to the device, `optimisation_step` = autocast,
     total_loss(), zero_grad, backward, before_optimizer_step, optimizer.step, update_momentum, the plug-ins' own
     optimisers, then the per-step float() of the logged values). Rows: MoCo v2, SimCLR, BYOL, SimSiam, MoCo v3
     and DINO on ViT-S/16 (AdamW), and the seed plug-ins on their experiment's framework (co2,
@@ -308,34 +308,24 @@ def premade_views(cfg: dict, batch: int, device: torch.device, fmt: torch.memory
 def project_runner(
     cfg: dict, device: torch.device, precision: str, fmt: torch.memory_format, total_steps: int
 ) -> Callable:
-    """`_Trainer.train_step` without Ray: build_method + build_optimizer, then per step the lr schedule, the views to
-    the device, optimisation_step, and the float() of every logged value."""
+    """The loop's own step without Ray (pipeline.train.step.Stepper) on build_method + build_optimizer, as
+    `_Trainer` makes them: the lr schedule, the views to the device, optimisation_step, every logged value read."""
     from pipeline.build import build_method
     from pipeline.schedules import scaled_lr
     from pipeline.train.optim import build_optimizer
     from pipeline.train.plugin_optim import PluginOptimizers
-    from pipeline.train.step import optimisation_step, schedule_step, to_device
+    from pipeline.train.step import Stepper
 
     torch.manual_seed(0)
     method = build_method(cfg)
     method.to(device, memory_format=fmt)
     method.train()
     peak = scaled_lr(cfg["optim"]["base_lr"], cfg["train"]["batch_size"])
+    # SimSiam's fixed-lr predictor left in the common groups, as the bare loop has it: the same parameters per group
+    # in both loops (checked per row), and a group's lr changes no work of the step
     optimizer = build_optimizer(method.online, cfg["optim"], peak)
-    plugin_optimizers = PluginOptimizers(method.plugins)
-    state = {"step": 0}
-
-    def step(images, params):
-        """One `_Trainer.train_step`."""
-        schedule_step(optimizer, cfg["optim"], state["step"], total_steps, 0, peak)
-        images, params = to_device(images, params, device, fmt)
-        state["step"] += 1
-        progress = min(1.0, state["step"] / total_steps)
-        out = optimisation_step(method, optimizer, images, params, precision, device, progress, plugin_optimizers)
-        return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}
-
-    step.opt = optimizer
-    return step
+    plugins = PluginOptimizers(method.plugins)
+    return Stepper(method, optimizer, plugins, cfg["optim"], peak, total_steps, 0, None, device, fmt, precision)
 
 
 # ============================================================================= bare tuned loops: torch + torchvision
@@ -988,7 +978,7 @@ def measure_rows(
                 "bare": bare_runner(row, cfg, device, precision, fmt, total, s),
                 "project": project_runner(copy.deepcopy(cfg), device, precision, fmt, total),
             }
-            shapes = {k: trainable(r.opt) for k, r in runners.items()}
+            shapes = {"bare": trainable(runners["bare"].opt), "project": trainable(runners["project"].optimizer)}
             res["same_params"] = shapes["bare"] == shapes["project"]
             for run in runners.values():  # warm-up: cudnn autotuning, allocator, lazy state
                 for _ in range(s["warmup"]):

@@ -35,7 +35,7 @@ from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import resolve_precision
 from pipeline.train.prefetch import Timing, made_ahead, views_threads
 from pipeline.train.spec import PretrainSpec
-from pipeline.train.step import _Pending, compile_backbones, memory_format, optimisation_step, schedule_step, to_device
+from pipeline.train.step import Stepper, _Pending, compile_backbones, memory_format
 
 
 class _KnnMonitor:
@@ -124,14 +124,23 @@ class _Trainer:
         self.local_bs = plan.local_batch
         self.optimizer = build_optimizer(self.method.online, spec.optim, plan.lr, fixed_lr)
         self.plugin_optimizers = PluginOptimizers(self.method.plugins)
-        self.peak_lr = plan.lr
         self.total_steps = plan.total_steps
-        self.warmup = plan.warmup_steps
-        self.steps_per_epoch = plan.steps_per_epoch
-        self.step = 0
+        self.precision = resolve_precision(spec.train.precision, device)
+        self.stepper = Stepper(
+            self.method,
+            self.optimizer,
+            self.plugin_optimizers,
+            spec.optim,
+            plan.lr,
+            plan.total_steps,
+            plan.warmup_steps,
+            plan.steps_per_epoch,
+            device,
+            self.memory_format,
+            self.precision,
+        )
         self.step_s = 0.0  # where an epoch's time goes (seconds): the step's, and the data path's in self.timing
         self.timing = Timing()
-        self.precision = resolve_precision(spec.train.precision, device)
         self.views_ahead = spec.train.views_ahead
         self.views_threads = views_threads(torch.get_num_threads(), self.views_ahead)
         self.views_of = build_view_maker(
@@ -147,36 +156,19 @@ class _Trainer:
         checkpoint.load_method_state(self.method, dict(state["method"]))
         self.optimizer.load_state_dict(state["optimizer"])
         self.plugin_optimizers.load_state_dict(state.get("plugin_optimizers") or {})
-        self.step = state["step"]
+        self.stepper.step = state["step"]
         self.method.set_progress(self.step / self.total_steps)
         return state["epoch"] + 1
 
+    @property
+    def step(self) -> int:
+        return self.stepper.step
+
     def train_step(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
-        lr = schedule_step(
-            self.optimizer,
-            self.spec.optim,
-            self.step,
-            self.total_steps,
-            self.warmup,
-            self.peak_lr,
-            self.steps_per_epoch,
-        )
-        images, params = to_device(images, params, self.device, self.memory_format)
-        dist.sync_buffers_(self.method.online)
-        self.step += 1
-        out = optimisation_step(
-            self.method,
-            self.optimizer,
-            images,
-            params,
-            self.precision,
-            self.device,
-            min(1.0, self.step / self.total_steps),
-            self.plugin_optimizers,
-        )
+        out = self.stepper(images, params)
         self.step_s += time.monotonic() - t0
-        return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
+        return out
 
     def batches(self, shard, epoch: int):
         """Full batches of views for this epoch, in lockstep across ranks: a rank short of samples after

@@ -5,10 +5,12 @@ plug-ins), and the views topped up to a full batch after corrupt samples were dr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
+from pipeline import dist
 from pipeline.schedules import cosine, warmup_cosine, warmup_step_decay
 from pipeline.train.optim import set_lr, set_weight_decay
 from pipeline.train.plugin_optim import PluginOptimizers
@@ -111,6 +113,45 @@ def optimisation_step(
         with autocast(precision, device):
             out.update(plugin_optimizers.step(method, images, params or [{} for _ in images], out, progress))
     return out
+
+
+@dataclass
+class Stepper:
+    """One training step as the loop takes it, and as benchmarks/gpu.py times it: the lr schedule, the views to the
+    device, BatchNorm's buffers synced across workers, optimisation_step, every logged value read back once.
+    `step` counts the steps taken (a resumed run sets it)."""
+
+    method: Any
+    optimizer: torch.optim.Optimizer
+    plugin_optimizers: PluginOptimizers
+    optim: Mapping[str, Any]  # the config's optim section
+    peak_lr: float
+    total_steps: int
+    warmup_steps: int
+    steps_per_epoch: int | None
+    device: torch.device
+    memory_format: torch.memory_format
+    precision: str
+    step: int = 0
+
+    def __call__(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict[str, float]:
+        lr = schedule_step(
+            self.optimizer,
+            self.optim,
+            self.step,
+            self.total_steps,
+            self.warmup_steps,
+            self.peak_lr,
+            self.steps_per_epoch,
+        )
+        images, params = to_device(images, params, self.device, self.memory_format)
+        dist.sync_buffers_(self.method.online)
+        self.step += 1
+        progress = min(1.0, self.step / self.total_steps)
+        out = optimisation_step(
+            self.method, self.optimizer, images, params, self.precision, self.device, progress, self.plugin_optimizers
+        )
+        return {"lr": lr, **{k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in out.items()}}
 
 
 class _Pending:
