@@ -34,3 +34,38 @@ def test_ray_data_and_eval_reader_stream_s3_shards(s3_spirograph):
     same = load_split(str(local / "train"), "regression", ["m", "b", "sigma", "f_r"])
     assert split.encoded == same.encoded and (split.y == same.y).all()
     assert sorted(r["png"] for r in rows) == sorted(same.encoded)
+
+
+@pytest.mark.parametrize("where", ["missing-bucket/spiro", "ssl/no-such-prefix"])
+def test_s3_shards_that_are_not_there_stop_the_job_in_one_line_before_ray(s3_spirograph, tmp_path, where):
+    """An object store that answers with an error (a bucket or key that is not there; pyarrow's S3 client has
+    already retried what it retries): `jobs/pretrain.py` says so in one `error:` line naming the key, before Ray or
+    MLflow, and writes nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import job_env
+
+    uri, _ = s3_spirograph
+    host = uri[uri.index("endpoint_override=") :].split("&")[0].split("=")[1]
+    env = {**job_env(), "AWS_ENDPOINT_URL": f"http://{host}"}  # plain s3:// URIs, as a user's cluster has them
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(root / "jobs" / "pretrain.py"),
+            f"paths.root={tmp_path / 'job'}",
+            "data=cifar10",
+            f"data.train=s3://{where}/train",
+            f"data.val=s3://{where}/val",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: data.train=s3://{where}/train"), lines
+    assert not (tmp_path / "job" / "runs").exists()
