@@ -12,9 +12,8 @@ from pipeline.fields import Bool
 from pipeline.losses.predictive import byol_loss
 from pipeline.methods.base import Encoder, build_encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod, build_predictor
 from pipeline.methods.settings import Head, MethodRun, MomentumSettings
-from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import momentum_copy
 from pipeline.schedules import Momentum
 
@@ -44,11 +43,8 @@ class BYOL(PredictorMethod):
         self.momentum = Momentum(s.momentum, s.momentum_cosine)
         head = s.head
         encoder = build_encoder(run.model, head)
-        pred = s.predictor
-        out_dim = int(head.out_dim)
-        hidden = int((pred and pred.hidden_dim) or head_hidden_dim(encoder, head))  # paper: 4096, as the projector
-        layers, bn, last_bias = (pred.num_layers, pred.bn, pred.last_bias) if pred else (2, True, True)
-        predictor = mlp_head(out_dim, hidden, out_dim, int(layers), bool(bn), last_bias=bool(last_bias))
+        # the paper's predictor: as wide as the projector (4096)
+        predictor = build_predictor(int(head.out_dim), s.predictor, head_hidden_dim(encoder, head))
         self.online = PredictorEncoder(encoder.backbone, encoder.projector, predictor)
         # the target network: backbone + projector only (no predictor), frozen, updated by EMA in update_momentum
         self.target = momentum_copy(Encoder(encoder.backbone, encoder.projector))

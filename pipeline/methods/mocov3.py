@@ -10,7 +10,7 @@ from pipeline.fields import Bool, Num
 from pipeline.losses.contrastive import mocov3_loss
 from pipeline.methods.base import Encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod, build_predictor
 from pipeline.methods.settings import Head, MethodRun, MomentumSettings
 from pipeline.models.backbones import build_backbone
 from pipeline.models.catalogue import is_vit
@@ -55,9 +55,7 @@ class MoCoV3(PredictorMethod):
         dim, out = backbone.feat_dim, int(head.out_dim)
         hidden = int(head.hidden_dim or dim)  # 4096 in the paper
         projector = mlp_head(dim, hidden, out, int(head.num_layers or (3 if vit else 2)), bn=True, last_bn=True)
-        pred_hidden = int((pred and pred.hidden_dim) or hidden)
-        pred_layers = int(pred.num_layers if pred else 2)
-        predictor = mlp_head(out, pred_hidden, out, pred_layers, bn=True, last_bn=vit, last_bias=False)
+        predictor = build_predictor(out, pred, hidden, last_bn=vit, last_bias=False)
         self.online = PredictorEncoder(backbone, projector, predictor)
         self.key_encoder = momentum_copy(Encoder(backbone, projector))
 

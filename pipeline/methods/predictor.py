@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.methods.base import Encoder, Method, unwrap
+from pipeline.methods.settings import Predictor
+from pipeline.models.heads import mlp_head
 from pipeline.models.momentum import ema_update
 
 
@@ -32,6 +34,19 @@ class PredictorEncoder(Encoder):
             return (h, z) if with_features else z
         p = self.predictor(z)
         return (h, z, p) if with_features else (z, p)
+
+
+def build_predictor(
+    dim: int, pred: Predictor | None, default_hidden: int, last_bn: bool = False, last_bias: bool | None = None
+) -> nn.Sequential:
+    """The predictor MLP dim -> hidden -> dim: `method.predictor`'s layers, width, BN and last bias where the config
+    gives them, else 2 layers with BN at `default_hidden` (each paper's width: BYOL's and MoCo v3's the projector's
+    hidden width, SimSiam's a bottleneck of dim / 4). `last_bn`: an affine-free BN after the output (MoCo v3's ViT
+    model); `last_bias` overrides the config's (MoCo v3's Linears are all bias-free)."""
+    hidden = int((pred and pred.hidden_dim) or default_hidden)
+    layers, bn = (int(pred.num_layers), bool(pred.bn)) if pred else (2, True)
+    bias = (bool(pred.last_bias) if pred else True) if last_bias is None else last_bias
+    return mlp_head(dim, hidden, dim, layers, bn, last_bn=last_bn, last_bias=bias)
 
 
 class PredictorMethod(Method):

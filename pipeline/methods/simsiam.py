@@ -9,9 +9,8 @@ import torch.nn.functional as F
 from pipeline.losses.predictive import negative_cosine
 from pipeline.methods.base import build_encoder
 from pipeline.methods.context import StepContext
-from pipeline.methods.predictor import PredictorEncoder, PredictorMethod
+from pipeline.methods.predictor import PredictorEncoder, PredictorMethod, build_predictor
 from pipeline.methods.settings import Head, MethodRun, MethodSettings
-from pipeline.models.heads import mlp_head
 
 
 class SimSiam(PredictorMethod):
@@ -35,11 +34,8 @@ class SimSiam(PredictorMethod):
         # code; that fc's bias, which BN would cancel, is dropped)
         encoder = build_encoder(run.model, head, last_bn=head.bn)
         projector = encoder.projector
-        pred = s.predictor
         out_dim = int(head.out_dim)
-        hidden = int((pred and pred.hidden_dim) or max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
-        layers, bn = (pred.num_layers, pred.bn) if pred else (2, True)
-        predictor = mlp_head(out_dim, hidden, out_dim, int(layers), bool(bn))
+        predictor = build_predictor(out_dim, s.predictor, max(1, out_dim // 4))  # the paper's bottleneck: 512 for 2048
         self.online = PredictorEncoder(encoder.backbone, projector, predictor)
 
     def framework_loss(self, images: list[torch.Tensor], params: list[dict] | None = None) -> dict:
