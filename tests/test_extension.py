@@ -121,7 +121,7 @@ def test_an_installed_package_adds_a_method_and_a_plugin_that_train(site, tmp_pa
     assert method["settings"] == {"kind": "barlow", "lambd": 0.0051}
     assert method["moved"] > 0 and method["loss"] == method["loss"] and method["added"] == 0.0  # no plug-in
     # the plug-in on the project's SimCLR: its term, weighted by conf/plugin/uniformity.yaml, joins the loss
-    assert plugin["plugin"] == {"uniformity": {"weight": 0.1, "t": 2.0}}
+    assert plugin["plugin"] == {"uniformity": {"defined_on": ["barlow", "simclr"], "weight": 0.1, "t": 2.0}}
     assert plugin["uniformity"] < 0  # log of a mean of exp(-t d^2) < 1
     assert plugin["added"] == pytest.approx(0.1 * plugin["uniformity"], rel=1e-5)
     assert plugin["moved"] > 0
