@@ -39,24 +39,6 @@ def _make(target, cwd, env, **settings):
     )
 
 
-def _submit(args, cwd, env, timeout):
-    """`.venv/bin/ray job submit`, retried while the head's dashboard agent is still starting (it answers
-    "No available agent" for a few seconds after the head starts; over two minutes on a loaded 2-core machine)."""
-    deadline = time.monotonic() + 360
-    while True:
-        r = subprocess.run(
-            [".venv/bin/ray", "job", "submit", "--working-dir", ".", "--", *args],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if "No available agent" not in r.stderr or time.monotonic() > deadline:
-            return r
-        time.sleep(3)
-
-
 def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
     import tempfile
 
@@ -118,14 +100,8 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
             "eval.knn.val_size=64",
             "eval.probe.steps=10",
         ]
-        pretrain = ["python", "jobs/pretrain.py", *small, "train.epochs=1"]
-        r = _submit(["sh", "-c", f"{shlex.join(['python', '-c', where])} && {shlex.join(pretrain)}"], work, shell, 900)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out[-4000:]
-        assert re.search(r"UPLOADED False True \S*/\.venv$", r.stdout, flags=re.M), out[-4000:]
-        assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
+        _readme_job_beside_another(work, shell, small, where)
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
-        _two_jobs_at_once(work, shell, small)
         # another Ray on the machine, which must survive our cluster-stop (started only now: an idle head costs CPU,
         # and the suite is CPU-bound). A sweep through `ray job submit` is left out for suite time: its trials join
         # the cluster as tests/infra/test_faults.py's sweep does, and the upload is the pretraining job's above.
@@ -149,47 +125,70 @@ def _ray_job(work: Path, shell: dict, *args: str) -> subprocess.CompletedProcess
     )
 
 
-def _two_jobs_at_once(work: Path, shell: dict, small: list[str]) -> None:
-    """Two pretraining jobs submitted at once to the same head (4 logical CPUs), each asking for a 3-CPU worker: the
-    second says in one line that other jobs hold the room and waits; both finish, in runs, locks and checkpoints of
-    their own (different seeds: different run names, one store)."""
-    ids = []
-    for seed in (1, 2):
-        job = [
-            "python",
-            "jobs/pretrain.py",
-            *small,
-            f"train.epochs={6 if seed == 1 else 1}",  # the first holds its worker while the second starts
-            f"seed={seed}",
-            "trainer.num_workers=1",
-            "trainer.cpus_per_worker=3",
-            "eval.probe.after_pretrain=false",
-            "eval.knn.every=0",
-        ]
-        r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *job)
-        assert r.returncode == 0, r.stdout + r.stderr
-        (job_id,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
-        ids.append(job_id)
-        # the first job's workers placed before the second asks: two that ask in the same second both see the
-        # room free, and the second's workers then wait in Ray Train's queue without the line (docs/cluster.md)
+def _started(args: list[str], cwd: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """`.venv/bin/ray job submit` as the README runs it (it waits, streaming the job's logs), once the head's agent
+    answers; returns the running client and the job's id."""
+    deadline = time.monotonic() + 360
+    while True:
+        client = subprocess.Popen(
+            [".venv/bin/ray", "job", "submit", "--working-dir", ".", "--", *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert client.stdout is not None
+        seen = []
+        for line in client.stdout:
+            seen.append(line)
+            found = re.search(r"Job '(raysubmit_\w+)' submitted successfully", line)
+            if found:
+                return client, found[1]
+        client.wait()
+        if "No available agent" not in "".join(seen) or time.monotonic() > deadline:
+            raise AssertionError("".join(seen)[-3000:])
+        time.sleep(3)
+
+
+def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where: str) -> None:
+    """The pretraining job as the README submits it (in .venv, without data/, which .rayignore kept out of the
+    upload), and a second job submitted while its worker runs, on a head of 4 logical CPUs, each asking for a 3-CPU
+    worker: the second says in one line that other jobs hold the room and waits; both finish, in runs, locks and
+    checkpoints of their own (different seeds: different run names, one store)."""
+    one_worker = ["trainer.num_workers=1", "trainer.cpus_per_worker=3"]
+    readme = ["python", "jobs/pretrain.py", *small, "train.epochs=6", "seed=1", "eval.knn.every=0", *one_worker]
+    client, first = _started(
+        ["sh", "-c", f"{shlex.join(['python', '-c', where])} && {shlex.join(readme)}"], work, shell
+    )
+    try:
+        # its worker placed before the second asks: two that ask in the same second both see the room free, and the
+        # second's workers then wait in Ray Train's queue without the line (docs/cluster.md)
         deadline = time.monotonic() + 600
-        while seed == 1 and time.monotonic() < deadline:
-            said = _ray_job(work, shell, "logs", job_id).stdout
-            if "worker(s), rank 0" in said:
-                break
+        while "worker(s), rank 0" not in _ray_job(work, shell, "logs", first).stdout:
+            assert time.monotonic() < deadline, "the first job's worker was never placed"
             time.sleep(3)
-    logs = {}
+        other = ["python", "jobs/pretrain.py", *small, "train.epochs=1", "seed=2", *one_worker]
+        other += ["eval.probe.after_pretrain=false", "eval.knn.every=0"]
+        r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *other)
+        assert r.returncode == 0, r.stdout + r.stderr
+        (second,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
+        out, _ = client.communicate(timeout=900)
+    finally:
+        client.kill()
+    assert client.returncode == 0, out[-4000:]
+    assert re.search(r"UPLOADED False True \S*/\.venv$", out, flags=re.M), out[-4000:]
+    assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
     deadline = time.monotonic() + 900
-    for job_id in ids:
-        while True:
-            st = _ray_job(work, shell, "status", job_id)
-            ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
-            if ended or time.monotonic() > deadline:
-                break
-            time.sleep(5)
-        logs[job_id] = _ray_job(work, shell, "logs", job_id).stdout
-        assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[job_id][-3000:]
-    waited = [i for i in ids if "other jobs hold it now" in logs[i]]
-    assert len(waited) == 1, {i: logs[i][-1500:] for i in ids}  # one started, the other said so and waited
-    names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in ids}
+    while True:
+        st = _ray_job(work, shell, "status", second)
+        ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
+        if ended or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    logs = {first: _ray_job(work, shell, "logs", first).stdout, second: _ray_job(work, shell, "logs", second).stdout}
+    assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[second][-3000:]
+    waited = [i for i in (first, second) if "other jobs hold it now" in logs[i]]
+    assert waited == [second], {i: logs[i][-1500:] for i in logs}  # the first started, the second said so and waited
+    names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in logs}
     assert len(names) == 2, names
