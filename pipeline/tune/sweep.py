@@ -165,11 +165,13 @@ def _tuner(spec: SweepSpec, dims: list[Dim], setup: dict):
     s, name, storage = spec.sweep, spec.name, spec.storage
     if not spec.verbose:  # Tune's status tables and "View detailed results here": the Console says enough
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # The trial itself only drives its Train run (the workers hold the CPUs): a token of CPU so Tune can place it,
-    # on the head, beside the sweep's driver: its log and probe go under paths.root there, and a worker node lost
-    # (a spot instance, a scale-down) takes only Train workers, which Train restarts, never a trial's driver.
+    # The trial itself only drives its Train run (the workers hold the CPUs): no CPU of its own, a token of the head
+    # node's resource so Tune places it there, beside the sweep's driver: its log and probe go under paths.root
+    # there, and a worker node lost (a spot instance, a scale-down) takes only Train workers, which Train restarts,
+    # never a trial's driver. A token CPU (0.01) left a 4-CPU head 0.99 CPU beside a 3-CPU worker, and Ray Data's
+    # read task, which asks 1, then never ran: the trial hung.
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, setup=setup), {"cpu": 0.01, "node:__internal_head__": 0.01}
+        tune.with_parameters(run_trial, setup=setup), {"cpu": 0, "node:__internal_head__": 0.01}
     )
     path = f"{storage.rstrip('/')}/{name}"
     if tune.Tuner.can_restore(path):
