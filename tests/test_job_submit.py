@@ -151,11 +151,19 @@ def _started(args: list[str], cwd: Path, env: dict) -> tuple[subprocess.Popen, s
         time.sleep(3)
 
 
+def _no_wait(work: Path, shell: dict, job: list[str]) -> str:
+    r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (job_id,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
+    return job_id
+
+
 def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where: str) -> None:
     """The pretraining job as the README submits it (in .venv, without data/, which .rayignore kept out of the
-    upload), and a second job submitted while its worker runs, on a head of 4 logical CPUs, each asking for a 3-CPU
-    worker: the second says in one line that other jobs hold the room and waits; both finish, in runs, locks and
-    checkpoints of their own (different seeds: different run names, one store)."""
+    upload), and a second job and a sweep submitted while its worker runs, on a head of 4 logical CPUs, each asking
+    for 3-CPU workers: the second job says in one line that other jobs hold the room and waits, the sweep's trials
+    wait in Tune's queue; all finish, in runs, locks and checkpoints of their own (different seeds: different run
+    names, one store)."""
     one_worker = ["trainer.num_workers=1", "trainer.cpus_per_worker=3"]
     readme = ["python", "jobs/pretrain.py", *small, "train.epochs=6", "seed=1", "eval.knn.every=0", *one_worker]
     client, first = _started(
@@ -170,24 +178,32 @@ def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where:
             time.sleep(3)
         other = ["python", "jobs/pretrain.py", *small, "train.epochs=1", "seed=2", *one_worker]
         other += ["eval.probe.after_pretrain=false", "eval.knn.every=0"]
-        r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *other)
-        assert r.returncode == 0, r.stdout + r.stderr
-        (second,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
+        # and a sweep beside them: its trials (3 CPUs each) wait until the jobs' workers are gone
+        sweep = ["python", "jobs/tune.py", "+sweep=smoke", small[0], "sweep.max_concurrent_trials=1", *one_worker]
+        second = _no_wait(work, shell, other)
+        while "other jobs hold it now" not in _ray_job(work, shell, "logs", second).stdout:  # it waits: then the sweep
+            assert time.monotonic() < deadline, "the second job never said it waits"
+            time.sleep(3)
+        third = _no_wait(work, shell, sweep)
         out, _ = client.communicate(timeout=900)
     finally:
         client.kill()
     assert client.returncode == 0, out[-4000:]
     assert re.search(r"UPLOADED False True \S*/\.venv$", out, flags=re.M), out[-4000:]
     assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
-    deadline = time.monotonic() + 900
-    while True:
-        st = _ray_job(work, shell, "status", second)
-        ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
-        if ended or time.monotonic() > deadline:
-            break
-        time.sleep(5)
-    logs = {first: _ray_job(work, shell, "logs", first).stdout, second: _ray_job(work, shell, "logs", second).stdout}
-    assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[second][-3000:]
+    logs = {first: _ray_job(work, shell, "logs", first).stdout}
+    for job_id in (second, third):
+        deadline = time.monotonic() + 600
+        while True:
+            st = _ray_job(work, shell, "status", job_id)
+            ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
+            if ended or time.monotonic() > deadline:
+                break
+            time.sleep(5)
+        logs[job_id] = _ray_job(work, shell, "logs", job_id).stdout
+        assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[job_id][-3000:]
+    sweep_log = logs.pop(third)
+    assert re.search(r"^Done: sweep \S+, 2 trial\(s\)", sweep_log, re.M), sweep_log[-3000:]  # both trials ran
     waited = [i for i in (first, second) if "other jobs hold it now" in logs[i]]
     assert waited == [second], {i: logs[i][-1500:] for i in logs}  # the first started, the second said so and waited
     names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in logs}
