@@ -153,3 +153,82 @@ def on_storage(server: MlflowServer, experiment: str) -> list[str]:
         f"data.train=s3://{BUCKET}/spirograph/train",
         f"data.val=s3://{BUCKET}/spirograph/val",
     ]
+
+
+SLOW_DOWN = b"<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+
+
+class FlakyS3:
+    """A proxy in front of an S3 server that fails some object reads the way a busy store does: the first
+    `fails` GETs of each object key get `503 SlowDown` (S3's throttling answer) or, with `reset=True`, a
+    connection closed without an answer. Everything else passes through. `failed` counts what it refused."""
+
+    def __init__(self, target: str, fails: int = 1, reset: bool = False, keys: str = ""):
+        import http.client
+        import http.server
+        import threading
+        from collections import Counter
+        from urllib.parse import urlsplit
+
+        self.failed: Counter = Counter()
+        seen: Counter = Counter()
+        lock = threading.Lock()
+        host, port = urlsplit(target).hostname, urlsplit(target).port
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _forward(self):
+                path = self.path.split("?")[0]
+                key = path.strip("/")
+                is_object_read = self.command == "GET" and "/" in key and keys in key
+                if is_object_read:
+                    with lock:
+                        seen[key] += 1
+                        refuse = seen[key] <= fails
+                        if refuse:
+                            proxy.failed[key] += 1
+                    if refuse:
+                        if reset:
+                            self.close_connection = True
+                            self.connection.shutdown(2)
+                            return
+                        body = SLOW_DOWN
+                        self.send_response(503)
+                        self.send_header("Content-Type", "application/xml")
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
+                n = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(n) if n else None
+                conn = http.client.HTTPConnection(host, port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                conn.request(self.command, self.path, body=data, headers=headers)
+                answer = conn.getresponse()
+                payload = answer.read()
+                self.send_response(answer.status, answer.reason)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(k, v)
+                # a HEAD answer says the object's length, not its (empty) body's
+                self.send_header("Content-Length", answer.getheader("Content-Length", str(len(payload))))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

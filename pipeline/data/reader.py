@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -24,6 +25,15 @@ from pipeline.data.manifest import (
 # (pipeline.train.prepare.prepare_data checks every shard and, with `fail`, refuses in one line), so by the
 # time a shard is read a bad one is either allowed (`skip`) or went bad since: skip it, warning with its name.
 DEFAULT_ON_BAD_SHARD = "skip"
+
+# An object store's error (throttling, a reset connection) is the store's fault, not the shard's: past pyarrow's
+# own retries the shard is read again from where it failed, with growing pauses, for up to this long, and then
+# StoreReadError is raised. Never skipped as a bad shard: that would quietly shrink a split.
+STORE_RETRY_S = 120.0
+
+
+class StoreReadError(OSError):
+    """A shard on an object store that could not be read for STORE_RETRY_S (one line naming it)."""
 
 
 def _warn_bad(bad: list[tuple[str, str]]) -> None:
@@ -105,10 +115,15 @@ def iter_samples(
         why = None if "://" in uri else shard_problem(uri, sizes[i] if sizes else None)
         if why is None:
             try:
-                yield from _iter_shard(uri, counts[i] if counts else None)
+                if "://" in uri:
+                    yield from _iter_remote_shard(uri, counts[i] if counts else None)
+                else:
+                    yield from _iter_shard(uri, counts[i] if counts else None)
                 continue
             except _ShortShard as e:
                 why = str(e)
+            except StoreReadError:
+                raise  # the store's fault, not the shard's
             except (tarfile.TarError, EOFError, OSError) as e:
                 why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'unreadable'}"
         if on_bad_shard == "fail":
@@ -116,6 +131,36 @@ def iter_samples(
         _warn_bad([(uri, why)])
         if bad is not None:
             bad.append((uri, why))
+
+
+def _iter_remote_shard(uri: str, expected: int | None = None, budget_s: float | None = None) -> Iterator[dict]:
+    """`_iter_shard` on an object store, read again past the samples already yielded after a store error (an
+    OSError that is no tar damage) with pauses of 1, 2, 4 ... s; StoreReadError once `budget_s` has gone."""
+    budget = STORE_RETRY_S if budget_s is None else budget_s
+    start, done, pause = time.monotonic(), 0, 1.0
+    while True:
+        try:
+            for n, sample in enumerate(_iter_shard(uri, expected)):
+                if n >= done:
+                    done += 1
+                    yield sample
+            return
+        except (tarfile.TarError, EOFError):
+            raise
+        except OSError as e:
+            waited = time.monotonic() - start
+            answer = (str(e).splitlines() or [type(e).__name__])[0].rstrip(": ")
+            if waited + pause > budget:
+                raise StoreReadError(
+                    f"{uri.split('?')[0]}: {answer} (still failing after {waited:.0f} s of retries)"
+                ) from None
+            print(
+                f"[shards] {uri.split('?')[0]}: {answer}; reading it again in {pause:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(pause)
+            pause *= 2
 
 
 def _iter_shard(uri: str, expected: int | None = None) -> Iterator[dict]:

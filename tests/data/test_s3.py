@@ -69,3 +69,65 @@ def test_s3_shards_that_are_not_there_stop_the_job_in_one_line_before_ray(s3_spi
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: data.train=s3://{where}/train"), lines
     assert not (tmp_path / "job" / "runs").exists()
+
+
+def _through(proxy, uri: str) -> str:
+    """The same s3:// URI, its endpoint the fault-injecting proxy."""
+    host = uri[uri.index("endpoint_override=") :].split("&")[0].split("=")[1]
+    return uri.replace(host, proxy.endpoint.split("//")[1])
+
+
+def _moto(uri: str) -> str:
+    return "http://" + uri[uri.index("endpoint_override=") :].split("&")[0].split("=")[1]
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["503-slow-down", "connection-reset"])
+def test_throttled_or_reset_s3_reads_lose_no_sample(s3_spirograph, reset):
+    """Every shard's first GET answered `503 SlowDown` (S3's throttling) or cut without an answer: Ray Data's
+    training stream and the eval reader still read every sample once (pyarrow's S3 client retries)."""
+    import ray
+
+    from services import FlakyS3
+
+    uri, local = s3_spirograph
+    proxy = FlakyS3(_moto(uri), fails=1, reset=reset, keys=".tar")
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    try:
+        rows = train_dataset(_through(proxy, uri), shuffle_files=False).take_all()
+    finally:
+        ray.shutdown()
+    assert sorted(proxy.failed.values()) == [1, 1, 1]  # each of the 3 shards refused once
+    same = load_split(str(local / "train"), "regression", ["m", "b", "sigma", "f_r"])
+    assert sorted(r["png"] for r in rows) == sorted(same.encoded)
+    proxy.failed.clear()
+    again = FlakyS3(_moto(uri), fails=1, reset=reset, keys=".tar")
+    split = load_split(_through(again, uri), "regression", ["m", "b", "sigma", "f_r"])
+    assert sorted(again.failed.values()) == [1, 1, 1]
+    assert split.encoded == same.encoded and (split.y == same.y).all()
+    proxy.stop()
+    again.stop()
+
+
+def test_an_s3_shard_failing_past_pyarrows_retries_is_read_again_then_named_never_skipped(
+    s3_spirograph, monkeypatch, capsys
+):
+    """The eval reader past pyarrow's own retries: a shard refused 40 times in a row is read again after a pause
+    and the split is whole; one refused for good raises StoreReadError naming it once the retry budget is spent,
+    rather than being skipped as a bad shard (which would quietly shrink the split)."""
+    import pipeline.data.reader as reader
+    from services import FlakyS3
+
+    uri, local = s3_spirograph
+    same = load_split(str(local / "train"), "regression", ["m", "b", "sigma", "f_r"])
+    monkeypatch.setattr(reader, "STORE_RETRY_S", 30.0)  # pyarrow's own retries of one read take ~6 s here
+    busy = FlakyS3(_moto(uri), fails=40, keys="shard-000001.tar")
+    split = load_split(_through(busy, uri), "regression", ["m", "b", "sigma", "f_r"])
+    assert busy.failed["ssl/spiro/train/shard-000001.tar"] == 40
+    assert split.encoded == same.encoded
+    assert "shard-000001.tar: AWS Error SERVICE_UNAVAILABLE" in capsys.readouterr().err
+    monkeypatch.setattr(reader, "STORE_RETRY_S", 3.0)
+    down = FlakyS3(_moto(uri), fails=10**9, keys="shard-000001.tar")
+    with pytest.raises(reader.StoreReadError, match=r"^s3://ssl/spiro/train/shard-000001.tar: .*still failing after"):
+        load_split(_through(down, uri), "regression", ["m", "b", "sigma", "f_r"])
+    busy.stop()
+    down.stop()
