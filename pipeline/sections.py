@@ -3,12 +3,12 @@ unknown keys allowed: plug-ins, presets and newer keys add some). pipeline.schem
 against `Config` and checks what the fields alone do not say; the jobs' typed objects (PretrainSpec, ProbeSpec,
 RunShape, ...) are made from the typed config. Imports no torch."""
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from pipeline.data.formats import ON_BAD_SHARD
-from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, field
+from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, check_model, field
 from pipeline.methods.settings import MethodSettings
 from pipeline.models.catalogue import BACKBONES
 
@@ -167,6 +167,11 @@ class Optim(Section):
     milestones: Ints(1, null=True) = None
     lr_decay: Num(gt=0, le=1) = 0.1
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
+
+    @classmethod
+    def of(cls, data: "Mapping[str, Any] | Optim") -> "Optim":
+        """The section typed, the schema's defaults filled in (ConfigError with one line where a key is bad)."""
+        return data if isinstance(data, Optim) else check_model(cls, dict(data), "optim")
 
 
 class Data(Section):

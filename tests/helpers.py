@@ -166,3 +166,10 @@ def same_views(n_views: int = 2, **view):
     from pipeline.augment.recipe import Recipe, ViewSpec
 
     return Recipe(views=(ViewSpec(**view),) * int(n_views))
+
+
+def optim(**keys):
+    """An `optim` section typed, the keys a test does not care about at plain SGD values."""
+    from pipeline.sections import Optim
+
+    return Optim.of({"name": "sgd", "base_lr": 0.03, "momentum": 0.9, "weight_decay": 0.0, "warmup_epochs": 0, **keys})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import heavy_imports, probed
+from helpers import heavy_imports, optim, probed
 from pipeline.config import ConfigError, compose_config
 from pipeline.plan import RunPlan
 from pipeline.train.prepare import resolve
@@ -207,7 +207,7 @@ def test_schema_choices_match_the_registries():
         assert not is_vit(name) or net.patch_size == vit_patch(name)
 
     for name in OPTIMIZERS:
-        build_optimizer(torch.nn.Linear(2, 2), {"name": name, "momentum": 0.9, "weight_decay": 0.0, "eta": 1e-3}, 0.1)
+        build_optimizer(torch.nn.Linear(2, 2), optim(name=name, eta=1e-3), 0.1)
 
 
 def test_sqlite_store_check_reads_and_never_creates(tmp_path):

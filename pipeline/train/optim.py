@@ -10,6 +10,8 @@ from typing import Any, Mapping, cast
 import torch
 from torch import nn
 
+from pipeline.sections import Optim
+
 
 class LARS(torch.optim.Optimizer):
     """SGD with momentum whose step for each weight tensor is scaled by the layer-wise trust ratio
@@ -116,17 +118,17 @@ def sgd_kernels(params) -> dict:
 
 
 def build_optimizer(
-    model: nn.Module, optim: Mapping[str, Any], lr: float, fixed_lr: Iterable[nn.Parameter] = ()
+    model: nn.Module, optim: Optim | Mapping[str, Any], lr: float, fixed_lr: Iterable[nn.Parameter] = ()
 ) -> torch.optim.Optimizer:
-    """The optimiser the config's `optim` section names, at `lr`; `fixed_lr`: parameters whose lr the schedule
-    leaves at the peak (SimSiam's predictor)."""
-    groups = param_groups(model, float(optim["weight_decay"]), bool(optim.get("decay_bias_and_norm", False)), fixed_lr)
-    name = optim["name"]
-    if name == "sgd":
+    """The optimiser the config's `optim` section names (typed, or as composed), at `lr`; `fixed_lr`: parameters
+    whose lr the schedule leaves at the peak (SimSiam's predictor)."""
+    optim = Optim.of(optim)
+    groups = param_groups(model, float(optim.weight_decay), bool(optim.decay_bias_and_norm), fixed_lr)
+    if optim.name == "sgd":
         for g in groups:
             g.pop("lars")
         kernels = sgd_kernels(p for g in groups for p in g["params"])
-        opt = torch.optim.SGD(groups, lr=lr, momentum=float(optim["momentum"]), **kernels)
+        opt = torch.optim.SGD(groups, lr=lr, momentum=float(optim.momentum), **kernels)
 
         def keep_kernels(o: torch.optim.Optimizer) -> None:
             # a checkpoint's param groups carry the kernel choice of the machine that saved it (fused on a GPU
@@ -136,15 +138,15 @@ def build_optimizer(
 
         opt.register_load_state_dict_post_hook(keep_kernels)
         return opt
-    if name == "lars":
-        return LARS(groups, lr=lr, momentum=float(optim["momentum"]), eta=float(optim.get("eta", 1e-3)))
-    if name == "adamw":  # MoCo v3's and DINO's optimiser for ViTs
+    if optim.name == "lars":  # the schema asks optim.eta with lars
+        return LARS(groups, lr=lr, momentum=float(optim.momentum), eta=float(optim.eta or 1e-3))
+    if optim.name == "adamw":  # MoCo v3's and DINO's optimiser for ViTs
         for g in groups:
             g.pop("lars")
         params = [p for g in groups for p in g["params"]]
         kernels = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {"foreach": True}
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.get("betas") or (0.9, 0.999)), **kernels)
-    raise ValueError(f"unknown optimizer {name!r}; choose sgd, lars or adamw")
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas or (0.9, 0.999)), **kernels)
+    raise ValueError(f"unknown optimizer {optim.name!r}; choose sgd, lars or adamw")
 
 
 def set_weight_decay(opt: torch.optim.Optimizer, weight_decay: float) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from pipeline.eval.probe.spec import ProbeSpec
 from pipeline.fields import Checked
 from pipeline.methods.settings import MethodSettings
-from pipeline.sections import Config, Data, Debug, Gallery, Knn, Model, Tracking, Train, Trainer
+from pipeline.sections import Config, Data, Debug, Gallery, Knn, Model, Optim, Tracking, Train, Trainer
 from pipeline.store import Store
 
 
@@ -31,9 +31,8 @@ class PretrainSpec:
     gallery: Gallery
     debug: Debug
     method: MethodSettings  # the keys every method shares (the method's own: its Settings, in build_method)
-    # The optimiser's and the recipe's sections as the config has them: pipeline.train.optim and .step, and the
-    # view makers, take their sections (the recipe's keys are the recipe's own, checked by it).
-    optim: Mapping[str, Any]
+    optim: Optim
+    # the recipe's section as the config has it: its keys are the recipe's own, checked by it (the view makers)
     augment: Mapping[str, Any]
     probe: ProbeSpec | None  # the probe after pretraining (eval.probe.after_pretrain), or None
     # The whole config: what the method and its plug-ins are built from (pipeline.build.build_method), and what
@@ -59,7 +58,7 @@ class PretrainSpec:
             gallery=t.gallery,
             debug=t.debug,
             method=t.method,
-            optim=cfg["optim"],
+            optim=t.optim,
             augment=cfg["augment"],
             probe=ProbeSpec.of(c) if t.eval.probe.after_pretrain else None,
             config=cfg,

@@ -12,6 +12,7 @@ import torch
 
 from pipeline import dist
 from pipeline.schedules import cosine, warmup_cosine, warmup_step_decay
+from pipeline.sections import Optim
 from pipeline.train.optim import set_lr, set_weight_decay
 from pipeline.train.plugin_optim import PluginOptimizers
 from pipeline.train.precision import autocast
@@ -54,7 +55,7 @@ def to_device(
 
 def schedule_step(
     optimizer,
-    optim: Mapping[str, Any],
+    optim: Optim | Mapping[str, Any],
     step: int,
     total_steps: int,
     warmup_steps: int,
@@ -63,25 +64,21 @@ def schedule_step(
 ) -> float:
     """Set the optimiser's lr (warm-up, then a cosine to optim.min_lr, or ×optim.lr_decay at each epoch of
     optim.milestones, which needs `steps_per_epoch`) and, where `optim.weight_decay_end` is set (DINO), its weight
-    decay (cosine from weight_decay) for optimisation step `step`; returns the lr."""
-    if optim.get("milestones"):
+    decay (cosine from weight_decay) for optimisation step `step`; returns the lr. `optim`: the section typed, or
+    as composed."""
+    optim = Optim.of(optim)
+    if optim.milestones:
         if not steps_per_epoch:
             raise ValueError("optim.milestones are epochs: schedule_step needs steps_per_epoch")
         lr = warmup_step_decay(
-            # lr_decay's default as the schema's (Optim.lr_decay): `+optim.milestones=[...]` alone adds no lr_decay key
-            step,
-            steps_per_epoch,
-            warmup_steps,
-            peak_lr,
-            list(optim["milestones"]),
-            float(optim.get("lr_decay", 0.1)),
+            step, steps_per_epoch, warmup_steps, peak_lr, list(optim.milestones), float(optim.lr_decay)
         )
     else:
-        lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.get("min_lr") or 0.0))
+        lr = warmup_cosine(step, total_steps, warmup_steps, peak_lr, float(optim.min_lr))
     set_lr(optimizer, lr)
-    if optim.get("weight_decay_end") is not None:
+    if optim.weight_decay_end is not None:
         set_weight_decay(
-            optimizer, cosine(step / total_steps, float(optim["weight_decay"]), float(optim["weight_decay_end"]))
+            optimizer, cosine(step / total_steps, float(optim.weight_decay), float(optim.weight_decay_end))
         )
     return lr
 
@@ -124,7 +121,7 @@ class Stepper:
     method: Any
     optimizer: torch.optim.Optimizer
     plugin_optimizers: PluginOptimizers
-    optim: Mapping[str, Any]  # the config's optim section
+    optim: Optim
     peak_lr: float
     total_steps: int
     warmup_steps: int

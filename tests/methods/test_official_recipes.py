@@ -341,8 +341,8 @@ def test_the_mocov1_recipe_is_main_moco_defaults():
             assert all(g["lr"] == got for g in opt.param_groups)
     with pytest.raises(ValueError, match="steps_per_epoch"):
         schedule_step(opt, cfg["optim"], 0, total, 0, lr)
-    # `+optim.milestones=[...]` on the command line alone: the schema's lr_decay 0.1, not a KeyError
-    bare = {"milestones": o["schedule"]}
+    # `+optim.milestones=[...]` on the command line alone (no lr_decay key): the schema's default 0.1, its one place
+    bare = {k: v for k, v in cfg["optim"].items() if k != "lr_decay"} | {"milestones": o["schedule"]}
     assert schedule_step(opt, bare, 125 * steps_per_epoch, total, 0, lr, steps_per_epoch) == pytest.approx(
         _official_step_lr(125, o["lr"], o["schedule"]), rel=1e-12
     )

@@ -10,7 +10,7 @@ import yaml
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from helpers import assert_close_at_scale, loss_and_grads
+from helpers import assert_close_at_scale, loss_and_grads, optim
 from pipeline.build import build_method, check_plugins, plugin_notes
 from pipeline.config import CONF_DIR, compose_config
 from pipeline.fields import Checked
@@ -472,10 +472,10 @@ def test_the_lr_ends_at_min_lr_on_the_authors_cosine():
     opt = torch.optim.AdamW([nn.Parameter(torch.zeros(2))], lr=1.0)
     total, warm, peak, final = 50, 10, 2e-3, 1e-6
     for step in range(warm, total):
-        lr = schedule_step(opt, {"min_lr": final}, step, total, warm, peak)
+        lr = schedule_step(opt, optim(min_lr=final), step, total, warm, peak)
         i = step - warm
         assert lr == pytest.approx(final + 0.5 * (peak - final) * (1 + math.cos(math.pi * i / (total - warm))))
-    assert schedule_step(opt, {"min_lr": final}, total, total, warm, peak) == pytest.approx(final)
+    assert schedule_step(opt, optim(min_lr=final), total, total, warm, peak) == pytest.approx(final)
 
 
 def test_dino_prototypes_start_as_nn_linears_default():

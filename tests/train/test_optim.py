@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import optim
 from pipeline.schedules import scaled_lr
 from pipeline.schedules import warmup_cosine as lr_at
 from pipeline.train.optim import LARS, build_optimizer, param_groups
@@ -46,12 +47,12 @@ def test_lars_step_is_trust_ratio_scaled_sgd():
 
 
 def test_build_optimizer_rejects_unknown():
-    with pytest.raises(ValueError, match="unknown optimizer"):
+    with pytest.raises(ValueError, match="optim.name=adamx: expected one of sgd, lars, adamw"):
         build_optimizer(nn.Linear(2, 2), {"name": "adamx", "weight_decay": 0, "momentum": 0.9}, 0.1)
 
 
 def test_sgd_optimizer_groups():
-    opt = build_optimizer(nn.Linear(2, 2), {"name": "sgd", "weight_decay": 1e-4, "momentum": 0.9}, 0.1)
+    opt = build_optimizer(nn.Linear(2, 2), optim(weight_decay=1e-4), 0.1)
     assert isinstance(opt, torch.optim.SGD)
     assert [g["weight_decay"] for g in opt.param_groups] == [1e-4, 0.0]
     assert not math.isnan(opt.param_groups[0]["lr"])
@@ -155,13 +156,13 @@ def test_lars_leaves_gradients_alone_and_skips_params_without_grad():
 
 def test_lars_state_dict_round_trip():
     model = _mixed_model()
-    opt = build_optimizer(model, {"name": "lars", "weight_decay": 1e-3, "momentum": 0.9, "eta": 1e-3}, 0.5)
+    opt = build_optimizer(model, optim(name="lars", weight_decay=1e-3, eta=1e-3), 0.5)
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     opt.step()
     twin = _mixed_model()
     twin.load_state_dict(model.state_dict())
-    opt2 = build_optimizer(twin, {"name": "lars", "weight_decay": 1e-3, "momentum": 0.9, "eta": 1e-3}, 0.5)
+    opt2 = build_optimizer(twin, optim(name="lars", weight_decay=1e-3, eta=1e-3), 0.5)
     opt2.load_state_dict(copy.deepcopy(opt.state_dict()))  # as from disk: torch shares same-device tensors
     for m_, o in ((model, opt), (twin, opt2)):
         for p in m_.parameters():
@@ -172,7 +173,7 @@ def test_lars_state_dict_round_trip():
 
 
 def test_sgd_uses_foreach_on_cpu_and_matches_the_for_loop():
-    cfg = {"name": "sgd", "weight_decay": 5e-4, "momentum": 0.9}
+    cfg = optim(weight_decay=5e-4)
     model, ref_model = _mixed_model(), _mixed_model()
     opt = build_optimizer(model, cfg, 0.3)
     assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")
@@ -207,7 +208,7 @@ def test_sgd_kernel_choice_and_checkpoints_from_another_machine():
     assert sgd_kernels([]) == {"foreach": True, "fused": False}
     # a state dict saved with other kernels (e.g. fused, on a GPU) keeps this machine's choice
     model = _mixed_model()
-    opt = build_optimizer(model, {"name": "sgd", "weight_decay": 1e-4, "momentum": 0.9}, 0.1)
+    opt = build_optimizer(model, optim(weight_decay=1e-4), 0.1)
     state = opt.state_dict()
     for g in state["param_groups"]:
         g.update(fused=True, foreach=False)
@@ -243,7 +244,7 @@ def test_simsiam_predictor_keeps_the_initial_lr_as_the_authors_adjust_learning_r
     rest = [g for g in opt.param_groups if not g.get("fixed_lr")]
     assert sum(len(g["params"]) for g in rest) == len(list(method.online.parameters())) - len(pred)
     for step in (0, 10, 20, 39):
-        schedule_step(opt, {"min_lr": 0.0}, step, total, 0, init_lr)
+        schedule_step(opt, optim(min_lr=0.0), step, total, 0, init_lr)
         cur_lr = init_lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
         assert all(g["lr"] == pytest.approx(cur_lr) for g in rest)
         assert all(g["lr"] == init_lr for g in in_pred)
