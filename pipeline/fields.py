@@ -87,6 +87,20 @@ def Nums(n: int, *, gt=None) -> Any:
 class Section(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
+    def check(self, at: str) -> None:
+        """Relations between this section's own keys that their types cannot say; ConfigError (`bad`) naming the
+        key under `at`, the section's place in the config ("eval.knn"). pipeline.schema calls it on every section."""
+
+
+def sections_of(node: BaseModel, at: str = "") -> list[tuple[str, "Section"]]:
+    """Every section in a typed config, parents first, with its dotted place."""
+    out: list[tuple[str, Section]] = [(at, node)] if isinstance(node, Section) else []
+    for name in type(node).model_fields:
+        child = getattr(node, name)
+        if isinstance(child, BaseModel):
+            out += sections_of(child, f"{at}.{name}" if at else name)
+    return out
+
 
 def bad(key: str, value: Any, allowed: str) -> ConfigError:
     """The one-line error for a key: `key=value: allowed`."""

@@ -7,8 +7,9 @@ the config as composed (pipeline.fields.Checked), what a job makes its typed obj
 1. types, ranges and choices of every key the jobs read (pipeline.sections, strict:
    `train.epochs=abc`, `=1.5` or `=true` is not an integer), `method.kind` a registered method (the method's
    own keys are its `Settings`', step 8). Unknown keys are allowed (plug-ins, presets and newer keys add some);
-2. relations between keys: the global batch over the workers, the kNN k against its bank, the smallest image
-   the backbone takes;
+2. relations between keys: each section's own (its `check`: the kNN k against its bank, the probe's milestones,
+   LARS' eta, a regression's targets, a predictor's fixed lr), then those between sections (the global batch over
+   the workers, the smallest image the backbone takes, CPU layouts, Spirograph's recipe);
 3. the augmentation recipe (its own checks: probabilities in [0, 1], view sizes, unknown keys);
 4. paths (steps 4, 5 and 7 are pipeline.locations'): paths.root, paths.data, paths.runs, trainer.storage and
    gallery.out neither are nor lie under an existing file, and can be created where they are missing;
@@ -32,7 +33,7 @@ from typing import Any, Mapping
 from pipeline.config import ConfigError
 from pipeline.data import DATASETS
 from pipeline.data.generated import Generate
-from pipeline.fields import Checked, bad, check_model, show
+from pipeline.fields import Checked, bad, check_model, sections_of, show
 from pipeline.locations import check_data, check_paths, check_tracking
 from pipeline.methods import METHODS
 from pipeline.models.catalogue import is_vit, shortcut_widening, vit_patch
@@ -87,52 +88,56 @@ def _check_components(c: Config) -> None:
 
 
 def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
-    """Relations between typed keys (`c`: the config, typed); `aug`: the recipe, as the config has it."""
-    t, tr, m, data, model = c.train, c.trainer, c.method, c.data, c.model
-    workers = tr.num_workers
-    if t.batch_size % workers:
+    """Each section's own relations (its `check`), then those between sections (`c`: the config, typed; `aug`: the
+    recipe, as the config has it)."""
+    for at, section in sections_of(c):
+        section.check(at)
+    _check_batch_split(c)
+    stride = _stride(c.model)
+    _check_image_sizes(c, aug, stride)
+    _check_cpu_layout(c)
+    if aug.get("kind", "views") == "spirograph":
+        _check_spirograph_recipe(aug, stride)
+
+
+def _check_batch_split(c: Config) -> None:
+    workers = c.trainer.num_workers
+    if c.train.batch_size % workers:
         raise bad(
             "train.batch_size",
-            t.batch_size,
+            c.train.batch_size,
             f"does not split evenly over trainer.num_workers={workers} workers; use a multiple of {workers}",
         )
-    if m.fix_predictor_lr and m.predictor is None:
-        raise bad("method.fix_predictor_lr", True, f"method={m.name} has no predictor (method.predictor)")
-    stride = _stride(model)
-    if data.image_size < stride:
-        stem = f"model.cifar_stem={show(model.cifar_stem)}"
-        why = f"{model.backbone}'s patches" if is_vit(model.backbone) else stem
+
+
+def _check_image_sizes(c: Config, aug: Mapping[str, Any], stride: int) -> None:
+    """The data's images and every view at least one pixel of the backbone's last stage (one ViT patch)."""
+    model = c.model
+    if c.data.image_size < stride:
+        why = f"{model.backbone}'s patches" if is_vit(model.backbone) else f"model.cifar_stem={show(model.cifar_stem)}"
         raise bad(
             "data.image_size",
-            data.image_size,
+            c.data.image_size,
             f"expected an integer >= {stride}: the backbone downsamples by {stride} with {why}",
         )
-    if aug.get("kind", "views") == "views":
-        for i, v in enumerate(aug.get("views") or []):
-            size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
-            if isinstance(size, int) and not isinstance(size, bool) and size < stride:
-                raise bad(
-                    f"augment.views.{i}.size",
-                    size,
-                    f"expected an integer >= {stride}: smaller than one patch of {model.backbone}"
-                    if is_vit(model.backbone)
-                    else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
-                )
-    if data.task == "regression" and not data.targets:
-        raise bad("data.targets", data.targets, "a regression task needs its target names")
-    knn = c.eval.knn
-    if knn.every and knn.k > knn.bank_size:
-        raise bad("eval.knn.k", knn.k, f"expected at most eval.knn.bank_size={knn.bank_size}")
-    sgd = c.eval.probe.sgd
-    if sgd.milestones != sorted(sgd.milestones) or any(not 0 < e < sgd.epochs for e in sgd.milestones):
-        raise bad(
-            "eval.probe.sgd.milestones",
-            sgd.milestones,
-            f"increasing epochs between 1 and eval.probe.sgd.epochs={sgd.epochs} - 1",
-        )
-    if c.optim.name == "lars" and c.optim.eta is None:
-        raise bad("optim.eta", None, "expected a number > 0 with optim.name=lars (LARS' trust coefficient)")
-    cpu_resnet = not tr.use_gpu and not is_vit(model.backbone)
+    if aug.get("kind", "views") != "views":
+        return
+    for i, v in enumerate(aug.get("views") or []):
+        size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool) and size < stride:
+            raise bad(
+                f"augment.views.{i}.size",
+                size,
+                f"expected an integer >= {stride}: smaller than one patch of {model.backbone}"
+                if is_vit(model.backbone)
+                else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
+            )
+
+
+def _check_cpu_layout(c: Config) -> None:
+    """channels_last and compile against a narrow ResNet on the CPU, where oneDNN's kernel is wrong."""
+    model, t = c.model, c.train
+    cpu_resnet = not c.trainer.use_gpu and not is_vit(model.backbone)
     shortcut = model.width * shortcut_widening(model.backbone) if cpu_resnet else 0
     for key in ("channels_last", "compile"):  # inductor lays the CPU's convolutions out channels_last too
         if getattr(t, key) is True and cpu_resnet and shortcut < 16:
@@ -143,19 +148,22 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
                 f"stride-2 shortcut convolution writes past its buffer below 16 input channels (oneDNN issue 6035; "
                 f"a crash or wrong gradients); use model.width >= 16, or leave train.{key} at its default",
             )
-    if aug.get("kind", "views") == "spirograph":
-        for part, spec in (aug.get("joint") or {}).items():
-            if isinstance(spec, dict) and spec.get("beta") is not None:
-                raise bad(
-                    f"augment.joint.{part}.beta",
-                    spec["beta"],
-                    "null with augment=spirograph: the joint "
-                    "samplers draw an image recipe's crops, blur and colour (e.g. augment=mocov2)",
-                )
-        for key, lo in (("size", stride), ("n_views", 2)):
-            v = aug.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                raise bad(f"augment.{key}", v, f"expected an integer >= {lo}")
+
+
+def _check_spirograph_recipe(aug: Mapping[str, Any], stride: int) -> None:
+    """Spirograph's own view maker: no joint samplers (they draw an image recipe's crops, blur and colour)."""
+    for part, spec in (aug.get("joint") or {}).items():
+        if isinstance(spec, dict) and spec.get("beta") is not None:
+            raise bad(
+                f"augment.joint.{part}.beta",
+                spec["beta"],
+                "null with augment=spirograph: the joint "
+                "samplers draw an image recipe's crops, blur and colour (e.g. augment=mocov2)",
+            )
+    for key, lo in (("size", stride), ("n_views", 2)):
+        v = aug.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise bad(f"augment.{key}", v, f"expected an integer >= {lo}")
 
 
 def check_augment(aug: dict) -> None:

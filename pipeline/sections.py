@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from pipeline.data.formats import ON_BAD_SHARD
-from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, check_model, field
+from pipeline.fields import Allowed, Bool, Choice, Int, Ints, Num, Nums, Section, Str, bad, check_model, field
 from pipeline.methods.settings import MethodSettings
 from pipeline.models.catalogue import BACKBONES
 
@@ -79,6 +79,10 @@ class Knn(Section):
     bank_size: Int(1)
     val_size: Int(1)
 
+    def check(self, at: str) -> None:
+        if self.every and self.k > self.bank_size:
+            raise bad(f"{at}.k", self.k, f"expected at most {at}.bank_size={self.bank_size}")
+
 
 class ProbeSgd(Section):
     epochs: Int(1)
@@ -88,6 +92,11 @@ class ProbeSgd(Section):
     momentum: Num(ge=0, lt=1)
     weight_decay: Num(ge=0)
     batch_size: Int(1)
+
+    def check(self, at: str) -> None:
+        m = self.milestones
+        if m != sorted(m) or any(not 0 < e < self.epochs for e in m):
+            raise bad(f"{at}.milestones", m, f"increasing epochs between 1 and {at}.epochs={self.epochs} - 1")
 
 
 class Probe(Section):
@@ -168,10 +177,18 @@ class Optim(Section):
     lr_decay: Num(gt=0, le=1) = 0.1
     decay_bias_and_norm: Bool() = False  # true: biases and norms decay too under SGD/AdamW (MoCo v3's AdamW)
 
+    def check(self, at: str) -> None:
+        if self.name == "lars" and self.eta is None:
+            raise bad(f"{at}.eta", None, f"expected a number > 0 with {at}.name=lars (LARS' trust coefficient)")
+
     @classmethod
     def of(cls, data: "Mapping[str, Any] | Optim") -> "Optim":
         """The section typed, the schema's defaults filled in (ConfigError with one line where a key is bad)."""
-        return data if isinstance(data, Optim) else check_model(cls, dict(data), "optim")
+        if isinstance(data, Optim):
+            return data
+        optim = check_model(cls, dict(data), "optim")
+        optim.check("optim")
+        return optim
 
 
 class Data(Section):
@@ -189,6 +206,10 @@ class Data(Section):
     std: Nums(3, gt=0)
     generate: Optional[dict] = None  # a generated dataset's Settings (pipeline.data.generated): schema's checks
     on_bad_shard: Choice(*ON_BAD_SHARD) = "fail"
+
+    def check(self, at: str) -> None:
+        if self.task == "regression" and not self.targets:
+            raise bad(f"{at}.targets", self.targets, "a regression task needs its target names")
 
 
 class Augment(Section):

@@ -113,6 +113,11 @@ def test_bad_input_fails_with_one_line_before_ray(tmp_path, args, needles, setup
         ("run.name=a/b", "run.name=a/b: expected a name without '/'"),
         ("data.std=[0.5,0,0.5]", "data.std=[0.5, 0, 0.5]: expected a list of 3 numbers > 0"),
         ("eval.knn.k=5000", "eval.knn.k=5000: expected at most eval.knn.bank_size=2000"),
+        # each section's own relations (its `check`), named in full
+        ("eval.probe.sgd.milestones=[3,2]", "eval.probe.sgd.milestones=[3, 2]: increasing epochs between 1 and"),
+        ("optim.name=lars", "optim.eta=null: expected a number > 0 with optim.name=lars"),
+        ("data.task=regression data.targets=null", "data.targets=null: a regression task needs its target names"),
+        ("+method.fix_predictor_lr=true", "method.fix_predictor_lr=true: method=mocov2 has no predictor"),
         ("method.bn_splits=3", "method.bn_splits=3: per-worker batch 128 does not split into"),
         ("method.key_bn=bogus", "method.key_bn=bogus: expected one of auto, shuffle, shuffle_node, sync, split"),
         (

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pipeline.fields import Bool, Int, Num, Section, Str
+from pipeline.fields import Bool, Int, Num, Section, Str, bad
 
 
 class Head(Section):
@@ -34,6 +34,10 @@ class MethodSettings(Section):
     head: Optional[Head] = None
     predictor: Optional[Predictor] = None
     fix_predictor_lr: Bool() = False  # SimSiam's --fix-pred-lr: the predictor's lr stays at the peak
+
+    def check(self, at: str) -> None:
+        if self.fix_predictor_lr and self.predictor is None:
+            raise bad(f"{at}.fix_predictor_lr", True, f"method={self.name} has no predictor ({at}.predictor)")
 
 
 class MomentumSettings(MethodSettings):
