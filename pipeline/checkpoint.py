@@ -58,6 +58,19 @@ def load(directory: str | Path) -> dict:
     return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
+def state_to_resume(registered, run_dir: str | Path) -> dict | None:
+    """The state a restarted worker resumes from: Ray Train's registered checkpoint (`registered`, a
+    ray.train.Checkpoint or None), or a newer complete one on disk that Ray has not registered yet (newest_on_disk)."""
+    state = None
+    if registered:
+        with registered.as_directory() as d:
+            state = load(d)
+    on_disk = newest_on_disk(run_dir, registered.path if registered else None)
+    if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
+        state = on_disk
+    return state
+
+
 def newest_on_disk(run_dir: str | Path, registered: str | None = None) -> dict | None:
     """The newest loadable state under a Ray run folder (checkpoint_*/state.pt), local or on a pyarrow URI
     (s3://, gs://, file://), or None; None too when the newest is `registered` (the folder of the checkpoint Ray

@@ -223,64 +223,25 @@ def train_loop_per_worker(config: dict) -> None:
     spec, plan = config["spec"], config["plan"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    threads = spec.trainer.torch_threads or (os.cpu_count() or 1) // ctx.get_local_world_size()
-    torch.set_num_threads(max(1, threads))
-    torch.manual_seed(spec.seed)  # identical initialisation on every rank
-    device = ray.train.torch.get_device()
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
-    dist.set_node_rank(ctx.get_node_rank())  # MoCo's key_bn=auto and shuffle_node read the node layout
-    dist.count_bytes(spec.trainer.count_bytes)
+    device = _set_up_worker(spec, ctx)
     tr = _Trainer(spec, plan, rank, world, device)
-    epochs, verbose = spec.train.epochs, spec.verbose
-    if not verbose:  # Train's per-report and Data's per-epoch INFO lines from inside this worker
-        for name in ("ray.train", "ray.data", *_file_named_loggers()):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        # urllib3's "Retrying ..." warnings while a tracking server is away (system metrics' writes) and MLflow's
-        # SQLite store's tracebacks: the step logger says it once in the job's words
-        logging.getLogger("urllib3").setLevel(logging.ERROR)
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-
-    start_epoch = 0
-    state = None
-    ckpt = ray.train.get_checkpoint()
-    if ckpt:
-        with ckpt.as_directory() as d:
-            state = checkpoint.load(d)
-    # a newer complete checkpoint than Ray registered (the run was interrupted while reporting it)
-    on_disk = checkpoint.newest_on_disk(os.path.join(spec.trainer.storage, spec.name), ckpt.path if ckpt else None)
-    if on_disk and (state is None or on_disk["epoch"] > state["epoch"]):
-        state = on_disk
+    if not spec.verbose:
+        _quiet_loggers()
+    state = checkpoint.state_to_resume(ray.train.get_checkpoint(), os.path.join(spec.trainer.storage, spec.name))
     label = plan.trial or ""  # a sweep's trial: the sweep prints one line per epoch for it
-    if rank == 0 and (verbose or not label):
-        views = getattr(tr.views_of, "executor", tr.views_of)
+    if rank == 0 and (spec.verbose or not label):
+        print(_worker_line(tr, world, device), flush=True)
+    start_epoch = tr.restore(state) if state else 0
+    if state and rank == 0:
         print(
-            f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
-            f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
-            f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
-            f"{', compiled' if spec.train.compile else ''}",
+            f"[train] resumed from the checkpoint of epoch {start_epoch}/{spec.train.epochs} (step {tr.step})",
             flush=True,
         )
-    if state:
-        start_epoch = tr.restore(state)
-        if rank == 0:
-            print(f"[train] resumed from the checkpoint of epoch {start_epoch}/{epochs} (step {tr.step})", flush=True)
 
     # where Ray placed the workers, rank by rank: the run's `worker_nodes` tag (multi-node runs show their spread)
     placed = dist.gather_objects(ray.get_runtime_context().get_node_id())
     monitor = _system_metrics(spec, plan, ctx, placed)
-    logger = knn = None
-    if rank == 0:
-        from pipeline.step_logger import StepLogger  # mlflow: only rank 0 logs steps, the other ranks skip loading it
-
-        logger = StepLogger(
-            plan.tracking_uri,
-            plan.mlflow_run_id,
-            flush_every_s=float(spec.tracking.flush_every_s),
-            outage_s=float(spec.tracking.outage_s),
-        )
-        logger.tag("worker_nodes", ",".join(placed))
-        knn = _KnnMonitor(spec) if spec.knn.every else None
+    logger, knn = _rank0_monitors(spec, plan, placed) if rank == 0 else (None, None)
     shard = ray.train.get_dataset_shard("train")
     try:
         _epochs(spec, tr, shard, start_epoch, logger, knn, label)
@@ -289,6 +250,53 @@ def train_loop_per_worker(config: dict) -> None:
     finally:
         if monitor:
             monitor.finish()
+
+
+def _set_up_worker(spec: PretrainSpec, ctx) -> torch.device:
+    """Threads, the initialisation seed (identical on every rank), cuDNN and the node layout MoCo reads."""
+    threads = spec.trainer.torch_threads or (os.cpu_count() or 1) // ctx.get_local_world_size()
+    torch.set_num_threads(max(1, threads))
+    torch.manual_seed(spec.seed)
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed view sizes: autotuned convolutions pay off from step 2
+    dist.set_node_rank(ctx.get_node_rank())  # MoCo's key_bn=auto and shuffle_node read the node layout
+    dist.count_bytes(spec.trainer.count_bytes)
+    return device
+
+
+def _quiet_loggers() -> None:
+    """Train's per-report and Data's per-epoch INFO lines from inside this worker; urllib3's "Retrying ..." while
+    a tracking server is away and MLflow's SQLite store's tracebacks (the step logger says it once, in the job's
+    words)."""
+    for name in ("ray.train", "ray.data", *_file_named_loggers()):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def _worker_line(tr: _Trainer, world: int, device: torch.device) -> str:
+    views = getattr(tr.views_of, "executor", tr.views_of)
+    return (
+        f"[train] {world} worker(s), rank 0 on {device}: views by {type(views).__name__} on "
+        f"{getattr(views, 'device', 'cpu')}, precision {tr.precision}, "
+        f"{'channels_last' if tr.memory_format == torch.channels_last else 'contiguous'}"
+        f"{', compiled' if tr.spec.train.compile else ''}"
+    )
+
+
+def _rank0_monitors(spec: PretrainSpec, plan: RunPlan, placed: list[str]):
+    """Rank 0's step logger (MLflow, loaded only here: the other ranks log nothing) and its kNN monitor."""
+    from pipeline.step_logger import StepLogger
+
+    logger = StepLogger(
+        plan.tracking_uri,
+        plan.mlflow_run_id,
+        flush_every_s=float(spec.tracking.flush_every_s),
+        outage_s=float(spec.tracking.outage_s),
+    )
+    logger.tag("worker_nodes", ",".join(placed))
+    return logger, (_KnnMonitor(spec) if spec.knn.every else None)
 
 
 def comm_metrics(traffic: dist.Traffic, steps: int, device) -> dict[str, float]:

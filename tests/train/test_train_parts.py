@@ -72,6 +72,30 @@ def test_newest_on_disk_takes_the_newest_loadable_state(tmp_path):
     assert checkpoint.newest_on_disk((tmp_path / "absent").as_uri()) is None
 
 
+def test_state_to_resume_takes_rays_checkpoint_or_a_newer_one_on_disk(tmp_path):
+    """A restarted worker resumes from Ray's registered checkpoint, unless a newer complete one lies on disk (an
+    interrupt while reporting it); nothing at all: a fresh start."""
+    import os
+
+    import ray.train
+
+    from pipeline import checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert checkpoint.state_to_resume(None, tmp_path) is None
+    for epoch in range(2):
+        folder = tmp_path / f"checkpoint_{epoch}"
+        folder.mkdir()
+        checkpoint.save(folder, model, opt, epoch=epoch, step=10 * epoch, config={})
+        os.utime(folder / "state.pt", (1000 + epoch, 1000 + epoch))
+    registered = ray.train.Checkpoint.from_directory(str(tmp_path / "checkpoint_0"))
+    assert checkpoint.state_to_resume(registered, tmp_path)["epoch"] == 1  # the newer one on disk
+    assert checkpoint.state_to_resume(registered, tmp_path / "elsewhere")["epoch"] == 0  # Ray's own
+    latest = ray.train.Checkpoint.from_directory(str(tmp_path / "checkpoint_1"))
+    assert checkpoint.state_to_resume(latest, tmp_path)["step"] == 10
+
+
 def test_curve_panels_group_what_was_logged():
     from pipeline.build import drawn_curves
     from pipeline.curve_panels import panels
