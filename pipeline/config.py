@@ -103,13 +103,16 @@ def _one_line(e: Exception) -> str:
 # Keys that change how a run goes, not what it trains: they do not change its identity, so a run can be resumed
 # with torch.compile turned on, or with bad shards skipped.
 EXECUTION_KEYS = (("train", "channels_last"), ("train", "compile"), ("data", "on_bad_shard"))
+# A plug-in's notes about itself rather than settings: the frameworks its paper defines it on (a notice, never a
+# change to what trains), so widening that list renames no run.
+PLUGIN_NOTE_KEYS = ("defined_on",)
 
 
 def config_hash(
     cfg: dict, ignore: tuple[str, ...] = ("trainer", "tracking", "run", "eval", "debug", "paths", "gallery", "verbose")
 ) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
-    in `ignore` and the EXECUTION_KEYS do not count. A path under paths.root counts as the part below it, so that
+    in `ignore`, the EXECUTION_KEYS and the plug-ins' PLUGIN_NOTE_KEYS do not count. A path under paths.root counts as the part below it, so that
     the place of a checkout or working folder does not rename its runs (the reproductions' ledger, committed with
     the report, names runs made in another folder); a path elsewhere, a paths.data set outside the root included,
     counts whole: other data there is another run."""
@@ -117,6 +120,11 @@ def config_hash(
     for group, key in EXECUTION_KEYS:
         if isinstance(kept.get(group), dict):
             kept[group].pop(key, None)
+    if isinstance(kept.get("plugin"), dict):
+        kept["plugin"] = {
+            name: {k: v for k, v in s.items() if k not in PLUGIN_NOTE_KEYS} if isinstance(s, dict) else s
+            for name, s in kept["plugin"].items()
+        }
     paths = cfg.get("paths")
     root = paths.get("root") if isinstance(paths, Mapping) else None
     if root and os.path.isabs(str(root)) and os.path.normpath(str(root)) != "/":
