@@ -113,9 +113,9 @@ def config_hash(
 ) -> str:
     """A short hash of what determines the trained weights: same command, same run (and resume). Top-level groups
     in `ignore`, the EXECUTION_KEYS and the plug-ins' PLUGIN_NOTE_KEYS do not count. A path under paths.root counts
-    as the part below it, so that the place of a checkout or working folder does not rename its runs (the reproductions' ledger, committed with
-    the report, names runs made in another folder); a path elsewhere, a paths.data set outside the root included,
-    counts whole: other data there is another run."""
+    as the part below it, so that the place of a checkout or working folder does not rename its runs (the
+    reproductions' ledger, committed with the report, names runs made in another folder); a path elsewhere, a
+    paths.data set outside the root included, counts whole: other data there is another run."""
     kept = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k not in ignore}
     for group, key in EXECUTION_KEYS:
         if isinstance(kept.get(group), dict):
