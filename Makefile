@@ -73,7 +73,7 @@ bundle: $(STAMP)
 	$(RUN) -m pipeline.bundle $(if $(PY),--python $(PY)) $(foreach f,$(HAS),--has $(f)) \
 	  $(if $(EXTRAS),--extras $(EXTRAS)) --out $(BUNDLE)
 
-# On a GPU machine, in one call: pytest -m gpu, benchmarks/gpu.py and a pretraining run from JPEG shards, each under
+# On a GPU machine, in one call: pytest -m gpu, benchmarks/gpu and a pretraining run from JPEG shards, each under
 # its own time cap, with the logs, the junit XML, performance.md's text and a one-screen summary in OUT (docs/gpu.md).
 # Without CUDA it runs what it can (a few minutes) and says what it skipped.
 OUT ?= gpu-check

@@ -1,4 +1,4 @@
-"""One command under a time cap, its output streamed: shared by make gpu-check's steps and benchmarks/gpu.py's
+"""One command under a time cap, its output streamed: shared by make gpu-check's steps and benchmarks/gpu's
 end-to-end run. On a lent GPU every second counts, so a step that overruns is stopped whole (its process group) and
 what it printed, each line stamped with the seconds since the start, shows where the time went."""
 

@@ -5,10 +5,10 @@ minutes, so that the whole fits one 10-minute call on one H100 with the bundle's
 
   1. tests  `pytest -m gpu` with --durations and a junit XML: the GPU unit tests first, then the Spirograph
             end-to-end run (the JPEG one is deselected on a GPU: step 4 runs that job and times it)
-  2. bench  `benchmarks/gpu.py` at the sizes of docs/performance.md, told to start nothing it cannot finish in time
+  2. bench  `benchmarks/gpu` at the sizes of docs/performance.md, told to start nothing it cannot finish in time
   3. epoch  `benchmarks/epoch_rate.py`: the loop's views made ahead on a CUDA stream against a bare PyTorch loop of the
             same recipe (torchvision transforms on the host), epochs side by side
-  4. e2e    `benchmarks/gpu.py --rows mocov2 --e2e`: jobs/pretrain.py with trainer.use_gpu=true from JPEG shards,
+  4. e2e    `benchmarks/gpu --rows mocov2 --e2e`: jobs/pretrain.py with trainer.use_gpu=true from JPEG shards,
             against the project's MoCo v2 step fed tensors in the same process
 
 OUT receives tests.log, bench.log, bench.json, epoch.log, e2e.log, e2e.json, performance.md (docs/performance.md's
@@ -114,7 +114,7 @@ def _took(step: dict) -> str:
 
 def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tuple[list[str], int]:
     """Every measured ratio against its target, and how many targets are not met."""
-    import gpu  # benchmarks/gpu.py: the targets live there
+    from gpu import rows  # benchmarks/gpu/rows.py: the targets live there
 
     lines, missed = [], 0
 
@@ -132,16 +132,16 @@ def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tup
         if r.get("error"):
             lines.append(f"   step {row:29s} {r['error'][:60]}")
             continue
-        judge(f"step {row} project/bare", r["project"] / r["bare"], ">=", gpu.PROJECT_TARGET)
-    for row, target in gpu.COST_TARGET.items():
-        base = gpu.BASELINE[row]
+        judge(f"step {row} project/bare", r["project"] / r["bare"], ">=", rows.PROJECT_TARGET)
+    for row, target in rows.COST_TARGET.items():
+        base = rows.BASELINE[row]
         if row in steps and base in steps and not steps[row].get("error") and not steps[base].get("error"):
             judge(f"cost {row} / {base}", steps[base]["project"] / steps[row]["project"], "<=", target)
     executor = bench.get("executor") or {}
     for recipe, r in executor.items():
         if isinstance(r, dict):
             step = steps.get(recipe, {}).get("project", math.nan)
-            target = gpu.EXECUTOR_TARGET[recipe]
+            target = rows.EXECUTOR_TARGET[recipe]
             judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", target)
     if "unavailable" in executor:
         lines.append(f"   views: batched executor not available ({executor['unavailable'][:80]})")
@@ -150,7 +150,7 @@ def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tup
 
         judge("views ahead: epoch project/bare", epoch["ratio"], ">=", epoch_rate.TARGET)
     if e2e and "images_s" in e2e:
-        judge("end to end / tensor-fed step", e2e["images_s"] / e2e["step"], ">=", gpu.E2E_TARGET)
+        judge("end to end / tensor-fed step", e2e["images_s"] / e2e["step"], ">=", rows.E2E_TARGET)
     elif e2e and "error" in e2e:
         lines.append(f"   end to end: {e2e['error'][:100]}")
     return lines, missed
@@ -188,12 +188,12 @@ def summary(
         problems += total["failed"]
     b = steps["bench"]
     if bench is None:
-        lines.append(f"2 bench  benchmarks/gpu.py: no results (exit {b['rc']}; {_took(b)}): see bench.log")
+        lines.append(f"2 bench  benchmarks/gpu: no results (exit {b['rc']}; {_took(b)}): see bench.log")
         problems += 1
     else:
         s = bench["settings"]
         lines.append(
-            f"2 bench  benchmarks/gpu.py, {s['backbone']} {s['size']} px, batch {s['batch']}: "
+            f"2 bench  benchmarks/gpu, {s['backbone']} {s['size']} px, batch {s['batch']}: "
             f"{sum(not r.get('error') for r in bench['steps'].values())} of {len(bench['steps'])} rows ({_took(b)})"
             + ("; PARTIAL: what it had finished when it stopped" if bench.get("partial") else "")
         )
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_args = BENCH_GPU + ["--deadline", str(max(10.0, caps["bench"] - 30))] if cuda else BENCH_CPU
     steps["bench"] = run_step(
         "bench",
-        [py, "benchmarks/gpu.py", *bench_args, "--json", str(out / "bench.json"), "--out", str(out / "bench.md")],
+        [py, "benchmarks/gpu", *bench_args, "--json", str(out / "bench.json"), "--out", str(out / "bench.md")],
         caps["bench"],
         out / "bench.log",
     )
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         steps["e2e"] = run_step(
             "e2e",
-            [py, "benchmarks/gpu.py", *E2E_GPU, "--deadline", str(max(10.0, caps["e2e"] - 15))]
+            [py, "benchmarks/gpu", *E2E_GPU, "--deadline", str(max(10.0, caps["e2e"] - 15))]
             + ["--json", str(out / "e2e.json"), "--out", str(out / "e2e.md")],
             caps["e2e"],
             out / "e2e.log",
@@ -325,13 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     for scratch in ("bench.md", "e2e.md", "tests.xml", "epoch.json"):  # in performance.md, or in summary.txt
         (out / scratch).unlink(missing_ok=True)
     if bench:
-        import gpu
+        from gpu.report import report
 
         meta_b = dict(bench["meta"])
         meta_b["command"] = "make gpu-check: " + " ; ".join(
-            shlex.join(["python", *s["command"][1:]]) for s in steps.values() if s["command"][1] == "benchmarks/gpu.py"
+            shlex.join(["python", *s["command"][1:]]) for s in steps.values() if s["command"][1] == "benchmarks/gpu"
         )
-        text = gpu.report(meta_b, bench["settings"], bench["steps"], bench.get("executor"), e2e or _skipped(cuda))
+        text = report(meta_b, bench["settings"], bench["steps"], bench.get("executor"), e2e or _skipped(cuda))
         (out / "performance.md").write_text(text)
     text, problems = summary(meta, steps, junit, bench, e2e, cuda, epoch)
     (out / "summary.txt").write_text(text)

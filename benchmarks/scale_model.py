@@ -431,7 +431,7 @@ def assumptions(a: argparse.Namespace, sizes: dict) -> list[tuple[str, str, str]
             f"{a.backward_forwards:g}",
             "ASSUMPTION: a backward costs r forwards; MoCo v2 = (2 + r) forwards per pair against (1 + r) supervised",
         ),
-        ("--moco-img-s", rate, "replace with the MoCo v2 row of `python benchmarks/gpu.py` once a GPU has run it"),
+        ("--moco-img-s", rate, "replace with the MoCo v2 row of `python benchmarks/gpu` once a GPU has run it"),
         (
             "--gpus-per-node",
             f"{a.gpus_per_node}",
@@ -650,7 +650,7 @@ def report(
         f"{first['cpus_per_gpu']:.0f} CPUs per GPU at {first['n']} GPUs ({first['cpus_per_node']:.0f} a node; a DGX "
         "A100 has 128 cores, 16 a GPU). On GPUs the views come from `augment.executor=auto`, which decodes with "
         "nvJPEG and augments on the GPU (DALI mixed, or the batched executor), leaving the CPUs to read and shuffle; "
-        "that GPU time is not in the rate above (`python benchmarks/gpu.py --e2e` measures it).",
+        "that GPU time is not in the rate above (`python benchmarks/gpu --e2e` measures it).",
         f"- Shard reads: {first['node_read_bytes_s'] / 1e6:,.0f} MB/s a node at {first['n']} GPUs in A "
         f"({first['node_read_bytes_s'] * 8 / (a.node_gbps * 1e9):.0%} of a {a.node_gbps:g} Gb/s network if read "
         "remotely, as they are from s3:// or gs://); less per node where communication slows the steps.",
@@ -717,7 +717,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--moco-img-s",
         type=float,
         default=d["moco_img_s"],
-        help="MoCo v2 image pairs/s per GPU, e.g. measured by benchmarks/gpu.py (default: derived from the above)",
+        help="MoCo v2 image pairs/s per GPU, e.g. measured by benchmarks/gpu (default: derived from the above)",
     )
     ap.add_argument(
         "--nvlink-gbytes", type=float, default=d["nvlink_gbytes"], help="NVLink bus bandwidth, GB/s per GPU (230)"

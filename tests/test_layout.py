@@ -36,3 +36,13 @@ def test_untyped_config_signatures_only_shrink():
     # bound only goes down
     count = sum("cfg: dict" in line for p in _modules() for line in p.read_text().splitlines())  # grep -c's count
     assert count <= 15, count
+
+
+def test_no_module_of_the_gpu_benchmark_is_over_400_lines():
+    # benchmarks/gpu/ is laid out as its parts (issue #50): rows, data, bare loops, measurement, report, command line
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted((ROOT / "benchmarks" / "gpu").rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not long, long

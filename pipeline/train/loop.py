@@ -289,9 +289,11 @@ def _rank0_monitors(spec: PretrainSpec, plan: RunPlan, placed: list[str]):
     """Rank 0's step logger (MLflow, loaded only here: the other ranks log nothing) and its kNN monitor."""
     from pipeline.step_logger import StepLogger
 
+    run_id, uri = plan.mlflow_run_id, plan.tracking_uri
+    assert run_id and uri, "the driver opens the MLflow run before training starts (RunPlan.opened)"
     logger = StepLogger(
-        plan.tracking_uri,
-        plan.mlflow_run_id,
+        uri,
+        run_id,
         flush_every_s=float(spec.tracking.flush_every_s),
         outage_s=float(spec.tracking.outage_s),
     )

@@ -114,7 +114,7 @@ def optimisation_step(
 
 @dataclass
 class Stepper:
-    """One training step as the loop takes it, and as benchmarks/gpu.py times it: the lr schedule, the views to the
+    """One training step as the loop takes it, and as benchmarks/gpu times it: the lr schedule, the views to the
     device, BatchNorm's buffers synced across workers, optimisation_step, every logged value read back once.
     `step` counts the steps taken (a resumed run sets it)."""
 

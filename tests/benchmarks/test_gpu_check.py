@@ -60,13 +60,13 @@ def test_make_gpu_check_on_a_cpu(tmp_path):
     assert tests and int(tests[1]) >= 58, summary  # every GPU test collected, each skipped on this machine
     for file in ("tests/train/test_device_step.py", "tests/augment/test_batched.py", "tests/test_gpu_e2e.py"):
         assert re.search(rf"^   {re.escape(file)} +\d+ skipped$", summary, re.M), file
-    assert "2 bench  benchmarks/gpu.py, resnet18 64 px, batch 16: 10 of 10 rows" in summary
+    assert "2 bench  benchmarks/gpu, resnet18 64 px, batch 16: 10 of 10 rows" in summary
     assert "verdict: 0 problem(s)" in summary
     for row in ROWS:  # every ratio against its target, on the summary's screen
         assert re.search(rf"step {row} project/bare +[0-9.]+  >= 0.97", summary), row
 
     text = (out / "performance.md").read_text()  # docs/performance.md's new text
-    assert "command: `make gpu-check: python benchmarks/gpu.py --quick --device cpu --threads 1 --json " in text
+    assert "command: `make gpu-check: python benchmarks/gpu --quick --device cpu --threads 1 --json " in text
     assert "device: CPU (" in text and "torch " in text and "date: " in text
     for row, baseline in ROWS.items():
         (line,) = [ln for ln in text.splitlines() if ln.startswith(f"| {row} |")][:1]
@@ -149,7 +149,7 @@ def test_the_summary_counts_each_test_file_and_calls_failures_problems(tmp_path)
     capped = dict(step, capped=True)
     _, problems = gpu_check.summary(meta, {"tests": capped, "bench": step}, None, None, None, False)
     assert problems == 3  # stopped at its cap, no junit, no benchmark results
-    partial = dict(bench, partial=True)  # benchmarks/gpu.py saves its JSON after each row: a cap loses one row
+    partial = dict(bench, partial=True)  # benchmarks/gpu saves its JSON after each row: a cap loses one row
     text, problems = gpu_check.summary(meta, {"tests": step, "bench": capped}, junit, partial, None, False)
     assert "3 of 3 rows (10 s of 200, STOPPED AT ITS CAP); PARTIAL" in text
     assert problems == 4 and re.search(r"step mocov2 project/bare +0.990", text)
