@@ -37,12 +37,15 @@ OVERRIDES = (
     "method.bn_splits=1",
     "method.queue_size=65536",
 )
-VIEW_BYTES_PER_VALUE = 4  # views are float32 [B, 3, S, S] (pipeline/augment/views.py), gathered as such
-KEY_GATHERS = 2  # MoCo._keys gathers the key projections to unshuffle them; the queue push gathers them again
+VIEW_BYTES_PER_VALUE = 4  # the augment executors' views are float32 [B, 3, S, S]; on the wire: --view-wire-bytes
+# The exchange facebookresearch/moco runs, the reference table C's text compares the modes with: it gathers the key
+# projections twice, to unshuffle them and for the queue.
+OFFICIAL_KEY_GATHERS = 2
 # A check of the compute model against a published run: facebookresearch/moco's README reports 53 hours for MoCo v2's
 # 200 epochs on 8 V100s (batch 256, fp32); NVIDIA's DeepLearningExamples give 367 img/s for one V100 16GB in fp32.
 MOCO_REPO_HOURS = 53.0
 V100_FP32_IMG_S = 367.0
+STALL_TARGET = 0.02  # a checkpoint share of the run the report suggests an interval for, where it is exceeded
 
 DEFAULTS = dict(
     gpus=[8, 64, 256],
@@ -120,21 +123,32 @@ def exposed_allreduce(t_allreduce: float, t_backward: float, overlap: float) -> 
     return t_allreduce - min(overlap * t_allreduce, t_backward)
 
 
-def step_time(t_compute: float, t_allreduce_exposed: float, t_gather: float) -> float:
-    """t_step = t_c + exposed all-reduce + the shuffle-BN gathers (blocking: the key encoder waits for them)."""
-    return t_compute + t_allreduce_exposed + t_gather
+def step_time(t_compute: float, t_allreduce_exposed: float, t_exchange: float) -> float:
+    """t_step = t_c + exposed all-reduce + the key exchange (blocking: the key encoder waits for its views)."""
+    return t_compute + t_allreduce_exposed + t_exchange
 
 
 def bandwidth_for_budget(
-    allreduce_bytes: float, gather_bytes: float, t_compute: float, t_backward: float, overlap: float, budget: float
+    allreduce_bytes: float,
+    exchange_bytes: float,
+    t_compute: float,
+    t_backward: float,
+    overlap: float,
+    budget: float,
+    fixed_s: float = 0.0,
 ) -> float:
-    """Bandwidth B at which the step's communication costs `budget` * t_c, with E(B) = exposed all-reduce + gathers:
-    B1 = ((1 - overlap) A + G) / (budget t_c) while overlap * A / B1 <= t_b (the hidden part fits in backward),
-    else B2 = (A + G) / (budget t_c + t_b). A, G: the all-reduce and gather bytes per GPU (or node)."""
-    b1 = ((1 - overlap) * allreduce_bytes + gather_bytes) / (budget * t_compute)
-    if overlap * allreduce_bytes / b1 <= t_backward:
+    """Bandwidth B at which the step's communication costs `budget` * t_c, with E(B) = exposed all-reduce + the key
+    exchange's G / B + F: B1 = ((1 - overlap) A + G) / (budget t_c - F) while overlap * A / B1 <= t_b (the hidden
+    part fits in backward), else B2 = (A + G) / (budget t_c - F + t_b). A, G: the all-reduce and exchange bytes per
+    GPU (or node) on B; F: the exchange's seconds that B does not change (exchange_load). Infinite when F alone
+    exceeds the budget."""
+    room = budget * t_compute - fixed_s
+    if room <= 0:
+        return math.inf
+    b1 = ((1 - overlap) * allreduce_bytes + exchange_bytes) / room
+    if b1 == 0 or overlap * allreduce_bytes / b1 <= t_backward:
         return b1
-    return (allreduce_bytes + gather_bytes) / (budget * t_compute + t_backward)
+    return (allreduce_bytes + exchange_bytes) / (room + t_backward)
 
 
 def steps_per_epoch(images: int, n: int, per_gpu_batch: int) -> int:
@@ -175,8 +189,29 @@ def lost_work(interval_s: float) -> float:
     return interval_s
 
 
+def epochs_for_stall(stall: float, checkpoint_s: float, epoch_s: float) -> int:
+    """The fewest whole epochs between checkpoints that keep the blocking write within `stall` of the run:
+    t_ckpt / (k t_epoch + t_ckpt) <= stall, so k = ceil(t_ckpt (1 - stall) / (stall t_epoch))."""
+    return max(1, math.ceil(checkpoint_s * (1 - stall) / (stall * epoch_s)))
+
+
 # ------------------------------------------------------------------ method.key_bn (pipeline/methods/key_bn.py)
-KEY_BN_MODES = ("gather", "shuffle", "shuffle_node", "sync", "split")
+KEY_BN_MODES = ("shuffle", "shuffle_node", "sync", "split")  # key_bn.MODES less `auto`, which resolves to one
+
+
+def node_list(n: int, gpus_per_node: int) -> list[int]:
+    """Every rank's node on n GPUs that fill nodes of gpus_per_node in rank order: rank r on node r // g (the layout
+    `dist.node_ranks()` reports to key_bn.resolve)."""
+    return [r // gpus_per_node for r in range(n)]
+
+
+def auto_mode(n: int, gpus_per_node: int) -> str:
+    """The mode `method.key_bn=auto` trains with on this layout, from the code's own rule
+    (pipeline/methods/key_bn.py resolve): split on one GPU, shuffle on one node, shuffle_node on several nodes of
+    two or more GPUs each, else shuffle."""
+    from pipeline.methods.key_bn import resolve
+
+    return resolve("auto", node_list(n, gpus_per_node))
 
 
 def small_allreduce_latency(n: int, gpus_per_node: int, floor_us: float, hop_us: float) -> float:
@@ -186,66 +221,79 @@ def small_allreduce_latency(n: int, gpus_per_node: int, floor_us: float, hop_us:
     return (floor_us + 2 * math.log2(nodes) * hop_us) * 1e-6
 
 
-def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) -> tuple[float, float]:
-    """(bytes each GPU sends in a step, seconds the key encoder waits for them) for one key_bn mode, the queue's
-    key all-gather included.
+def exchange_load(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) -> tuple[float, float, float]:
+    """(bytes each GPU sends in a step, bytes on the link B, seconds B does not change) for one key_bn mode, the
+    queue's key all-gather included. B is link_bandwidth's: NVLink on one node, the node's network past it; the
+    exchange takes F + bytes on B / B (key_exchange). V2: a view on the wire (--view-wire-bytes a value: 2, bf16
+    under autocast); K: a key (float32); g: GPUs in a node.
 
-    gather: the global batch of float32 views all-gathered, keys gathered twice (before #29): (N - 1) b (V4 + 2 K).
-    shuffle: an all-to-all of the b (N - 1) / N views dealt to other ranks (V2: --view-wire-bytes a value, 2 for
-      bf16) and their keys back: b (N - 1) / N (V2 + K) per GPU, in expectation (the permutation is random); past
-      one node the node's NICs carry every GPU's cross-node share, b (N - g) / N (V2 + K) x g.
-    shuffle_node: the same within a node of g GPUs, over NVLink: b (g - 1) / g (V2 + K).
-    sync: one all-reduce of (2 C + 1) float64 per BN layer: ring bytes 2 (N - 1) / N (2 C + 1) 8, each also paying
-      small_allreduce_latency (the layers run in sequence, so nothing hides it).
+    shuffle: an all-to-all of the b (N - 1) / N views dealt to other ranks and their keys back: b (N - 1) / N
+      (V2 + K) per GPU, in expectation (the permutation is random); past one node the node's NICs carry every GPU's
+      cross-node share, b (N - g) / N (V2 + K) x g on B (the NVLink share runs alongside, so it adds no time).
+    shuffle_node: the same within a node of g GPUs, over NVLink: b (g - 1) / g (V2 + K); past one node it is F.
+    sync: one all-reduce of (2 C + 1) float64 per BN layer: ring bytes 2 (N - 1) / N (2 C + 1) 8 on B, and F = the
+      layers' small_allreduce_latency (they run in sequence, so nothing hides it).
     split: nothing crosses.
-    Every mode but gather then all-gathers the b keys for the queue: (N - 1) b K."""
+    Every mode then all-gathers the b keys for the queue: (N - 1) b K on B."""
     g = min(n, a.gpus_per_node)
-    nvlink, node = a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8
-    link = link_bandwidth(n, a.gpus_per_node, nvlink, node)
-    view2 = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * a.view_wire_bytes
-    view4, key = sizes["view_bytes"], sizes["key_bytes"]
-    queue = ring_allgather_bytes(b * key, n)
-    if mode == "gather":
-        sent = ring_allgather_bytes(b * view4, n) + KEY_GATHERS * ring_allgather_bytes(b * key, n)
-        return sent, transfer_time(sent, link)
+    nvlink = a.nvlink_gbytes * 1e9
+    one_node = n <= a.gpus_per_node
+    row = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * a.view_wire_bytes + sizes["key_bytes"]
+    queue = ring_allgather_bytes(b * sizes["key_bytes"], n)
     if mode == "shuffle":
-        sent = b * (n - 1) / n * (view2 + key)
-        if n <= a.gpus_per_node:
-            t = transfer_time(sent, nvlink)
-        else:  # the cross-node share of every GPU of a node goes through that node's NICs
-            t = transfer_time(b * (n - g) / n * (view2 + key) * g, node)
-        return sent + queue, t + transfer_time(queue, link)
+        sent = b * (n - 1) / n * row
+        on_link = sent if one_node else b * (n - g) / n * row * g
+        return sent + queue, on_link + queue, 0.0
     if mode == "shuffle_node":
-        sent = b * (g - 1) / g * (view2 + key)
-        return sent + queue, transfer_time(sent, nvlink) + transfer_time(queue, link)
+        sent = b * (g - 1) / g * row
+        if one_node:
+            return sent + queue, sent + queue, 0.0
+        return sent + queue, queue, transfer_time(sent, nvlink)
     if mode == "sync":
-        per_layer = [ring_allreduce_bytes((2 * c + 1) * 8, n) for c in sizes["bn_channels"]]
+        sent = sum(ring_allreduce_bytes((2 * c + 1) * 8, n) for c in sizes["bn_channels"])
         latency = small_allreduce_latency(n, a.gpus_per_node, a.small_allreduce_us, a.hop_us)
-        t = sum(latency + transfer_time(x, link) for x in per_layer)
-        return sum(per_layer) + queue, t + transfer_time(queue, link)
+        return sent + queue, sent + queue, latency * len(sizes["bn_channels"])
     if mode == "split":
-        return queue, transfer_time(queue, link)
+        return queue, queue, 0.0
     raise ValueError(f"unknown key_bn mode {mode!r}")
 
 
-def mode_scenario(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace, compress: bool = False) -> dict:
-    """Step time, efficiency and bytes per GPU for one key_bn mode; compress: the gradient all-reduce in bf16
-    (trainer.grad_compression=bf16: half the bytes)."""
+def key_exchange(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace) -> tuple[float, float]:
+    """(bytes each GPU sends in a step, seconds the key encoder waits for them) for one key_bn mode:
+    (sent, F + bytes on B / B) of exchange_load, which states each mode's formula."""
+    sent, on_link, fixed = exchange_load(mode, n, b, sizes, a)
+    link = link_bandwidth(n, a.gpus_per_node, a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8)
+    return sent, fixed + transfer_time(on_link, link)
+
+
+def official_exchange(n: int, b: int, sizes: dict, a: argparse.Namespace) -> tuple[float, float]:
+    """(bytes each GPU receives in a step, seconds) of facebookresearch/moco's shuffle-BN (`_batch_shuffle_ddp`),
+    the reference the modes are compared with: the global batch's float32 views all-gathered and the keys gathered
+    twice, (N - 1) b (V4 + 2 K), on the link B."""
+    sent = ring_allgather_bytes(b * sizes["view_bytes"], n)
+    sent += OFFICIAL_KEY_GATHERS * ring_allgather_bytes(b * sizes["key_bytes"], n)
+    link = link_bandwidth(n, a.gpus_per_node, a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8)
+    return sent, transfer_time(sent, link)
+
+
+def exchange_scenario(
+    n: int, b: int, sizes: dict, a: argparse.Namespace, exchange: tuple[float, float], compress: bool = False
+) -> dict:
+    """Step time, efficiency and bytes per GPU with a key exchange of (bytes, seconds); compress: the gradient
+    all-reduce in bf16 (trainer.grad_compression=bf16: half the bytes)."""
     rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
     bw = link_bandwidth(n, a.gpus_per_node, a.nvlink_gbytes * 1e9, a.node_gbps * 1e9 / 8)
     t_c = compute_time(b, rate)
     ar = ring_allreduce_bytes(sizes["grad_bytes"] / (2 if compress else 1), n)
     t_ar = exposed_allreduce(transfer_time(ar, bw), backward_time(t_c, a.backward_forwards), a.overlap)
-    sent, t_x = key_exchange(mode, n, b, sizes, a)
+    sent, t_x = exchange
     t_step = step_time(t_c, t_ar, t_x)
-    return {
-        "mode": mode,
-        "n": n,
-        "bytes": ar + sent,
-        "exchange_bytes": sent,
-        "t_step": t_step,
-        "efficiency": t_c / t_step,
-    }
+    return {"n": n, "bytes": ar + sent, "exchange_bytes": sent, "t_step": t_step, "efficiency": t_c / t_step}
+
+
+def mode_scenario(mode: str, n: int, b: int, sizes: dict, a: argparse.Namespace, compress: bool = False) -> dict:
+    """exchange_scenario with one key_bn mode's exchange (key_exchange)."""
+    return {"mode": mode, **exchange_scenario(n, b, sizes, a, key_exchange(mode, n, b, sizes, a), compress)}
 
 
 # ============================================================================= the model the project builds
@@ -288,7 +336,8 @@ def model_sizes(overrides: tuple[str, ...] = OVERRIDES) -> dict:
 
 # ============================================================================= one column of a table
 def scenario(n: int, per_gpu_batch: int, sizes: dict, a: argparse.Namespace) -> dict:
-    """Every quantity for n GPUs at this per-GPU batch."""
+    """Every quantity for n GPUs at this per-GPU batch, with the key exchange of the mode `method.key_bn=auto` runs
+    on this layout (auto_mode)."""
     from pipeline.schedules import scaled_lr
 
     rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
@@ -298,12 +347,12 @@ def scenario(n: int, per_gpu_batch: int, sizes: dict, a: argparse.Namespace) -> 
     t_c = compute_time(per_gpu_batch, rate)
     t_b = backward_time(t_c, a.backward_forwards)
     ar_bytes = ring_allreduce_bytes(sizes["grad_bytes"], n)
-    view_bytes = ring_allgather_bytes(per_gpu_batch * sizes["view_bytes"], n)
-    key_bytes = KEY_GATHERS * ring_allgather_bytes(per_gpu_batch * sizes["key_bytes"], n)
+    mode = auto_mode(n, a.gpus_per_node)
+    x_bytes, x_on_link, x_fixed = exchange_load(mode, n, per_gpu_batch, sizes, a)
+    _, t_exchange = key_exchange(mode, n, per_gpu_batch, sizes, a)
     t_ar = transfer_time(ar_bytes, bw)
     t_ar_exposed = exposed_allreduce(t_ar, t_b, a.overlap)
-    t_gather = transfer_time(view_bytes + key_bytes, bw)
-    t_step = step_time(t_c, t_ar_exposed, t_gather)
+    t_step = step_time(t_c, t_ar_exposed, t_exchange)
     gpu_img_s = per_gpu_batch / t_step
     steps = steps_per_epoch(a.images, n, per_gpu_batch)
     epoch_s = steps * t_step
@@ -324,15 +373,16 @@ def scenario(n: int, per_gpu_batch: int, sizes: dict, a: argparse.Namespace) -> 
         "allreduce_bytes": ar_bytes,
         "t_allreduce": t_ar,
         "t_allreduce_exposed": t_ar_exposed,
-        "view_gather_bytes": view_bytes,
-        "key_gather_bytes": key_bytes,
-        "t_gather": t_gather,
+        "key_bn": mode,
+        "exchange_bytes": x_bytes,
+        "queue_gather_bytes": ring_allgather_bytes(per_gpu_batch * sizes["key_bytes"], n),
+        "t_exchange": t_exchange,
         "t_step": t_step,
         "efficiency": t_c / t_step,
         "gpu_img_s": gpu_img_s,
         "total_img_s": gpu_img_s * n,
         "bandwidth_needed_bytes_s": bandwidth_for_budget(
-            ar_bytes, view_bytes + key_bytes, t_c, t_b, a.overlap, a.comm_budget
+            ar_bytes, x_on_link, t_c, t_b, a.overlap, a.comm_budget, x_fixed
         ),
         "allreduce_needed_bytes_s": ar_bytes / t_b,
         "node_read_bytes_s": read_bytes_s(gpu_img_s * per_node, a.jpeg_kb * 1e3 + a.tar_overhead_bytes),
@@ -369,6 +419,8 @@ def _minutes(s: float) -> str:
 
 def _link(c: dict, bytes_s: float) -> str:
     """A bandwidth as the link it is on is quoted: GB/s per GPU on NVLink, Gb/s per node between nodes."""
+    if math.isinf(bytes_s):
+        return "none: the NVLink share alone exceeds the budget"
     if c["link"] == "NVLink":
         return f"{bytes_s / 1e9:,.0f} GB/s per GPU (NVLink)"
     return f"{_gbps(bytes_s)} per node"
@@ -383,9 +435,10 @@ ROWS = [  # (label, cell)
     ("all-reduce time over the link (exposed after overlap)", lambda c: f"{_ms(c['t_allreduce'])} "
      f"({_ms(c['t_allreduce_exposed'])})"),
     ("link on which the all-reduce takes t_b", lambda c: _link(c, c["allreduce_needed_bytes_s"])),
-    ("shuffle-BN all-gather of key views, bytes received per GPU", lambda c: _mb(c["view_gather_bytes"])),
-    ("key-projection all-gathers (2), bytes per GPU", lambda c: _mb(c["key_gather_bytes"])),
-    ("gathers' time (not overlapped)", lambda c: _ms(c["t_gather"])),
+    ("`method.key_bn=auto` runs (key_bn.resolve on this layout)", lambda c: f"`{c['key_bn']}`"),
+    ("key exchange (views dealt out, keys back, the queue's key all-gather), bytes sent per GPU", lambda c:
+     f"{_mb(c['exchange_bytes'])} (queue {_mb(c['queue_gather_bytes'])})"),
+    ("key exchange time (not overlapped)", lambda c: _ms(c["t_exchange"])),
     ("**step time**", lambda c: f"**{_ms(c['t_step'])}**"),
     ("scaling efficiency (t_c / t_step)", lambda c: f"{c['efficiency']:.0%}"),
     ("images/s per GPU; all GPUs", lambda c: f"{c['gpu_img_s']:,.0f}; {c['total_img_s']:,.0f}"),
@@ -458,7 +511,7 @@ def assumptions(a: argparse.Namespace, sizes: dict) -> list[tuple[str, str, str]
         (
             "--view-wire-bytes",
             f"{a.view_wire_bytes} B a value",
-            "table C: a key view's values on the wire in method.key_bn's all-to-all; 2 under bf16 autocast (the GPU "
+            "a key view's values on the wire in method.key_bn's all-to-all; 2 under bf16 autocast (the GPU "
             "default: pipeline/methods/key_bn.py wire_dtype), 4 in float32",
         ),
         (
@@ -505,9 +558,8 @@ def assumptions(a: argparse.Namespace, sizes: dict) -> list[tuple[str, str, str]
 
 
 MODE_NOTES = {
-    "gather": "before #29: the global batch's float32 views all-gathered",
-    "shuffle": "all-to-all of the dealt views (bf16) and keys; default on one node",
-    "shuffle_node": "the same within each node; default across nodes",
+    "shuffle": "all-to-all of the dealt views (bf16) and keys; `auto` on one node",
+    "shuffle_node": "the same within each node; `auto` on several nodes of 2 or more GPUs",
     "sync": "the key encoder's BN synced: a latency-bound all-reduce per layer",
     "split": "BN groups within a GPU: nothing crosses (the shuffle stays in one GPU's batch)",
 }
@@ -527,13 +579,20 @@ def modes_table(modes: dict, gpus: list[int]) -> list[str]:
 
 
 def report(
-    command: str, sizes: dict, a: argparse.Namespace, weak: list[dict], fixed: list[dict], modes: dict | None = None
+    command: str,
+    sizes: dict,
+    a: argparse.Namespace,
+    weak: list[dict],
+    fixed: list[dict],
+    modes: dict | None = None,
+    official: list[dict] | None = None,
 ) -> str:
     counts = ", ".join(str(n) for n in a.gpus)
     rate = a.moco_img_s or moco_rate(a.supervised_img_s, a.backward_forwards)
     q_rows, q_dim = sizes["queue_shape"]
     last_w, last_f = weak[-1], fixed[-1]
     multi = [c for c in weak if c["link"] != "NVLink"]
+    view_wire = sizes["view_bytes"] // VIEW_BYTES_PER_VALUE * a.view_wire_bytes
     lines = [
         f"# Scale on paper: MoCo v2, ResNet-50, ImageNet-1k on {counts} GPUs",
         "",
@@ -561,10 +620,12 @@ def report(
         f"- gradient all-reduce payload: {_mb(sizes['grad_bytes'])} ({'/'.join(sizes['grad_dtypes'])} gradients:"
         " `ray.train.torch.prepare_model` wraps the online encoder in DDP with no compression hook, and bf16"
         " autocast leaves parameters and their gradients float32)",
-        f"- shuffle-BN key views: `MoCo._keys` all-gathers the key view of every image in the global batch"
-        f" (float32 3 x {sizes['image_size']} x {sizes['image_size']} = {sizes['view_bytes']:,} B an image),"
-        " permutes, and each rank encodes its slice; the key projections are gathered back and gathered once"
-        f" more for the queue ({sizes['key_bytes']} B a key)",
+        f"- key exchange (`method.key_bn`, `pipeline/methods/key_bn.py`): the key views are dealt out at random"
+        " (over every rank with `shuffle`, over the node's with `shuffle_node`); a rank sends only the views dealt"
+        " to other ranks, in one all-to-all (float32 3 x"
+        f" {sizes['image_size']} x {sizes['image_size']} = {sizes['view_bytes']:,} B a view,"
+        f" {view_wire:,} B on the wire at {a.view_wire_bytes} B a value: bf16 under autocast), and gets their key"
+        f" projections back ({sizes['key_bytes']} B a key); the queue then all-gathers every rank's keys",
         f"- checkpoint (`pipeline/checkpoint.py`: method state with both encoders, BN buffers and queue, plus"
         f" SGD's momentum buffers): {_mb(sizes['checkpoint_bytes'])} of tensors, the same at every GPU count",
         "",
@@ -594,12 +655,21 @@ def report(
         lines += [
             f"## C: the key encoder's BatchNorm (`method.key_bn`), {a.per_gpu_batch} images per GPU",
             "",
-            "Tables A and B model the exchange MoCo had before #29 (`gather` below). Each mode's step: compute, the "
-            "exposed gradient all-reduce, and its own exchange (`key_exchange` states each formula). `sync` pays "
+            "Tables A and B run the mode `auto` resolves to on each layout; here is every mode at "
+            f"{a.per_gpu_batch} a GPU. Each mode's step: compute, the exposed gradient all-reduce, and its own "
+            "exchange (`exchange_load` states each formula). `sync` pays "
             f"a small all-reduce's latency at every BN layer ({len(sizes['bn_channels'])} in the key encoder): "
             f"{a.small_allreduce_us:g} us inside a node plus {a.hop_us:g} us per tree hop between nodes, 2 log2(nodes) "
             "hops (NCCL's tree for small messages; the floor and per-hop values are the usual published H100 "
-            "NVLink and InfiniBand NDR figures, `--small-allreduce-us`, `--hop-us`).",
+            "NVLink and InfiniBand NDR figures, `--small-allreduce-us`, `--hop-us`)."
+            + (
+                " For comparison, facebookresearch/moco's shuffle-BN, in which every rank all-gathers the global "
+                "batch's float32 views and the keys twice (`official_exchange`), models at "
+                + ", ".join(f"{c['efficiency']:.0%} at {c['n']} GPUs" for c in official)
+                + "."
+                if official
+                else ""
+            ),
             "",
             *modes_table(modes, a.gpus),
             "",
@@ -615,33 +685,48 @@ def report(
             "",
         ]  # fmt: skip
     lines += ["## What the tables say", ""]
-    v100 = argparse.Namespace(**{**vars(a), "supervised_img_s": V100_FP32_IMG_S, "moco_img_s": None, "epochs": 200})
+    # the calibration run is fp32: no autocast, so the views travel as float32 (key_bn.wire_dtype)
+    v100 = argparse.Namespace(
+        **{**vars(a), "supervised_img_s": V100_FP32_IMG_S, "moco_img_s": None, "epochs": 200, "view_wire_bytes": 4}
+    )
     calibration = scenario(8, 32, sizes, v100)
     first = weak[0]
+    worst = max([("A", c) for c in weak] + [("B", c) for c in fixed], key=lambda tc: tc[1]["checkpoint_stall"])
+    stall_epochs = epochs_for_stall(STALL_TARGET, worst[1]["checkpoint_s"], worst[1]["epoch_s"])
     lines.append(
-        f"- On one node ({first['n']} GPUs) the step is compute-bound: {_ms(first['t_step'])} against "
-        f"{_ms(first['t_compute'])} of compute ({first['efficiency']:.0%})."
+        f"- On {'one node' if first['nodes'] == 1 else str(first['nodes']) + ' nodes'} ({first['n']} GPUs) `auto` "
+        f"runs `{first['key_bn']}` and the step is {'compute-bound: ' if first['efficiency'] >= 0.9 else ''}"
+        f"{_ms(first['t_step'])} against {_ms(first['t_compute'])} of compute ({first['efficiency']:.0%}); the key "
+        f"exchange sends {_mb(first['exchange_bytes'])} a GPU ({_ms(first['t_exchange'])})."
     )
     if multi:
         m = multi[0]
-        gather_wins = m["t_gather"] > m["t_allreduce_exposed"]
+        exchange_wins = m["t_exchange"] > m["t_allreduce_exposed"]
+        on_nvlink = ", which keeps the views on NVLink" if m["key_bn"] == "shuffle_node" else ""
         lines.append(
-            f"- Past one node the gradient all-reduce is {'not ' if gather_wins else ''}the main cost: at {m['n']} "
-            f"GPUs it sends {_mb(m['allreduce_bytes'])} per GPU ({_ms(m['t_allreduce_exposed'])} exposed), while "
-            f"MoCo's shuffle-BN gather brings every node the key views of the whole global batch, "
-            f"{_mb(m['view_gather_bytes'])} a step ({_ms(m['t_gather'])}). The gather grows with the global batch "
-            f"({_mb(last_w['view_gather_bytes'])} at {last_w['n']} GPUs in A), the all-reduce does not "
-            f"({_mb(last_w['allreduce_bytes'])})."
+            f"- Past one node `auto` runs `{m['key_bn']}`{on_nvlink}, and the gradient all-reduce is "
+            f"{'not ' if exchange_wins else ''}the main cost: at {m['n']} GPUs it sends {_mb(m['allreduce_bytes'])} "
+            f"per GPU ({_ms(m['t_allreduce_exposed'])} exposed), the key exchange {_mb(m['exchange_bytes'])} "
+            f"({_ms(m['t_exchange'])}), {_mb(m['queue_gather_bytes'])} of it the queue's key all-gather. That "
+            f"all-gather grows with the global batch ({_mb(last_w['queue_gather_bytes'])} at {last_w['n']} GPUs in "
+            f"A), the all-reduce does not ({_mb(last_w['allreduce_bytes'])})."
         )
+        compressed = ""
+        if modes and (m["key_bn"], True) in modes:
+            by_n = {c["n"]: c for c in modes[(m["key_bn"], True)]}
+            if m["n"] in by_n and last_w["n"] in by_n:
+                compressed = (
+                    " `trainer.grad_compression=bf16` (the all-reduce in bf16: half its bytes) takes A to "
+                    f"{by_n[m['n']]['efficiency']:.0%} and {by_n[last_w['n']]['efficiency']:.0%} (table C)."
+                )
         lines.append(
             f"- At {a.node_gbps:g} Gb/s a node, A reaches {m['efficiency']:.0%} at {m['n']} GPUs and "
             f"{last_w['efficiency']:.0%} at {last_w['n']}; keeping communication within {a.comm_budget:.0%} of "
-            f"compute needs {_gbps(m['bandwidth_needed_bytes_s'])} and {_gbps(last_w['bandwidth_needed_bytes_s'])} "
-            "a node. What would remove most of it is not implemented: shuffling keys within a node (gather over "
-            "NVLink only), sending the views as bf16 or uint8, or SyncBN in the key encoder instead of shuffling."
+            f"compute needs {_link(m, m['bandwidth_needed_bytes_s'])} and "
+            f"{_link(last_w, last_w['bandwidth_needed_bytes_s'])}.{compressed}"
         )
         lines.append(
-            f"- B (global {a.global_batch}) keeps the gather small ({_mb(last_f['view_gather_bytes'])} at "
+            f"- B (global {a.global_batch}) keeps the key exchange small ({_mb(last_f['exchange_bytes'])} at "
             f"{last_f['n']} GPUs) but leaves the full all-reduce for a {last_f['per_gpu_batch']}-image step: "
             f"{last_f['efficiency']:.0%} there."
         )
@@ -655,22 +740,30 @@ def report(
         f"({first['node_read_bytes_s'] * 8 / (a.node_gbps * 1e9):.0%} of a {a.node_gbps:g} Gb/s network if read "
         "remotely, as they are from s3:// or gs://); less per node where communication slows the steps.",
         f"- The checkpoint ({_mb(sizes['checkpoint_bytes'])}) takes {first['checkpoint_s']:.1f} s at "
-        f"{a.storage_mbytes:g} MB/s every {a.checkpoint_every} epoch(s): at most "
-        f"{max(c['checkpoint_stall'] for c in weak + fixed):.2%} of the run in any column. A failure costs at most "
-        "one interval of work: `trainer.max_failures` (0 in conf/trainer/local.yaml: the job stops) restarts Ray "
-        "Train from the last checkpoint; the interval is whole epochs (`train.checkpoint_every`).",
+        f"{a.storage_mbytes:g} MB/s every {a.checkpoint_every} epoch(s): at most {worst[1]['checkpoint_stall']:.2%} "
+        f"of the run in any column ({worst[0]} at {worst[1]['n']} GPUs, where an epoch takes "
+        f"{worst[1]['epoch_s']:.1f} s)"
+        + (
+            f"; `train.checkpoint_every={stall_epochs}` keeps it within {STALL_TARGET:.0%} there"
+            if worst[1]["checkpoint_stall"] > STALL_TARGET
+            else ""
+        )
+        + ". A failure costs at most one interval of work: `trainer.max_failures` (0 in conf/trainer/local.yaml: "
+        "the job stops) restarts Ray Train from the last checkpoint; the interval is whole epochs "
+        "(`train.checkpoint_every`).",
         f"- A check of the compute model: at NVIDIA's fp32 V100 rate (`--supervised-img-s {V100_FP32_IMG_S:g}`) "
         f"it gives {calibration['train_h']:.0f} h for 200 epochs on 8 GPUs, against the {MOCO_REPO_HOURS:g} h "
         "facebookresearch/moco reports for that run (8 V100s, fp32, PIL data loading): the model leaves out the "
         "data loading and framework overheads, so its times are lower bounds.",
         "",
-        "Left out: latency and NCCL's tree/NVLS algorithms (bandwidth-bound ring only), DDP's buffer broadcast and"
-        " the scalar all-reduces (< 1 MB a step), the kNN monitor at each epoch's end, data-loader stalls, and"
-        " restarts.",
+        "Left out: latency (but for table C's `sync`) and NCCL's tree/NVLS algorithms (bandwidth-bound ring and"
+        " all-to-all only), DDP's buffer broadcast and the scalar all-reduces (< 1 MB a step), the kNN monitor at"
+        " each epoch's end, data-loader stalls, and restarts.",
         "",
         "## Formulas",
         "",
-        "r = backward cost in forwards; b = per-GPU batch; N = GPUs; P = gradient bytes; v = bytes of a key view;",
+        "r = backward cost in forwards; b = per-GPU batch; N = GPUs; g = GPUs in a node; P = gradient bytes;",
+        f"v = bytes of a key view on the wire ({view_wire:,}); k = bytes of a key ({sizes['key_bytes']});",
         "B = the link's bandwidth (NVLink per GPU on one node, the node's network otherwise).",
         "",
         "| quantity | formula |",
@@ -678,9 +771,14 @@ def report(
         "| MoCo v2 pairs/s per GPU | supervised img/s x (1 + r) / (2 + r) |",
         "| compute t_c; backward t_b | b / rate; t_c x r / (2 + r) |",
         "| all-reduce bytes per GPU | 2 (N - 1) / N x P (ring) |",
-        "| all-gather bytes per GPU | (N - 1) x b x v (ring; + 2 x (N - 1) x b x 512 B for the keys) |",
+        "| key exchange bytes per GPU | shuffle: b (N - 1) / N x (v + k); shuffle_node: b (g - 1) / g x (v + k)"
+        " (all-to-all of the views dealt to other ranks, their keys back); + (N - 1) x b x k (ring all-gather of"
+        " the keys for the queue) |",
+        "| key exchange time | bytes on B / B; past one node, shuffle puts b (N - g) / N x (v + k) x g on a node's"
+        " network and shuffle_node its views on NVLink (b (g - 1) / g x (v + k) / NVLink), only the queue's"
+        " all-gather on B |",
         "| exposed all-reduce | A / B - min(overlap x A / B, t_b) |",
-        "| step | t_c + exposed all-reduce + gathers / B |",
+        "| step | t_c + exposed all-reduce + key exchange time |",
         "| steps per epoch | (images // N) // b (pipeline/train/prepare.py) |",
         "| shard read per node | node img/s x (JPEG bytes + tar bytes) |",
         "| decode CPUs per GPU | GPU img/s / img per CPU-second |",
@@ -777,8 +875,18 @@ def run(argv: list[str]) -> dict:
         for mode in KEY_BN_MODES
         for compress in (False, True)
     }
-    text = report(command, sizes, args, weak, fixed, modes)
-    return {"sizes": sizes, "weak": weak, "fixed": fixed, "modes": modes, "text": text, "args": args}
+    b = args.per_gpu_batch
+    official = [exchange_scenario(n, b, sizes, args, official_exchange(n, b, sizes, args)) for n in args.gpus]
+    text = report(command, sizes, args, weak, fixed, modes, official)
+    return {
+        "sizes": sizes,
+        "weak": weak,
+        "fixed": fixed,
+        "modes": modes,
+        "official": official,
+        "text": text,
+        "args": args,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

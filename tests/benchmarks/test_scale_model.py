@@ -67,12 +67,24 @@ def test_exposed_allreduce_hides_a_share_capped_at_the_backward():
     assert sm.exposed_allreduce(0.010, 0.008, 1.0) == pytest.approx(0.002)  # only 8 ms of backward to hide in
 
 
-@pytest.mark.parametrize("allreduce,gather", [(200e6, 100e6), (200e6, 0.0), (2e9, 0.0)])
-def test_bandwidth_for_budget_gives_the_budgeted_exposed_time(allreduce, gather):
+@pytest.mark.parametrize(
+    "allreduce,exchange,fixed", [(200e6, 100e6, 0.0), (200e6, 0.0, 0.0), (2e9, 0.0, 0.0), (200e6, 1e6, 0.5e-3)]
+)
+def test_bandwidth_for_budget_gives_the_budgeted_exposed_time(allreduce, exchange, fixed):
     t_c, t_b, overlap, budget = 0.02, 0.01, 0.5, 0.1
-    bw = sm.bandwidth_for_budget(allreduce, gather, t_c, t_b, overlap, budget)
-    exposed = sm.exposed_allreduce(allreduce / bw, t_b, overlap) + gather / bw
+    bw = sm.bandwidth_for_budget(allreduce, exchange, t_c, t_b, overlap, budget, fixed)
+    exposed = sm.exposed_allreduce(allreduce / bw, t_b, overlap) + exchange / bw + fixed
     assert exposed == pytest.approx(budget * t_c)
+
+
+def test_bandwidth_for_budget_is_infinite_when_the_fixed_time_alone_exceeds_the_budget():
+    assert sm.bandwidth_for_budget(200e6, 1e6, 0.02, 0.01, 0.5, 0.1, fixed_s=0.002) == math.inf
+
+
+def test_epochs_for_stall_is_the_fewest_that_keep_the_write_within_the_share():
+    k = sm.epochs_for_stall(0.02, 0.74, 3.0)
+    assert 0.74 / (k * 3.0 + 0.74) <= 0.02 < 0.74 / ((k - 1) * 3.0 + 0.74)
+    assert sm.epochs_for_stall(0.02, 0.74, 600.0) == 1
 
 
 def test_steps_per_epoch_as_prepare_counts_them():
@@ -93,9 +105,18 @@ def test_scenario_at_64_gpus_by_hand(sizes):
     t_c = 32 / (2470 * 3 / 4)
     node_bytes_s = 400e9 / 8
     t_ar = 2 * 63 / 64 * sizes["grad_bytes"] / node_bytes_s
-    t_gather = 63 * 32 * (3 * 224 * 224 * 4 + 2 * 128 * 4) / node_bytes_s
+    # shuffle_node (auto on 8 nodes of 8): 7 of 8 bf16 views and their keys over NVLink, the queue's keys between nodes
+    row = 3 * 224 * 224 * 2 + 128 * 4
+    t_exchange = 32 * 7 / 8 * row / 230e9 + 63 * 32 * 128 * 4 / node_bytes_s
+    assert c["key_bn"] == "shuffle_node"
+    assert c["exchange_bytes"] == pytest.approx(32 * 7 / 8 * row + 63 * 32 * 128 * 4)
+    assert c["t_exchange"] == pytest.approx(t_exchange)
     assert c["t_compute"] == pytest.approx(t_c)
-    assert c["t_step"] == pytest.approx(t_c + t_ar / 2 + t_gather)
+    assert c["t_step"] == pytest.approx(t_c + t_ar / 2 + t_exchange)
+    # the budgeted link: NVLink's share is fixed, the all-reduce and the queue's keys scale with the node's network
+    bw = c["bandwidth_needed_bytes_s"]
+    exposed = sm.exposed_allreduce(2 * 63 / 64 * sizes["grad_bytes"] / bw, t_c / 2, 0.5) + 63 * 32 * 512 / bw
+    assert exposed + 32 * 7 / 8 * row / 230e9 == pytest.approx(0.1 * t_c)
     assert c["cpus_per_gpu"] == pytest.approx(32 / c["t_step"] / 51.1)
     assert c["node_read_bytes_s"] == pytest.approx(8 * 32 / c["t_step"] * (110e3 + 1792))
     assert c["epoch_s"] == pytest.approx(625 * c["t_step"])
@@ -172,15 +193,73 @@ def test_every_number_is_finite(sizes):
                 assert math.isfinite(value) and value >= 0, key
 
 
+def test_key_bn_modes_are_the_codes_less_auto():
+    from pipeline.methods import key_bn
+
+    assert set(sm.KEY_BN_MODES) == set(key_bn.MODES) - {"auto"}
+
+
+@pytest.mark.parametrize(
+    "n,per_node,mode", [(1, 8, "split"), (8, 8, "shuffle"), (64, 8, "shuffle_node"), (256, 8, "shuffle_node"),
+                        (4, 1, "shuffle"), (12, 8, "shuffle_node"), (9, 8, "shuffle")]
+)  # fmt: skip
+def test_auto_mode_is_what_key_bn_resolve_picks_on_the_layout(n, per_node, mode):
+    from pipeline.methods.key_bn import resolve
+
+    nodes = sm.node_list(n, per_node)
+    assert len(nodes) == n and max(nodes) + 1 == math.ceil(n / per_node)
+    assert sm.auto_mode(n, per_node) == resolve("auto", nodes) == mode
+
+
+def test_auto_mode_asks_the_code(monkeypatch):
+    from pipeline.methods import key_bn
+
+    monkeypatch.setattr(key_bn, "resolve", lambda mode, nodes: "sync")
+    assert sm.auto_mode(64, 8) == "sync"
+
+
+def test_tables_a_and_b_run_auto_with_its_mode_exchange(sizes):
+    """Every column of A and B: the mode key_bn.resolve picks for its layout, that mode's key_exchange bytes and
+    seconds, and the step table C gives that mode."""
+    result = sm.run([])
+    a = result["args"]
+    seen = set()
+    for c in result["weak"] + result["fixed"]:
+        mode = c["key_bn"]
+        seen.add(mode)
+        assert mode == sm.auto_mode(c["n"], a.gpus_per_node)
+        sent, t = sm.key_exchange(mode, c["n"], c["per_gpu_batch"], sizes, a)
+        assert (c["exchange_bytes"], c["t_exchange"]) == (pytest.approx(sent), pytest.approx(t))
+        same = sm.mode_scenario(mode, c["n"], c["per_gpu_batch"], sizes, a)
+        assert c["t_step"] == pytest.approx(same["t_step"])
+    assert seen == {"shuffle", "shuffle_node"}  # 8 GPUs: one node; 64 and 256: nodes of 8
+    for i, c in enumerate(result["weak"]):  # table C runs A's per-GPU batch: A's column is its auto mode's row
+        assert c["efficiency"] == pytest.approx(result["modes"][(c["key_bn"], False)][i]["efficiency"])
+
+
+def test_the_report_rows_show_auto_and_no_mode_that_does_not_exist():
+    text = sm.run([])["text"]
+    assert (
+        "| `method.key_bn=auto` runs (key_bn.resolve on this layout) | `shuffle` | `shuffle_node` | `shuffle_node` |"
+        in text
+    )
+    table_c = text.split("## C:")[1].split("\n## ")[0]
+    rows = [line.split("|")[1].strip() for line in table_c.splitlines() if line.startswith("| `")]
+    assert {r.split("`")[1] for r in rows} == set(sm.KEY_BN_MODES) and len(rows) == 2 * len(sm.KEY_BN_MODES)
+    assert "gather`" not in text and "not implemented" not in text and "#29" not in text
+    assert "python benchmarks/gpu" in text
+
+
 def test_key_bn_modes_by_hand_at_64_gpus(sizes):
-    """Each mode's bytes from its formula written out here, and #29's targets for the default multi-node mode."""
+    """Each mode's bytes from its formula written out here, and the targets for the default multi-node mode."""
     a = sm.parse([])
     a.checkpoint_every = 1
     b, n, g = 32, 64, 8
     v2, key = 3 * 224 * 224 * 2, 128 * 4
     queue = (n - 1) * b * key
-    sent, _ = sm.key_exchange("shuffle", n, b, sizes, a)
+    sent, t = sm.key_exchange("shuffle", n, b, sizes, a)
     assert sent == pytest.approx(b * (n - 1) / n * (v2 + key) + queue)
+    assert t == pytest.approx((b * (n - g) / n * (v2 + key) * g + queue) / 50e9)  # a node's NICs: every GPU's share
     sent, _ = sm.key_exchange("shuffle_node", n, b, sizes, a)
     assert sent == pytest.approx(b * (g - 1) / g * (v2 + key) + queue)
     sent, t = sm.key_exchange("sync", n, b, sizes, a)
@@ -193,6 +272,19 @@ def test_key_bn_modes_by_hand_at_64_gpus(sizes):
     assert sm.mode_scenario("shuffle_node", 64, b, sizes, a)["efficiency"] >= 0.85
     at256 = sm.mode_scenario("shuffle_node", 256, b, sizes, a)
     assert at256["efficiency"] >= 0.70 and at256["bytes"] <= 0.5e9
-    assert sm.mode_scenario("shuffle", 8, b, sizes, a)["efficiency"] >= 0.94  # one node, unchanged or better
-    gather = sm.mode_scenario("gather", 64, b, sizes, a)
-    assert gather["efficiency"] == pytest.approx(sm.scenario(64, b, sizes, a)["efficiency"])  # tables A and B
+    assert sm.mode_scenario("shuffle", 8, b, sizes, a)["efficiency"] >= 0.94  # one node
+    with pytest.raises(ValueError):
+        sm.key_exchange("gather", n, b, sizes, a)
+
+
+def test_official_exchange_by_hand_and_what_the_text_says_of_it(sizes):
+    """facebookresearch/moco's exchange: the global batch's float32 views and two gathers of the keys."""
+    a = sm.parse([])
+    a.checkpoint_every = 1
+    sent, t = sm.official_exchange(64, 32, sizes, a)
+    assert sent == pytest.approx(63 * 32 * (3 * 224 * 224 * 4 + 2 * 128 * 4))
+    assert t == pytest.approx(sent / 50e9)
+    result = sm.run([])
+    eff = {c["n"]: c["efficiency"] for c in result["official"]}
+    assert 0.35 < eff[64] < 0.45 and eff[256] < eff[64] < result["weak"][1]["efficiency"]
+    assert f"{eff[64]:.0%} at 64 GPUs" in result["text"]
