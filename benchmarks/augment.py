@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sample_images import HEIGHT, QUALITY, WIDTH, sample_jpegs  # noqa: E402
 
-from pipeline.augment.view_maker import build_view_maker  # noqa: E402
+from pipeline.augment.view_makers import build_view_maker  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 
 PATHS = ("dali", "torch", "batched", "torchvision", "tv-pilblur")

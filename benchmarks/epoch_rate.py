@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from augment import PilGaussianBlur  # noqa: E402
 
-from pipeline.augment.view_maker import build_view_maker  # noqa: E402
+from pipeline.augment.view_makers import build_view_maker  # noqa: E402
 from pipeline.build import build_method, complete_method  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 from pipeline.data.photos import iter_photos  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline.augment.batched import BatchedExecutor  # noqa: E402
 from pipeline.augment.params import header_sizes, sample_views  # noqa: E402
 from pipeline.augment.torch_exec import TorchExecutor  # noqa: E402
-from pipeline.augment.view_maker import image_recipe  # noqa: E402
+from pipeline.augment.view_makers import image_recipe  # noqa: E402
 from pipeline.config import compose_config  # noqa: E402
 
 ROWS = {

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, cast
 import yaml
 
 from pipeline.augment.colour import ModelColourStage
-from pipeline.augment.view_maker import image_recipe
+from pipeline.augment.view_makers import image_recipe
 from pipeline.config import CONF_DIR
 from pipeline.curve_panels import Panel
 from pipeline.fields import Checked, check_model

@@ -36,7 +36,7 @@ def _recipe(size: int):
 def test_the_executor_table_says_what_auto_kind_picks():
     import torch
 
-    from pipeline.augment.views import CPU_BATCHED_MAX_SIZE, auto_kind
+    from pipeline.augment.executors import CPU_BATCHED_MAX_SIZE, auto_kind
 
     rows = {r[0]: r[1].strip("`") for r in _rows(DESIGN, "| where the views are made | `auto` picks |")}
     assert set(rows) == {

@@ -372,7 +372,7 @@ def test_imagefolder_classification_with_a_corrupt_image_and_probe_by_run_id(tmp
     assert child.info.status == "FINISHED" and "probe/pretrained_top1" in child.data.metrics
     from omegaconf import OmegaConf
 
-    from pipeline.augment.view_maker import eval_settings
+    from pipeline.augment.view_makers import eval_settings
 
     run_cfg = OmegaConf.load(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path / "dl")))
     size = eval_settings(OmegaConf.to_container(run_cfg.augment, resolve=True))[0]

@@ -144,11 +144,11 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
     """{recipe: {"images_s": .., "views_s": .., "views": n}} or {"unavailable": reason}; recipes past the deadline
     are left out."""
     from pipeline.augment.params import sample_views
-    from pipeline.augment.view_maker import image_recipe
+    from pipeline.augment.view_makers import image_recipe
     from pipeline.config import compose_config
 
     try:
-        from pipeline.augment.views import make_executor
+        from pipeline.augment.executors import make_executor
     except ImportError as e:
         return {"unavailable": f"{type(e).__name__}: {e}"}
     out = {}

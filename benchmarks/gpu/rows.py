@@ -111,9 +111,9 @@ def premade_views(cfg: dict, batch: int, device: torch.device, fmt: torch.memory
     """One batch of every view of the row's recipe, already on the device, and the parameters the project's sampler
     draws for 500x375 images (on the device too). Views whose colour stage runs in the model (InvCLR) are in [0, 1],
     the others normalised-looking noise."""
+    from pipeline.augment.executors import params_to_tensors
     from pipeline.augment.params import sample_view_params
-    from pipeline.augment.view_maker import image_recipe
-    from pipeline.augment.views import params_to_tensors
+    from pipeline.augment.view_makers import image_recipe
 
     recipe = image_recipe(cfg["augment"])
     rng = np.random.default_rng(seed)

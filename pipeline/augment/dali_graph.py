@@ -15,7 +15,7 @@ symmetric blur with symmetric borders; views with strong ops (shear, translate) 
 Random per-sample application uses DALI conditionals, so "off" is an exact identity. The graph is
 built from the recipe: one branch per view, holding only the ops its spec can use.
 
-DALI is an optional dependency: this module and dali_exec import it at their top, and pipeline.augment.views
+DALI is an optional dependency: this module and dali_exec import it at their top, and pipeline.augment.executors
 imports the executor only when DALI makes the views.
 """
 

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from pipeline.augment import colour
+from pipeline.augment.executors import Views
 from pipeline.augment.strong import AFFINE_OPS, NO_MAG_OPS, OPS
 from pipeline.augment.torch_exec import decode_rgb
-from pipeline.augment.view_maker import build_view_maker, eval_settings, image_recipe
-from pipeline.augment.views import Views
+from pipeline.augment.view_makers import build_view_maker, eval_settings, image_recipe
 from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import image_key, iter_samples
 

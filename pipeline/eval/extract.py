@@ -27,7 +27,7 @@ from torchvision.transforms.v2 import functional as F
 
 from pipeline.augment.params import eval_geometry
 from pipeline.augment.torch_exec import decode_rgb
-from pipeline.augment.view_maker import class_labels
+from pipeline.augment.view_makers import class_labels
 from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
 from pipeline.config import ConfigError
 from pipeline.data.formats import IMAGE_EXTS

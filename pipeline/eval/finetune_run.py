@@ -12,7 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from pipeline import mlflow_ui, tracking
-from pipeline.augment.view_maker import eval_settings
+from pipeline.augment.view_makers import eval_settings
 from pipeline.data.labelled import select
 from pipeline.data.reader import load_split
 from pipeline.eval import downstream

@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from pipeline.augment.colour import ModelColourStage
+from pipeline.augment.executors import params_to_tensors
 from pipeline.augment.params import sample_views, select
 from pipeline.augment.recipe import Recipe
-from pipeline.augment.view_maker import build_view_maker, image_recipe
-from pipeline.augment.views import params_to_tensors
+from pipeline.augment.view_makers import build_view_maker, image_recipe
 from pipeline.data.spirograph import NUISANCE, RANGES, TARGETS, render_flat, sample_nuisance
 from pipeline.eval.probe.lbfgs import probe
 from pipeline.losses.invclr import rademacher, scalar_projection

@@ -9,7 +9,7 @@ from pathlib import Path
 import mlflow
 
 from pipeline import mlflow_ui, tracking
-from pipeline.augment.view_maker import eval_settings
+from pipeline.augment.view_makers import eval_settings
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError
 from pipeline.data.manifest import read_manifest

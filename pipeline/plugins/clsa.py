@@ -10,7 +10,7 @@ plugin.clsa.batch_temperature. Any method that leaves pairs and an embedding com
 
 from __future__ import annotations
 
-from pipeline.augment.view_maker import image_recipe
+from pipeline.augment.view_makers import image_recipe
 from pipeline.fields import Bool, Num, Section
 from pipeline.losses.clsa import ddm
 from pipeline.plugins.base import Plugin, PluginRun

@@ -30,7 +30,7 @@ from torch import nn
 from pipeline import dist
 from pipeline.augment.strong import POOLS
 from pipeline.augment.torch_exec import eval_transform
-from pipeline.augment.view_maker import eval_settings, image_recipe
+from pipeline.augment.view_makers import eval_settings, image_recipe
 from pipeline.curve_panels import Panel
 from pipeline.data.labelled import LabelledBatches, labelled_subset
 from pipeline.data.manifest import read_manifest

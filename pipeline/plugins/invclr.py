@@ -15,7 +15,7 @@ from typing import cast
 import torch
 
 from pipeline import dist
-from pipeline.augment.view_maker import image_recipe
+from pipeline.augment.view_makers import image_recipe
 from pipeline.data.spirograph import NUISANCE, TARGETS, render_flat, sample_nuisance
 from pipeline.fields import Bool, Int, Num, Section
 from pipeline.losses.invclr import gradient_penalty

@@ -171,7 +171,7 @@ def log_checkpoint(checkpoint, spec: PretrainSpec, model: bool = True) -> Path:
     import torch
 
     from pipeline import checkpoint as ck  # torch
-    from pipeline.augment.view_maker import eval_settings  # torch
+    from pipeline.augment.view_makers import eval_settings  # torch
     from pipeline.build import build_method  # torch
 
     local = spec.checkpoint_dir

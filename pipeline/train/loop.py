@@ -21,7 +21,7 @@ import torch
 from ray.experimental.tqdm_ray import tqdm
 
 from pipeline import checkpoint, dist
-from pipeline.augment.view_maker import build_view_maker, eval_settings
+from pipeline.augment.view_makers import build_view_maker, eval_settings
 from pipeline.build import build_method
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract

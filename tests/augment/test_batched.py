@@ -19,21 +19,20 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
 
 from helpers import encode, natural, same_views
-from pipeline.augment import batched
-from pipeline.augment import views as views_mod
+from pipeline.augment import batched, executors
 from pipeline.augment.batch_plan import _blur_taps
 from pipeline.augment.batched import BatchedExecutor, separable_blur
 from pipeline.augment.colour import colour_distort, hue_hsv
 from pipeline.augment.colour_batch import HUE_CONSTS, blend_pass, hue_batch, jitter_passes
 from pipeline.augment.decode import decode_batch
+from pipeline.augment.executors import make_executor, make_views
 from pipeline.augment.params import blur_window, sample_views
 from pipeline.augment.png_check import png_rows_readable
 from pipeline.augment.resize_taps import aa_taps, crop_axes
 from pipeline.augment.strong import OPS, apply_strong_torch, sample_strong, torch_op
 from pipeline.augment.strong_batch import apply_strong_batch, batch_op
 from pipeline.augment.torch_exec import TorchExecutor, decode_rgb
-from pipeline.augment.view_maker import build_view_maker, image_recipe
-from pipeline.augment.views import make_executor, make_views
+from pipeline.augment.view_makers import build_view_maker, image_recipe
 from pipeline.config import compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -400,16 +399,16 @@ def test_make_executor_batched_kind_and_auto(monkeypatch):
     # auto: the batched executor on the worker's device, with or without DALI; on a CPU only up to 96 px views
     auto = make_executor("auto", recipe, 4, torch_device="cpu")
     assert type(auto) is BatchedExecutor and auto.device == torch.device("cpu")
-    assert views_mod.auto_kind(recipe_of("mocov2"), torch_device="cpu") == "batched"  # 64 px
+    assert executors.auto_kind(recipe_of("mocov2"), torch_device="cpu") == "batched"  # 64 px
     large = image_recipe(compose_config(["augment=mocov2", "data=imagenet"])["augment"])  # 224 px
-    assert views_mod.auto_kind(large, torch_device="cpu") == "torch"
-    assert views_mod.auto_kind(large, device="cpu", torch_device="cuda") == "torch"  # augment.device=cpu
+    assert executors.auto_kind(large, torch_device="cpu") == "torch"
+    assert executors.auto_kind(large, device="cpu", torch_device="cuda") == "torch"  # augment.device=cpu
     assert type(make_executor("auto", large, 4, torch_device="cpu")) is TorchExecutor
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             make_executor("batched", recipe, 4, device="gpu")
-    monkeypatch.setattr(views_mod.torch.cuda, "is_available", lambda: True)  # a GPU worker: batched at any size
-    assert views_mod.auto_kind(large, torch_device="cuda:0") == views_mod.auto_kind(large) == "batched"
+    monkeypatch.setattr(executors.torch.cuda, "is_available", lambda: True)  # a GPU worker: batched at any size
+    assert executors.auto_kind(large, torch_device="cuda:0") == executors.auto_kind(large) == "batched"
 
 
 def test_config_refuses_the_old_executor_name():

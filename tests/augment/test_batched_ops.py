@@ -20,7 +20,7 @@ from helpers import encode, natural
 from pipeline.augment.batched import BatchedExecutor
 from pipeline.augment.decode import decode_batch
 from pipeline.augment.params import header_sizes, sample_views
-from pipeline.augment.view_maker import image_recipe
+from pipeline.augment.view_makers import image_recipe
 from pipeline.config import compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")

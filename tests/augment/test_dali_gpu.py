@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def _dali_cuda() -> str | None:
-    from pipeline.augment.views import cuda_usable_by_dali, dali_available
+    from pipeline.augment.executors import cuda_usable_by_dali, dali_available
 
     if not torch.cuda.is_available():
         return "needs CUDA (none on this machine)"

@@ -30,7 +30,7 @@ def test_strong_ops_print_full_names_and_rounded_magnitudes():
 def test_every_text_in_the_grid_is_at_least_9_pt():
     import torch
 
-    from pipeline.augment.views import Views
+    from pipeline.augment.executors import Views
 
     views = Views(
         images=[torch.rand(2, 3, 16, 16)] * 2,

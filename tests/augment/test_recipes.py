@@ -14,10 +14,10 @@ from PIL import Image
 
 from helpers import encode, natural
 from pipeline.augment import colour
+from pipeline.augment.executors import make_executor
 from pipeline.augment.params import sample_views
 from pipeline.augment.recipe import Recipe, ViewSpec, recipe_from_dict
-from pipeline.augment.view_maker import image_recipe
-from pipeline.augment.views import make_executor
+from pipeline.augment.view_makers import image_recipe
 from pipeline.config import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")

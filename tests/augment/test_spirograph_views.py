@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from pipeline.augment.spirograph_views import SpirographRecipe, factors, render_views
-from pipeline.augment.view_maker import build_view_maker
+from pipeline.augment.view_makers import build_view_maker
 from pipeline.data.spirograph import NUISANCE, RANGES, TARGETS, render_flat, sample_params
 
 

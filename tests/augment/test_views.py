@@ -18,6 +18,7 @@ from PIL import Image
 from scipy import stats
 
 from helpers import encode, natural, same_views
+from pipeline.augment.executors import Views, make_executor, make_views
 from pipeline.augment.params import (
     blur_window,
     eval_geometry,
@@ -27,7 +28,6 @@ from pipeline.augment.params import (
     sample_views,
 )
 from pipeline.augment.recipe import ViewSpec, recipe_from_dict
-from pipeline.augment.views import Views, make_executor, make_views
 
 dali = pytest.importorskip("nvidia.dali")
 # torchvision 0.29 deprecates torchvision.io decoding (torch_exec filters it; pytest resets filters).
@@ -426,7 +426,7 @@ def test_make_executor():
 
 def test_class_labels_travel_with_every_view_and_skip_dropped_samples():
     """SupCon and CoCor's labelled loss read params[v]["label"]: aligned with the kept samples when one is corrupt."""
-    from pipeline.augment.view_maker import build_view_maker, class_labels
+    from pipeline.augment.view_makers import build_view_maker, class_labels
 
     aug = {
         "kind": "views",
@@ -454,7 +454,7 @@ def test_dali_pipelines_leave_no_generated_modules_in_the_temp_folder():
     import tempfile
 
     from pipeline.augment.dali_exec import DaliExecutor
-    from pipeline.augment.view_maker import image_recipe
+    from pipeline.augment.view_makers import image_recipe
     from pipeline.config import compose_config
 
     pattern = os.path.join(tempfile.gettempdir(), "__autograph_generated_file*.py")

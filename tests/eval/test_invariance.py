@@ -199,7 +199,7 @@ def test_alpha_regression_recovers_linear_alpha_and_scores_noise_at_the_referenc
 
 def test_image_alpha_reference_is_the_gated_colour_jitter_law():
     from pipeline.augment.params import sample_view_params
-    from pipeline.augment.view_maker import image_recipe
+    from pipeline.augment.view_makers import image_recipe
     from pipeline.config import compose_config
 
     aug = compose_config(["augment=invclr", "data=cifar10"])["augment"]

@@ -171,7 +171,7 @@ def _invclr_cfg(**over):
 
 def _colour_batch(cfg, n=6, seed=0):
     from pipeline.augment.params import sample_view_params
-    from pipeline.augment.view_maker import image_recipe
+    from pipeline.augment.view_makers import image_recipe
 
     recipe = image_recipe(cfg["augment"])
     rng = np.random.default_rng(seed)

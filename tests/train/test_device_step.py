@@ -13,7 +13,7 @@ import yaml
 
 from helpers import encode, natural
 from pipeline import dist
-from pipeline.augment.view_maker import build_view_maker
+from pipeline.augment.view_makers import build_view_maker
 from pipeline.build import build_method, matrix_cell
 from pipeline.config import CONF_DIR, compose_config
 from pipeline.data.labelled import LabelledBatches

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.augment.view_maker import build_view_maker
+from pipeline.augment.view_makers import build_view_maker
 from pipeline.train.prefetch import Timing, made_ahead
 from tests.helpers import encode, natural
 

@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from pipeline import checkpoint as ck
-from pipeline.augment.view_maker import eval_settings
+from pipeline.augment.view_makers import eval_settings
 from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import load_split
 from pipeline.eval.downstream import pick_device

@@ -8,7 +8,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipeline import mlflow_ui, tracking
-from pipeline.augment.view_maker import eval_settings
+from pipeline.augment.view_makers import eval_settings
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError
 from pipeline.eval.downstream import settings_key

@@ -29,7 +29,7 @@ class Spread(Evaluation[SpreadSettings]):
         import torch.nn.functional as F
 
         from pipeline import tracking
-        from pipeline.augment.view_maker import eval_settings
+        from pipeline.augment.view_makers import eval_settings
         from pipeline.data.reader import load_split
         from pipeline.eval import downstream
         from pipeline.eval.features import eval_preprocess, extract

@@ -11,10 +11,11 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from pipeline.augment.executors import Views, make_executor, make_views
+
 # image_recipe lives beside the recipe (no torch there), so the config check imports no torch; kept here too
 from pipeline.augment.recipe import EXECUTION_KEYS, image_recipe, recipe_from_dict  # noqa: F401
 from pipeline.augment.spirograph_views import SpirographRecipe, factors, generator_from, render_views
-from pipeline.augment.views import Views, make_executor, make_views
 from pipeline.data.reader import image_key
 
 

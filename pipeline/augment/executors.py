@@ -1,4 +1,6 @@
-"""The view stage: encoded bytes -> Views (images per view + the parameters that made them)."""
+"""The executors: which one `augment.executor` names (auto: `auto_kind`), making it (`make_executor`), and running
+one over a batch (`make_views`: encoded bytes -> Views, the images per view + the parameters that made them).
+view_makers.py builds on this for each recipe family."""
 
 from __future__ import annotations
 
