@@ -99,7 +99,7 @@ def tost(diffs: Sequence[float], margin: float) -> float:
     return float(ttost_paired(d, np.zeros_like(d), -margin, margin)[0])
 
 
-def _log_ratios(variant: Mapping[int, float], baseline: Mapping[int, float]) -> list[float]:
+def log_ratios(variant: Mapping[int, float], baseline: Mapping[int, float]) -> list[float]:
     seeds = sorted(set(variant) & set(baseline))
     bad = [s for s in seeds if variant[s] <= 0 or baseline[s] <= 0]
     if bad:
@@ -111,7 +111,7 @@ def log_ratio(variant: Mapping[int, float], baseline: Mapping[int, float], level
     """The mean of the per-seed log(variant / baseline) over the shared seeds, with its paired t interval. For
     positive metrics where lower is better (MSE, conditional variance) a ratio is the natural scale: a 10 % gain
     reads the same whatever the metric's size, and seed-to-seed noise is closer to multiplicative."""
-    return mean_interval(_log_ratios(variant, baseline), level)
+    return mean_interval(log_ratios(variant, baseline), level)
 
 
 def as_ratio(log_interval: Interval) -> Interval:
@@ -235,8 +235,8 @@ INCONCLUSIVE = "inconclusive"
 DECIDED = (REPRODUCED, REPRODUCED_SMALLER, CONTRADICTED)  # the verdicts a test against 0 decides
 
 
-def _p(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
+def _p(p: float, name: str = "p") -> str:
+    return f"{name} < 0.001" if p < 0.001 else f"{name} = {p:.2g}"
 
 
 @dataclass(frozen=True)
@@ -266,6 +266,10 @@ class Verdict:
         """A copy carrying the family-adjusted p-value; the verdict is left as it is (see apply_adjustment)."""
         return replace(self, adjusted=adjusted, adjusted_kind=kind)
 
+    def short(self) -> str:
+        """The verdict in a few words, for a plot."""
+        return f"{self.verdict.split(' (')[0]}, n={self.diff.n}"
+
     def words(self) -> str:
         """The verdict in a few words, for a table cell."""
         said = [f"{self.diff.n} seeds"]
@@ -273,8 +277,8 @@ class Verdict:
             return f"{self.verdict} ({self.reason}; {said[0]})"
         if not math.isnan(self.p):
             said.append(_p(self.p))
-        if self.adjusted is not None:
-            said.append(f"{self.adjusted_kind} {_p(self.adjusted)}")
+        if self.adjusted is not None:  # Benjamini–Hochberg's adjusted p is a q-value
+            said.append(_p(self.adjusted, "BH q" if self.adjusted_kind == "BH" else f"{self.adjusted_kind} p"))
         if self.verdict == EQUIVALENT and self.tost_p is not None:
             said.append(f"TOST {_p(self.tost_p)} within ±{self.sesoi:g}{' log ratio' if self.log else ''}")
         if self.reason:
@@ -307,7 +311,7 @@ def decide(
         raise ValueError(f"direction must be +1 or -1, not {direction}")
     if paper_gain is not None and not paper_gain * direction > 0:
         raise ValueError(f"the paper's gain {paper_gain} does not lie on the claim's side (direction {direction})")
-    diffs = _log_ratios(variant, baseline) if log else differences(variant, baseline)
+    diffs = log_ratios(variant, baseline) if log else differences(variant, baseline)
     finite = len(diffs) >= 2 and all(math.isfinite(d) for d in diffs)
     spread = finite and not _no_spread(np.asarray(diffs))
     if finite and not spread:  # the point, as stats.mean_interval gives it, without t on rounding noise

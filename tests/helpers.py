@@ -173,3 +173,30 @@ def optim(**keys):
     from pipeline.sections import Optim
 
     return Optim.of({"name": "sgd", "base_lr": 0.03, "momentum": 0.9, "weight_decay": 0.0, "warmup_epochs": 0, **keys})
+
+
+SMOKE_CLAIMS = """\
+paper: {file: smoke-paper.txt, title: "the smoke suite's made-up paper"}
+claims:
+  - id: smoke-tau
+    variant: "SimCLR, τ=0.2"
+    baseline: SimCLR
+    metric: probe MSE m
+    direction: -1
+    source: Table 1
+    paper: {baseline: 0.2, variant: 0.1, units: "made-up MSE"}
+    quote: "SimCLR 0.2, at τ = 0.2 0.1"
+    primary: true
+    why_primary: the suite's one claim
+    gain: null
+    sesoi: 0.001
+    sesoi_why: a made-up margin
+    differs: a smoke test of the machinery
+"""
+
+
+def smoke_claims(root: Path) -> Path:
+    """A claims folder holding a made-up claim for the smoke suite (conf/claims holds the papers' only)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "smoke.yaml").write_text(SMOKE_CLAIMS)
+    return root

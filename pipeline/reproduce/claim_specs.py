@@ -23,6 +23,7 @@ METRICS = (
     "probe MSE b",
     "probe MSE sigma",
     "probe MSE f_r",
+    "probe mean MSE",
     "conditional variance V",
     "alpha regression MSE",
     "fine-tuning top-1",
@@ -34,7 +35,10 @@ METRICS = (
 SOURCE = re.compile(r"(Table|Fig\.) \d+")  # as the papers number them: "Table 4", "Fig. 6"
 CLAIM_KEYS_REQUIRED = {"id", "variant", "baseline", "metric", "direction", "source", "paper", "quote", "gain"}
 CLAIM_KEYS_REQUIRED |= {"sesoi", "sesoi_why", "differs"}
-CLAIM_KEYS_OPTIONAL = {"primary", "why_primary", "note"}
+CLAIM_KEYS_OPTIONAL = {"primary", "why_primary", "note", "representation"}
+# the variant's representation: the arm's own ("plain"), or the same arm's feature-averaged one (InvCLR's test-time
+# averaging over M transformed copies), which compares an arm with itself
+REPRESENTATIONS = ("plain", "averaged")
 FILE_KEYS = {"paper", "claims", "not_tested"}
 
 
@@ -63,6 +67,7 @@ class Claim:
     sesoi: float  # smallest effect of interest in our units (equivalence test)
     sesoi_why: str
     differs: str  # where our row's metric, dataset, backbone or protocol differs from the paper's
+    representation: str  # the variant's: "plain", or "averaged" (the same arm's feature-averaged probe)
     note: str  # e.g. a reconstructed cell and what it was reconstructed from
     seed_file: str  # the paper: its file in shared/seeds/ and its title
     title: str
@@ -108,8 +113,13 @@ def _claim(suite: str, entry: Any, seed_file: str, title: str, where: str) -> Cl
     for key in ("variant", "baseline"):
         if entry[key] not in arms:
             raise ValueError(f"{what}: {key} {entry[key]!r} is not an arm of suite {suite!r} ({arms})")
-    if entry["variant"] == entry["baseline"]:
-        raise ValueError(f"{what}: variant and baseline are the same arm")
+    representation = entry.get("representation", "plain")
+    if representation not in REPRESENTATIONS:
+        raise ValueError(f"{what}: representation {representation!r} is not one of {list(REPRESENTATIONS)}")
+    if (entry["variant"] == entry["baseline"]) != (representation == "averaged"):
+        raise ValueError(
+            f"{what}: variant and baseline are the same arm exactly when the variant is its averaged representation"
+        )
     if entry["metric"] not in METRICS:
         raise ValueError(f"{what}: unknown metric {entry['metric']!r} (one of {list(METRICS)})")
     if isinstance(entry["direction"], bool) or entry["direction"] not in (1, -1):
@@ -152,6 +162,7 @@ def _claim(suite: str, entry: Any, seed_file: str, title: str, where: str) -> Cl
         sesoi=sesoi,
         sesoi_why=_text(entry, "sesoi_why", what),
         differs=_text(entry, "differs", what),
+        representation=representation,
         note=_text(entry, "note", what, required=False),
         seed_file=seed_file,
         title=title,
@@ -191,7 +202,7 @@ def _read_all(root: Path) -> dict[str, tuple[list[Claim], list[NotTested]]]:
     claims = [c for cs, _ in read.values() for c in cs]
     if ids := [i for i, n in Counter(c.id for c in claims).items() if n > 1]:
         raise ValueError(f"duplicate claim ids: {ids}")
-    rows = Counter((c.suite, c.variant, c.baseline, c.metric) for c in claims)
+    rows = Counter((c.suite, c.variant, c.baseline, c.metric, c.representation) for c in claims)
     if same := [r for r, n in rows.items() if n > 1]:
         raise ValueError(f"more than one claim for the same suite, arms and metric: {same}")
     titles: dict[str, set[str]] = {}

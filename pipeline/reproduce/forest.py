@@ -8,16 +8,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.stats import CONTRADICTED, REPRODUCED, Judged
+from pipeline.stats import Judged
+from pipeline.verdicts import (
+    CONTRADICTED,
+    EQUIVALENT,
+    EXCLUDES_GAIN,
+    REPRODUCED,
+    REPRODUCED_SMALLER,
+    UNHEALTHY,
+    Verdict,
+)
 
-COLOURS = {REPRODUCED: "tab:green", CONTRADICTED: "tab:red"}  # inconclusive: grey
+COLOURS = {  # inconclusive: grey
+    REPRODUCED: "tab:green",
+    REPRODUCED_SMALLER: "tab:olive",
+    CONTRADICTED: "tab:red",
+    EXCLUDES_GAIN: "tab:orange",
+    EQUIVALENT: "tab:blue",
+    UNHEALTHY: "tab:purple",
+}
 
 
 @dataclass(frozen=True)
 class ForestRow:
     label: str  # the variant against its baseline
     metric: str  # the panel it goes in, with its direction ("top-1 (higher is better)")
-    judged: Judged
+    judged: Judged | Verdict  # what it draws: .diff, .verdict and .short()
     paper_gain: float | None  # the paper's variant − baseline in this metric's units, None where it has none
 
 

@@ -68,15 +68,44 @@ def main(argv: list[str], description: str = "") -> int:
         seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream, kept)
         results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
     sweeps = [run_sweep_for_report(name, sweep_args[name]) for name in cfg["sweeps"]]
-    out, claims = Path(cfg["out"]), []
+    out, claims, judged = Path(cfg["out"]), [], None
     if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
-        from pipeline.reproduce.summary import claims_section  # scipy and statsmodels: for a seeded report only
-
-        before = report_sections(out.read_text()) if out.exists() else {}
-        shown = [s for s in SUITES if s in cfg["suites"] or s in before]
-        claims = claims_section(kept, shown, seeds, scale, dict(cfg["extra"]), downstream, argv)
-    write_report(results, scale, out, sweeps, downstream, seeded if seeds > 1 else None, claims)
+        claims, judged = _claims(
+            list(cfg["suites"]), dict(cfg["extra"]), cfg["claims"], out, kept, seeds, scale, downstream, argv
+        )
+    write_report(results, scale, out, sweeps, downstream, judged, claims, seeds)
     return 0
+
+
+def _claims(
+    suites: list[str],
+    extra: dict,
+    claims_dir: str,
+    out: Path,
+    kept: Path,
+    seeds: int,
+    scale: list[str],
+    downstream: dict,
+    argv: list[str],
+):
+    """The Claims section (scale card, table) over every suite the report shows, the per-seed CSV beside the report,
+    and each of this command's suites' judged rows for its own section."""
+    # scipy, statsmodels and torch (the card counts the backbones' parameters): for a seeded report only
+    from pipeline.reproduce.scale_card import MEANING, card, our_scale
+    from pipeline.reproduce.summary import claims_section, judged_claims
+    from pipeline.reproduce.verdict_table import write_csv
+
+    before = report_sections(out.read_text()) if out.exists() else {}
+    shown = [s for s in SUITES if s in suites or s in before]
+    root = Path(claims_dir)
+    root = root if root.is_absolute() else Path(__file__).resolve().parents[2] / root
+    rows, commands, arms_of = judged_claims(kept, shown, seeds, scale, extra, downstream, argv, root)
+    ours = {s: our_scale(s, scale, arms) for s, arms in arms_of.items()}
+    csv_path = out.with_name(out.stem + "_claims.csv")
+    write_csv(rows, csv_path)
+    card_lines = [*card(rows, ours, "2-core CPU machines"), "", MEANING]
+    judged = {s: [r for r in rows if r.claim.suite == s] for s in suites}
+    return claims_section(rows, commands, card_lines, csv_path.name), judged
 
 
 def seeded_sweep_args(name: str, args: list[str], seeds: int) -> list[str]:

@@ -68,14 +68,12 @@ def cocor_curves(runs: list[dict], docs: Path) -> list[str]:
     return out
 
 
-def seeded_claims(suite: str, arms: dict[str, dict], docs: Path) -> list[str]:
-    """The suite's claims table and forest plot; the plot also goes to the baseline's seed-0 run in MLflow."""
-    # scipy.stats and statsmodels take 1.5 s to import: loaded when there are seeds to judge, not with the job
-    from pipeline.reproduce.claims import judge_suite, seeded_section
+def seeded_claims(suite: str, rows: list, seeds: int, report: Path, first: dict) -> list[str]:
+    """The suite's judged claims and forest plot; the plot also goes to the baseline's seed-0 run in MLflow."""
+    # scipy.stats and matplotlib: loaded when there are seeds to judge, not with the job
+    from pipeline.reproduce.claims import seeded_section
 
-    seeds = max(len(runs) for runs in arms.values())
-    lines, png = seeded_section(suite, judge_suite(suite, arms), seeds, docs)
-    first = next(iter(arms.values()))[0]
+    lines, png = seeded_section(suite, rows, seeds, report)
     if png is not None and first.get("run_id") and not first.get("from_ledger"):  # a ledger's run: another store
         from mlflow.tracking import MlflowClient  # mlflow: not with the module, which the job loads before its checks
 
@@ -89,13 +87,14 @@ def write_report(
     path: Path,
     sweeps: Sequence[dict] = (),
     downstream: dict | None = None,
-    seeded: dict[str, dict[str, dict]] | None = None,
+    judged: dict[str, list] | None = None,
     claims: list[str] | None = None,
+    seeds: int = 1,
 ) -> None:
     """Rewrite the sections of `path` this command made (a suite's, the sweeps', the claims table); keep the others
-    as they are. Each section's first line says the command and date that made it. `seeded` (suite -> label ->
-    {seed: results}): each suite's claims judged on its seeds, with its forest plot. `claims`: the table of every
-    suite's claims (pipeline.reproduce.summary), the report's first section."""
+    as they are. Each section's first line says the command and date that made it. `judged` (suite -> its
+    verdict_table.ClaimRows, adjusted): each suite's claims over its seeds, with its forest plot. `claims`: the scale
+    card and the table of every suite's claims (pipeline.reproduce.summary), the report's first section."""
     command = " ".join(["python jobs/reproductions.py", *sys.argv[1:]])
     stamp = f"_Made by `{command}` on {time.strftime('%Y-%m-%d')}._"
     made: dict[str, list[str]] = {"Claims": [stamp, "", *claims]} if claims else {}
@@ -126,8 +125,8 @@ def write_report(
         if suite == "cocor":
             lines += cocor_curves(runs, path.parent)
             lines.append("")
-        if seeded and suite in seeded and suite not in NO_BASELINE:
-            lines += seeded_claims(suite, seeded[suite], path.parent)
+        if judged and judged.get(suite):
+            lines += seeded_claims(suite, judged[suite], seeds, path, runs[0])
         made[suite] = lines
     if sweeps:
         lines = [

@@ -48,7 +48,7 @@ SUITES = {
         ("SimCLR + InvCLR", ["+experiment=invclr_spirograph"]),
         ("SimCLR + InvCLR, λ=0.001", ["+experiment=invclr_spirograph", "plugin.invclr.lam=0.001"]),
     ],
-    # the image-recipe seeds on Photos (Spirograph's colour and scale targets hide their direction; #15), one
+    # the image-recipe seeds on Photos (Spirograph's colour and scale targets hide their direction), one
     # MoCo v2 baseline shared by the three (the same config: one run)
     "co2": [("MoCo v2", MOCOV2_PHOTOS), ("MoCo v2 + CO2", [*MOCOV2_PHOTOS, "plugin=[co2]"])],
     # CLSA (one strong view, 96 px) and CLSA* (five strong views, 224..96 px, scaled to the data's 32 px)
@@ -117,19 +117,6 @@ PAPER_LINES = {
 }
 NO_BASELINE = {"vit"}  # suites of frameworks side by side, each against its own random init
 
-
-# the papers' downstream numbers, baseline -> method (docs/methods/): ImageNet pretraining, ResNet-50; here the same
-# direction is what can be compared (Spirograph's fine-tuning R² or Photos' top-1, the shapes set's AP)
-PAPER_DOWNSTREAM = {
-    "co2": {
-        "semi-supervised 10 %": ("MoCo v2 85.1 → + CO2 85.4 top-5 (Table 2)", 85.1, 85.4),
-        "semi-supervised 1 %": ("MoCo v2 69.5 → + CO2 70.6 top-5 (Table 2)", 69.5, 70.6),
-        "detection": ("MoCo v2 82.4 → + CO2 82.7 VOC AP50 (Table 3)", 82.4, 82.7),
-    },
-    "clsa": {"detection": ("MoCo v2 82.5 → CLSA 83.2 VOC07+12 AP50 (Table 3)", 82.5, 83.2)},
-    "cocor": {"detection": ("MoCo 76.52 → + CoCor 77.41 VOC AP50 (Table 3, R50-C4)", 76.52, 77.41)},
-    "invclr": {},
-}
 
 # each sweep's optimum in its paper: (values, where the paper says so); docs/methods/ has the derivations
 PAPER_SWEEPS: dict[str, tuple[dict[str, Any], str]] = {

@@ -1,7 +1,8 @@
-"""The report's first section: every claim of every suite the report shows, in one table (the paper's number, ours as
-the paired difference and its 95 % interval, the verdict, the command), judged on the runs the ledger holds at this
-command's scale and seeds. Built from the ledger rather than from this command's runs, so the table covers the
-suites earlier commands (on other machines) ran as well."""
+"""The report's first section: the scale card and every declared claim of every suite the report shows, in one
+table (the paper's numbers and how ours differ, ours as the paired difference and its 95 % interval, the health gate,
+the adjusted verdict, the command), judged on the runs the ledger holds at this command's scale and seeds. Built from
+the ledger rather than from this command's runs, so the table covers the suites earlier commands (on other machines)
+ran as well."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, compose_config
 from pipeline.reproduce import ledger
-from pipeline.reproduce.claims import judge_suite
+from pipeline.reproduce.claim_specs import CLAIMS_DIR, load_claims
 from pipeline.reproduce.runs import applicable
 from pipeline.reproduce.suites import NO_BASELINE, SUITES
-from pipeline.reproduce.tables import fmt
+from pipeline.reproduce.verdict_table import ClaimRow, adjusted, judge_claim, table
 from pipeline.train.prepare import run_name
 
 
@@ -40,7 +41,7 @@ def recorded_arms(
     raise AssertionError("unreachable")  # count() does not end
 
 
-def claims_section(
+def judged_claims(
     kept: Path,
     suites: Iterable[str],
     seeds: int,
@@ -48,40 +49,56 @@ def claims_section(
     extras: dict[str, list[str]],
     downstream: dict[str, list[str]],
     argv: Sequence[str],
-) -> list[str]:
-    """The claims table over `suites` (each whose every arm has two seeds or more recorded); [] where none has."""
+    claims_root: Path = CLAIMS_DIR,
+) -> tuple[list[ClaimRow], dict[str, str], dict[str, dict[str, dict[int, dict]]]]:
+    """Every declared claim (conf/claims, or `claims_root`) of `suites` judged on the runs the ledger holds, with
+    the report's adjustment (verdict_table.adjusted); the command that makes each suite's rows; the arms read."""
     rest = " ".join(a for a in argv if not a.startswith(("suites=", "seeds=")))
-    rows = []
+    rows, commands, arms_of = [], {}, {}
     for suite in suites:
         if suite in NO_BASELINE or suite not in SUITES:
+            continue
+        claims = load_claims(suite, claims_root)
+        if not claims:
             continue
         try:
             arms = recorded_arms(kept, suite, seeds, scale, list(extras.get(suite) or []), downstream)
         except ConfigError as e:  # a suite of an older report whose runs no longer compose: left out, said so
             print(f"[reproductions] claims: {suite} left out: {e}", flush=True)
             continue
-        every = min(len(runs) for runs in arms.values()) if len(arms) == len(SUITES[suite]) else 0
-        if every < 2:
+        judged = [r for c in claims if (r := judge_claim(c, arms)) is not None and r.verdict.diff.n >= 2]
+        if not judged:
             continue
-        # the seeds every arm has: the command that makes this row (its own seeds, not this command's)
-        command = f"`python jobs/reproductions.py suites=[{suite}] seeds={every}{' ' + rest if rest else ''}`"
-        for r in judge_suite(suite, arms):
-            d = r.judged.diff
-            ours = f"{fmt(d.mean)} [{fmt(d.low)}, {fmt(d.high)}]" if d.n >= 2 else fmt(d.mean)
-            rows.append(
-                f"| {r.variant} vs {r.baseline} | {r.metric.name} | {r.paper or '—'} | {ours} | {r.judged.words()} | "
-                f"{command} |"
-            )
+        # the seeds every arm has: the command that makes these rows (its own seeds, not this command's)
+        every = min(len(runs) for runs in arms.values())
+        commands[suite] = f"`python jobs/reproductions.py suites=[{suite}] seeds={every}{' ' + rest if rest else ''}`"
+        rows += judged
+        arms_of[suite] = arms
+    return adjusted(rows), commands, arms_of
+
+
+INTRO = (
+    "The claims each paper makes that a suite's arms can test, declared before the runs in `conf/claims/` (the "
+    "paper's table or figure, metric, direction and numbers, held to the papers' text by "
+    "`tests/reproduce/test_paper_numbers.py`), judged on the runs recorded beside this report "
+    "(`reproductions_runs/`; every per-seed value in `{csv}`). Ours is the mean per-seed difference, variant − "
+    "baseline (of log values for MSE and V, whose papers' changes are ratios), with its 95 % paired Student-t "
+    "interval. Each paper's one **primary** claim forms a family adjusted with Holm; every other row is "
+    "**exploratory**, with its Benjamini–Hochberg q (pipeline/verdicts.py says why these two and not Dunnett or a "
+    "mixed model). A decided verdict stands only where its adjusted p < 0.05. Verdicts: reproduced (the interval "
+    "excludes 0 on the paper's side; \"smaller than the paper's gain\" where it also excludes the paper's gain), "
+    "contradicted, equivalent (TOST within the claim's smallest effect of interest), excludes the paper's gain "
+    "(the interval lies short of it, without excluding 0), inconclusive (also where the differences have no "
+    "spread), and unhealthy: an arm with a seed that does not beat random init or diverged, never judged. "
+    "\"Seeds the paper's gain needs\": a paired t test's seeds for 80 % power at the paper's own effect in our "
+    "units and the spread pooled over the suite's rows of that metric (not the observed effect)."
+)
+
+
+def claims_section(
+    rows: Sequence[ClaimRow], commands: dict[str, str], card_lines: Sequence[str], csv_name: str
+) -> list[str]:
+    """The report's first section: the scale card, then every judged claim, primary first; [] where none is."""
     if not rows:
         return []
-    return [
-        "Every claim of the suites below, judged on the runs recorded beside this report (`reproductions_runs/`) at "
-        "the scale its sections give: ours is the mean of the per-seed differences, variant − baseline, with its "
-        "95 % paired Student-t interval. An inconclusive verdict counts the seeds whose difference lies on the "
-        "paper's side (a description, not a test: a sign test cannot decide at fewer than 6 seeds) and the seeds a "
-        "power estimate asks for. Each suite's section has the arms' own means, the runs and the forest plot.",
-        "",
-        "| claim | metric | paper | ours: difference (95 %) | verdict | command |",
-        "| --- | --- | --- | --- | --- | --- |",
-        *rows,
-    ]
+    return [INTRO.format(csv=csv_name), "", *card_lines, "", *table(rows, commands)]

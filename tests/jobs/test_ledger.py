@@ -99,37 +99,48 @@ def test_the_ledger_finds_a_run_by_the_name_resolve_gives_it_without_its_data(tm
 
 def test_the_claims_table_judges_every_shown_suite_on_the_runs_its_ledger_holds(tmp_path):
     """The report's first section, from the ledger alone: the smoke suite's two arms at five seeds recorded (a gain
-    far above its noise) and judged on all five by a command of three seeds, another suite with one arm missing
-    left out."""
+    far above its noise) and its declared claim judged on all five by a command of three seeds, on log ratios; a
+    suite with one arm missing left out."""
+    import math
+
     from scipy import stats as st
 
+    from helpers import smoke_claims
     from pipeline.config import compose_config
     from pipeline.reproduce.suites import SUITES
-    from pipeline.reproduce.summary import claims_section
+    from pipeline.reproduce.summary import claims_section, judged_claims
     from pipeline.train.prepare import run_name
 
     scale = [f"paths.root={tmp_path}", "data.generate.n_train=64", "data.generate.n_val=32", "train.batch_size=32"]
     kept = tmp_path / "docs" / "reproductions_runs"
-    gains = [-0.011, -0.009, -0.010, -0.012, -0.0105]  # MSE: lower is better, as every seed method's paper claims
+    gains = [-0.011, -0.009, -0.010, -0.012, -0.0105]  # MSE: lower is better, as the made-up claim says
     for i, (label, overrides) in enumerate(SUITES["smoke"]):
         for s in range(5):
             name = run_name(compose_config([*overrides, f"seed={s}", *scale]))
             mse = 0.1 + 0.01 * s + (gains[s] if i else 0.0)
-            probe = {"pretrained": {f"mse_{t}": mse for t in ("m", "b", "sigma", "f_r")}}
+            probe = {
+                "pretrained": {f"mse_{t}": mse for t in ("m", "b", "sigma", "f_r")},
+                "random": {f"mse_{t}": 0.5 for t in ("m", "b", "sigma", "f_r")},
+            }
             run = {"run_name": name, "label": label, "run_id": None, "minutes": 1.0, "probe": probe}
             ledger.record(kept, {**run, "overrides": overrides, "extra": [], "downstream": {}}, {})
     (label, overrides), _ = SUITES["co2"]
     name = run_name(compose_config([*overrides, "seed=0", *scale]))
     ledger.record(kept, {"run_name": name, "label": label, "probe": {}, "overrides": [], "extra": []}, {})
 
-    lines = claims_section(kept, ["co2", "smoke"], 3, scale, {}, {}, ["suites=[smoke]", "seeds=3", "sweeps=[]"])
-    rows = [ln for ln in lines if ln.startswith("| SimCLR, τ=0.2 vs SimCLR |")]
-    assert [r.split(" | ")[1] for r in rows] == [f"probe MSE {t}" for t in ("m", "b", "sigma", "f_r")]
-    ci = st.ttest_1samp(gains, 0).confidence_interval(0.95)
-    assert f"| {np.mean(gains):.4g} [{ci.low:.4g}, {ci.high:.4g}] | reproduced (5 seeds) |" in rows[0]
-    assert rows[0].endswith("| `python jobs/reproductions.py suites=[smoke] seeds=5 sweeps=[]` |")
-    assert not any("CO2" in ln for ln in lines)  # one arm, one seed: not judged
-    assert claims_section(kept, ["co2"], 3, scale, {}, {}, []) == []
+    root = smoke_claims(tmp_path / "claims")
+    argv = ["suites=[smoke]", "seeds=3", "sweeps=[]"]
+    rows, commands, _ = judged_claims(kept, ["co2", "smoke"], 3, scale, {}, {}, argv, root)
+    assert [r.claim.id for r in rows] == ["smoke-tau"] and set(commands) == {"smoke"}  # co2: no claims file here
+    lines = claims_section(rows, commands, [], "reproductions_claims.csv")
+    (row,) = [ln for ln in lines if ln.startswith("| `smoke-tau`: SimCLR, τ=0.2 vs SimCLR |")]
+    logs = [math.log((0.1 + 0.01 * s + g) / (0.1 + 0.01 * s)) for s, g in enumerate(gains)]
+    ci = st.ttest_1samp(logs, 0).confidence_interval(0.95)
+    # the made-up paper halves the MSE (log 0.5); ours falls by a tenth of that: decided, and short of the gain
+    ours = f"| log ratio {np.mean(logs):.4g} [{ci.low:.4g}, {ci.high:.4g}] | ok |"
+    assert f"{ours} reproduced, smaller than the paper's gain (5 seeds; " in row
+    assert row.endswith("| `python jobs/reproductions.py suites=[smoke] seeds=5 sweeps=[]` |")
+    assert judged_claims(kept, ["co2"], 3, scale, {}, {}, [], root)[0] == []
 
 
 def test_a_runs_name_does_not_depend_on_the_folder_it_is_made_in(tmp_path, monkeypatch):

@@ -53,6 +53,10 @@ EXPECTED = {
     ("invclr", "invclr-mse-fr", "Table 9", "probe MSE f_r", -1, SIMCLR, INV, 0.0000232, 0.0000028),
     ("invclr", "invclr-v-lam1e-3", "Fig. 6", "conditional variance V", -1, SIMCLR, INV3, None, None),
     ("invclr", "invclr-v-lam1e-2-vs-1e-3", "Fig. 6", "conditional variance V", -1, INV3, INV, None, None),
+    # Fig. 6(b): the MSE over the four factors is lowest near λ = 1e-3; Fig. 5(c): feature averaging lowers it
+    ("invclr", "invclr-mse-lam1e-3", "Fig. 6", "probe mean MSE", -1, SIMCLR, INV3, None, None),
+    ("invclr", "invclr-fa-simclr", "Fig. 5", "probe mean MSE", -1, SIMCLR, SIMCLR, None, None),
+    ("invclr", "invclr-fa-invclr", "Fig. 5", "probe mean MSE", -1, INV, INV, None, None),
     # JointCrop: Table 1 (ImageNet, MoCo v3, 100 epochs), Tables 2 and 5 (Tiny-ImageNet, MoCo v2), Table 3 (VOC)
     ("jointcrop", "jointcrop-mocov3-linear", "Table 1", "probe top-1", 1, V3, V3_JC, 68.9, 69.47),
     ("jointcrop_table5", "jointcrop-b0-linear", "Table 2", "probe top-1", 1, V2, jc(0), 46.07, 48.45),
