@@ -1,9 +1,10 @@
-"""The registries find the project's own components in their source: a class that derives from the kind's base
-(directly or through another of the package's classes) and sets the registry attribute to a string, nothing else,
-and without importing the package's modules."""
+"""The registries: the project's own components listed by name and "module:Class" (the form an installed package's
+entry points take), each loading as its name says; every component class the packages define listed; nothing
+imported until a class is asked for."""
 
+import ast
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -11,68 +12,62 @@ from pipeline.data import DATASETS
 from pipeline.eval import EVALUATIONS
 from pipeline.methods import METHODS
 from pipeline.plugins import PLUGINS
-from pipeline.registry import Registry, RegistryError, declared
+from pipeline.registry import Registry, RegistryError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _package(root, name, files: dict[str, str]):
-    folder = root / name
-    folder.mkdir()
-    (folder / "__init__.py").write_text("")
-    for stem, text in files.items():
-        (folder / f"{stem}.py").write_text(textwrap.dedent(text))
-
-
-def test_a_declared_subclass_is_registered_and_nothing_else(tmp_path, monkeypatch):
-    _package(
-        tmp_path,
-        "fakemethods",
-        {
-            "base": """
-                class Method:
-                    kind: str  # annotated only: the base is not a component
-            """,
-            "middle": """
-                from fakemethods.base import Method
-                class Twoheaded(Method):
-                    pass
-            """,
-            "one": """
-                import this_module_does_not_exist  # never imported: the registry reads source
-                from fakemethods import middle
-                class Alpha(middle.Twoheaded):
-                    kind = "alpha"
-                class Beta(Method):
-                    kind: str = "beta"
-                class Settings:
-                    kind = "not a method"  # no Method among its bases
-                class Gamma(Method):
-                    kind = 3  # not a string
-                class Delta(Method[int]):
-                    kind = "delta"  # a generic base, subscripted
-            """,
-        },
-    )
+def test_a_listed_component_loads_on_first_use_only(tmp_path, monkeypatch):
+    (tmp_path / "fakemethods").mkdir()
+    (tmp_path / "fakemethods" / "__init__.py").write_text("")
+    (tmp_path / "fakemethods" / "one.py").write_text("class Alpha:\n    kind = 'alpha'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    reg = Registry("augssl.test_nothing_here", declared(("fakemethods",), "kind", "Method"))
-    assert reg.paths() == {
-        "alpha": "fakemethods.one:Alpha",
-        "beta": "fakemethods.one:Beta",
-        "delta": "fakemethods.one:Delta",
-    }
-    assert "alpha" in reg and "not a method" not in reg
-    assert "fakemethods.one" not in sys.modules
+    reg = Registry("augssl.test_nothing_here", {"alpha": "fakemethods.one:Alpha", "gone": "fakemethods.one:Gone"})
+    assert reg.names() == ["alpha", "gone"] and "alpha" in reg and "beta" not in reg
+    assert "fakemethods.one" not in sys.modules  # names without imports
+    assert reg["alpha"].kind == "alpha"
+    with pytest.raises(RegistryError, match=r"^augssl.test_nothing_here 'gone': cannot load fakemethods.one:Gone"):
+        reg["gone"]
 
 
-def test_a_name_declared_twice_is_refused_in_one_line(tmp_path, monkeypatch):
-    _package(
-        tmp_path,
-        "twicemethods",
-        {"a": "class A(Method):\n    kind = 'same'\n", "b": "class B(Method):\n    kind = 'same'\n"},
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    reg = Registry("augssl.test_nothing_here", declared(("twicemethods",), "kind", "Method"))
-    with pytest.raises(RegistryError, match=r"^'same' is declared twice: twicemethods.a:A and twicemethods.b:B$"):
-        reg.names()
+def _component_classes(folder: Path, attribute: str) -> set[str]:
+    """Every top-level class in the folder's modules that sets `attribute` to a string: what a registry must list."""
+    found = set()
+    for path in folder.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
+                    value = getattr(stmt, "value", None)
+                    if isinstance(target, ast.Name) and target.id == attribute and isinstance(value, ast.Constant):
+                        found.add(f"{path.relative_to(ROOT).with_suffix('').as_posix().replace('/', '.')}:{node.name}")
+    return found
+
+
+def test_every_component_class_is_listed():
+    """A class that declares its name but is missing from its package's list would be silently unusable."""
+    listed = {p for r in (METHODS, PLUGINS, DATASETS, EVALUATIONS) for p in r.paths().values()}
+    folders = [
+        ("pipeline/methods", "kind"),
+        ("pipeline/plugins", "name"),
+        ("pipeline/data", "name"),
+        ("pipeline/eval", "name"),
+        ("pipeline/eval/probe", "name"),
+        ("pipeline/detect", "name"),
+    ]
+    declared = set().union(*(_component_classes(ROOT / f, a) for f, a in folders))
+    # settings and other classes set `name` too: a declared class that no registry lists must not be a component
+    from importlib import import_module
+
+    from pipeline.data.generated import GeneratedDataset
+    from pipeline.eval.evaluation import Evaluation
+    from pipeline.methods.base import Method
+    from pipeline.plugins.base import Plugin
+
+    for path in sorted(declared - listed):
+        module, _, name = path.partition(":")
+        cls = getattr(import_module(module), name)
+        assert not (isinstance(cls, type) and issubclass(cls, (Method, Plugin, GeneratedDataset, Evaluation))), path
 
 
 def test_the_projects_own_components_are_found_and_load_as_their_names_say():

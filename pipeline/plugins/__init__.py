@@ -1,20 +1,29 @@
 """Plug-ins: add views and loss terms to a framework, composed by config (`plugin=[co2]`, `plugin=[clsa]`,
 `plugin=[invclr]`, `plugin=[cocor]`); their constants live in conf/plugin/<name>.yaml. pipeline.build checks and
-attaches them. The project's own are the classes here that set `name`; an installed package adds its own under the
-`augssl.plugins` entry-point group (pipeline.registry, docs/extending.md). Importing this package imports no plug-in,
-nor torch."""
+attaches them. The project's own are listed below, one line each; an installed package adds its own under the
+`augssl.plugins` entry-point group, in the same form (pipeline.registry, docs/extending.md). Importing this package
+imports no plug-in, nor torch."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from pipeline.fields import check_model
-from pipeline.registry import Registry, declared
+from pipeline.registry import Registry
 
 if TYPE_CHECKING:
     from pipeline.plugins.base import Plugin
 
-PLUGINS: Registry[Plugin] = Registry("augssl.plugins", declared(("pipeline.plugins",), "name", "Plugin"))
+# name -> "module:Class", the form an installed package's entry points take: one line here per plug-in of the project's
+PLUGINS: Registry[Plugin] = Registry(
+    "augssl.plugins",
+    {
+        "clsa": "pipeline.plugins.clsa:CLSA",
+        "co2": "pipeline.plugins.co2:CO2",
+        "cocor": "pipeline.plugins.cocor:CoCor",
+        "invclr": "pipeline.plugins.invclr:InvCLR",
+    },
+)
 
 
 def own_settings(own: dict | None, method_name: str, method_kind: str) -> dict:
