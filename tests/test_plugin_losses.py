@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.losses.clsa import ddm
+from pipeline.losses.clsa import ddm, strong_infonce
 from pipeline.losses.co2 import co2_consistency, co2_consistency_anchors, co2_consistency_inbatch
 from pipeline.losses.invclr import gradient_penalty, projection_alpha_grad, rademacher, scalar_projection
 
@@ -169,6 +169,27 @@ def test_ddm_batch_keys_variant_matches_code_support(t):
     got = ddm(qw, qs, k, queue, t, batch_keys=True).item()
     assert got == pytest.approx(_ddm_direct(qw, qs, k, queue, t, batch_keys=True), rel=1e-10)
     assert got != pytest.approx(ddm(qw, qs, k, queue, t).item(), rel=1e-6)
+
+
+def _infonce_direct(qs, k, queue, t, batch_keys=False):
+    total = 0.0
+    for i in range(qs.shape[0]):
+        support = [k[c] for c in range(k.shape[0])] if batch_keys else [k[i]]
+        support += [queue[j] for j in range(queue.shape[0])]
+        p = _softmax_list([float(qs[i] @ s) / t for s in support])
+        total += -math.log(p[i if batch_keys else 0])  # the own key's probability
+    return total / qs.shape[0]
+
+
+@pytest.mark.parametrize("batch_keys", [False, True])
+def test_clsas_contrastive_alternative_is_infonce_over_ddms_support(batch_keys):
+    """Table 5's "CLSA with contrastive loss": -log p(own key | strong query) over DDM's support, i.e. DDM with a
+    one-hot target on the positive."""
+    qs, k, queue = _unit(6, 8, seed=1), _unit(6, 8, seed=2), _unit(20, 8, seed=3)
+    got = strong_infonce(qs, k, queue, 0.2, batch_keys=batch_keys).item()
+    assert got == pytest.approx(_infonce_direct(qs, k, queue, 0.2, batch_keys), rel=1e-10)
+    # DDM's target is the weak query's soft distribution, not the one-hot positive: another loss
+    assert got != pytest.approx(ddm(_unit(6, 8, seed=0), qs, k, queue, 0.2, batch_keys=batch_keys).item(), rel=1e-3)
 
 
 def test_ddm_equals_weak_entropy_when_strong_equals_weak():

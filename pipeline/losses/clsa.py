@@ -43,13 +43,35 @@ def ddm(
 
     Example: `loss = ddm(q_weak, q_strong, k, queue, 0.2)`
     """
-    k = k.detach()
-    queue = queue.detach()
-    q_weak = q_weak.detach()
+    k, queue = k.detach(), queue.detach()
+    target = F.softmax(_logits(q_weak.detach(), k, queue, temperature, batch_keys), dim=1)
+    return -(target * F.log_softmax(_logits(q_strong, k, queue, temperature, batch_keys), dim=1)).sum(dim=1).mean()
 
-    def logits(z):
-        pos = z @ k.t() if batch_keys else (z * k).sum(dim=1, keepdim=True)
-        return torch.cat([pos, z @ queue.t()], dim=1) / temperature
 
-    target = F.softmax(logits(q_weak), dim=1)
-    return -(target * F.log_softmax(logits(q_strong), dim=1)).sum(dim=1).mean()
+@float32
+def strong_infonce(
+    q_strong: torch.Tensor,
+    k: torch.Tensor,
+    queue: torch.Tensor,
+    temperature: float,
+    *,
+    batch_keys: bool = False,
+) -> torch.Tensor:
+    """The plain contrastive loss on the strong views that CLSA's Table 5 sets against DDM ("CLSA with contrastive
+    loss"): InfoNCE of each strong query over the same support as `ddm` (its own key first, then the queue; with
+    `batch_keys` every key of the batch, its own at its index), batch mean: ddm with a one-hot target on the
+    positive in place of the weak query's distribution.
+        L = mean_i [ -log p(z_i | z''_i) ],  p(·|z) = softmax([z·z_i, z·queue] / τ).
+    """
+    k, queue = k.detach(), queue.detach()
+    logits = _logits(q_strong, k, queue, temperature, batch_keys)
+    labels = torch.arange(len(q_strong), device=logits.device) if batch_keys else logits.new_zeros(len(q_strong)).long()
+    return F.cross_entropy(logits, labels)
+
+
+def _logits(
+    z: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float, batch_keys: bool
+) -> torch.Tensor:
+    """[z·positive (or z·every key of the batch), z·queue] / τ."""
+    pos = z @ k.t() if batch_keys else (z * k).sum(dim=1, keepdim=True)
+    return torch.cat([pos, z @ queue.t()], dim=1) / temperature

@@ -11,15 +11,15 @@ plugin.clsa.batch_temperature. Any method that leaves pairs and an embedding com
 from __future__ import annotations
 
 from pipeline.augment.view_makers import image_recipe
-from pipeline.fields import Bool, Num, Section
-from pipeline.losses.clsa import ddm
+from pipeline.fields import Bool, Choice, Num, Section
+from pipeline.losses.clsa import ddm, strong_infonce
 from pipeline.plugins.base import Plugin, PluginRun
 from pipeline.run_shape import RunShape
 
 
 class CLSA(Plugin):
     name = "clsa"
-    loss_terms = ("clsa_ddm",)
+    loss_terms = ("clsa_ddm", "clsa_infonce")
     # the strong views go through the method's embed; the support is the queue (MoCo), every worker's keys (MoCo v3)
     # or the batch's keys (BYOL, whose temperature is the plug-in's own)
     needs = (
@@ -31,6 +31,9 @@ class CLSA(Plugin):
     class Settings(Section):
         beta: Num(ge=0) = 1.0  # the weight of L_D
         batch_keys: Bool() = False  # true: the official code's support (every key of the batch + the queue)
+        # infonce: Table 5's "CLSA with contrastive loss", the strong views' plain InfoNCE in place of DDM (not in
+        # conf/plugin/clsa.yaml, so that the DDM runs keep their names: +plugin.clsa.loss=infonce)
+        loss: Choice("ddm", "infonce") = "ddm"
         temperature: Num(gt=0, null=True) = None  # null: the method's tau, or batch_temperature where it has none
         batch_temperature: Num(gt=0) = 0.2  # a method without a tau (BYOL): over the batch's target projections
 
@@ -44,6 +47,7 @@ class CLSA(Plugin):
         super().__init__()
         self.beta = float(s.beta)
         self.batch_keys = bool(s.batch_keys)
+        self.infonce = s.loss == "infonce"
         self.temperature = s.temperature  # null: the method's tau
         self.batch_temperature = float(s.batch_temperature)
 
@@ -55,5 +59,8 @@ class CLSA(Plugin):
         else:  # MoCo v3: every worker's keys; BYOL: the batch's target projections
             k = ctx.key_bank[0] if ctx.key_bank else k
             queue, batch_keys = k.new_zeros(0, k.shape[1]), True
+        if self.infonce:
+            terms = [strong_infonce(ctx.embed(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
+            return {"clsa_infonce": (sum(terms), self.beta)}
         terms = [ddm(q_weak, ctx.embed(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
         return {"clsa_ddm": (sum(terms), self.beta)}
