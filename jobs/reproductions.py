@@ -13,7 +13,9 @@ Suites: invclr (SimCLR vs SimCLR + gradient penalty: V, alpha regression against
 with and without feature averaging; the paper's Tables 8 and 9), co2 (MoCo v2 vs MoCo v2 + CO2),
 clsa (MoCo v2 vs MoCo v2 + CLSA: CLSA needs strong image views), cocor (MoCo v2 vs MoCo v2 + CoCor with fixed
 and with learned targets; the learned targets per length over training go in as a PNG); co2, clsa and cocor on
-Photos, where image recipes can learn; vit and jointcrop (MoCo v3, DINO) on Photos too.
+Photos, where image recipes can learn; vit and jointcrop (MoCo v3, DINO) on Photos too. co2_simclr (SimCLR vs
+SimCLR + CO2, CO2's ResNet-18 Table 4) and cocor_simsiam (SimSiam vs SimSiam + CoCor with learned targets) on Photos,
+the papers' claims nearest this scale (not in the default suites: suites=[co2_simclr,cocor_simsiam]).
 
 Downstream (`downstream.finetune`, `downstream.detect`, each a list of the job's arguments; `downstream=null` for none):
 each run's 10 % fine-tuning and shapes detection as child runs, random init beside the suite's first run, the

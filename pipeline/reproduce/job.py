@@ -4,13 +4,16 @@ report."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from pipeline.config import ConfigError, cli, fail
 from pipeline.reproduce import ledger
+from pipeline.reproduce.claim_specs import all_claims, load_claims
 from pipeline.reproduce.downstream import run_downstream
+from pipeline.reproduce.ladder import Ladder, ladder_runs, ladder_section, parse_ladder, rungs
 from pipeline.reproduce.report import report_sections, write_report
-from pipeline.reproduce.runs import run_one
+from pipeline.reproduce.runs import recorded, run_one
 from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
 from pipeline.reproduce.sweeps import run_sweep_for_report
 from pipeline.tune.settings import check_sweep, compose_sweep
@@ -43,38 +46,124 @@ def main(argv: list[str], description: str = "") -> int:
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
     if not isinstance(cfg["ledger"], bool):
         fail(f"ledger={cfg['ledger']}: expected true or false")
-    scale, results, seeded = list(cfg["scale"]), {}, {}
+    primary, ladder = _planned(cfg["primary_seeds"], cfg["ladder"], cfg["claims_dir"], list(cfg["suites"]), seeds)
+    scale, results = list(cfg["scale"]), {}
     # absolute: a Tune trial records its run from a working folder of Tune's
     kept = ledger.folder_for(Path(cfg["out"]).absolute()) if cfg["ledger"] else None
+    plans = {
+        suite: seed_plan([label for label, _ in SUITES[suite]], seeds, cfg["primary_seeds"], primary.get(suite, ()))
+        for suite in cfg["suites"]
+    }
     if concurrent > 1:
-        # Ray loads when runs are trained, not when the command line is checked
-        from pipeline.reproduce.parallel import train_all
-
         jobs = [
             (
                 f"{label}, seed {s}" if seeds > 1 else label,
-                [*ov, *pinned(s, seeds)],
+                [*dict(SUITES[suite])[label], *pinned(s, seeds)],
                 scale,
                 list(cfg["extra"].get(suite) or []),
-                s == 0 and i == 0,
+                s == 0 and label == SUITES[suite][0][0],
             )
-            for s in range(seeds)
-            for suite in cfg["suites"]
-            for i, (label, ov) in enumerate(SUITES[suite])
+            # seed by seed across the suites (a stable sort keeps each seed's suites and arms in order)
+            for suite, label, s in sorted(
+                ((su, la, s) for su in cfg["suites"] for la, s in plans[su]), key=lambda j: j[2]
+            )
         ]
-        train_all(jobs, concurrent, kept, downstream)  # below, every run is found finished and read back
+        train_missing(jobs, concurrent, kept, downstream)  # below, every run is found finished and read back
     for suite in cfg["suites"]:
         extra = list(cfg["extra"].get(suite) or [])
-        seeded[suite] = run_seeds(suite, seeds, scale, extra, downstream, kept)
-        results[suite] = [arm[0] for arm in seeded[suite].values()]  # seed 0: the per-run tables
+        seeded = run_seeds(suite, seeds, scale, extra, downstream, kept, plans[suite])
+        results[suite] = [arm[0] for arm in seeded.values()]  # seed 0: the per-run tables
+    ladder_lines = None
+    if ladder is not None and seeds > 1 and ladder.claim.suite in cfg["suites"]:
+        extra = list(cfg["extra"].get(ladder.claim.suite) or [])
+        ladder_lines = run_ladder(ladder, scale, extra, concurrent, kept, Path(cfg["out"]))
     sweeps = [run_sweep_for_report(name, sweep_args[name]) for name in cfg["sweeps"]]
     out, claims, judged = Path(cfg["out"]), [], None
     if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
         claims, judged = _claims(
-            list(cfg["suites"]), dict(cfg["extra"]), cfg["claims"], out, kept, seeds, scale, downstream, argv
+            list(cfg["suites"]), dict(cfg["extra"]), cfg["claims_dir"], out, kept, seeds, scale, downstream, argv
         )
-    write_report(results, scale, out, sweeps, downstream, judged, claims, seeds)
+    write_report(results, scale, out, sweeps, downstream, judged, claims, seeds, ladder_lines)
     return 0
+
+
+def claims_root(claims: str) -> Path:
+    """The `claims_dir` key's folder (relative: to the project's root). Not `claims`: Hydra reads that name as the
+    config group conf/claims/ and refuses to set it from the command line."""
+    root = Path(claims)
+    return root if root.is_absolute() else Path(__file__).resolve().parents[2] / root
+
+
+def _planned(
+    primary_seeds: object, ladder: object, claims_dir: str, suites: list[str], seeds: int
+) -> tuple[dict[str, set[str]], Ladder | None]:
+    """The `primary_seeds` and `ladder` keys checked (one line, before anything runs): each of this command's
+    suites' arms a primary claim uses (where primary_seeds adds seeds), and the ladder."""
+    n = primary_seeds
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        fail(f"primary_seeds={n}: expected an integer >= 0 (0, or at most seeds: off)")
+    root = claims_root(claims_dir)
+    try:
+        claims = all_claims(root) if ladder is not None else {}
+        primary = primary_arms(suites, root) if seeds > 1 and n > seeds else {}
+    except ValueError as e:
+        fail(f"claims_dir={claims_dir}: {e}")
+    try:
+        return primary, parse_ladder(ladder, claims)
+    except ValueError as e:
+        fail(str(e))
+
+
+def primary_arms(suites: Sequence[str], root: Path) -> dict[str, set[str]]:
+    """suite -> the arms its primary claims (conf/claims, `primary: true`) compare."""
+    return {
+        suite: {label for c in load_claims(suite, root) if c.primary for label in (c.variant, c.baseline)}
+        for suite in suites
+    }
+
+
+def seed_plan(labels: Sequence[str], seeds: int, primary_seeds: int, primary: Collection[str]) -> list[tuple[str, int]]:
+    """The (arm, seed) pairs a suite's command runs, seed by seed, a seed's arms in the suite's order: every arm at
+    seeds 0..seeds-1, then, where the command is seeded (seeds >= 2), the arms in `primary` (those a primary claim
+    compares) on to primary_seeds-1 (none where primary_seeds <= seeds)."""
+    upto = primary_seeds if seeds > 1 and primary_seeds > seeds else seeds
+    return [(label, s) for s in range(upto) for label in labels if s < seeds or label in primary]
+
+
+def train_missing(
+    jobs: list[tuple[str, list[str], list[str], list[str], bool]],
+    concurrent: int,
+    kept: Path | None,
+    downstream: dict,
+) -> list[tuple[str, list[str], list[str], list[str], bool]]:
+    """The jobs (parallel.train_all's) not recorded complete in the ledger `kept`, trained `concurrent` at a time as
+    Ray Tune trials; Ray loads only where one is left. Returns them."""
+    todo = [j for j in jobs if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
+    if todo:
+        from pipeline.reproduce.parallel import train_all  # Ray: loaded when runs are trained, not when checked
+
+        train_all(todo, concurrent, kept, downstream)
+    return todo
+
+
+def run_ladder(
+    ladder: Ladder, scale: list[str], extra: list[str], concurrent: int, kept: Path | None, out: Path
+) -> list[str]:
+    """The ladder's runs (no downstream steps), each read from the ledger or trained through run_one and recorded
+    there; returns the report's Ladder section."""
+    arms = SUITES[ladder.claim.suite]
+    runs = ladder_runs(ladder, arms, scale)
+    named = [(f"{r.label}, {' '.join(ladder.budgets[r.budget])}, seed {r.seed}", r) for r in runs]
+    if concurrent > 1:
+        train_missing([(name, r.overrides, r.scale, extra, False) for name, r in named], concurrent, kept, {})
+    results = []
+    for name, r in named:
+        got = recorded(name, r.overrides, r.scale, extra, kept)
+        if got is None:
+            got = run_one(name, r.overrides, r.scale, extra, kept)
+            ledger.record(kept, got, {})
+        results.append(got)
+    return ladder_section(ladder, rungs(ladder, runs, results, arms), scale, out)
 
 
 def _claims(
@@ -97,9 +186,7 @@ def _claims(
 
     before = report_sections(out.read_text()) if out.exists() else {}
     shown = [s for s in SUITES if s in suites or s in before]
-    root = Path(claims_dir)
-    root = root if root.is_absolute() else Path(__file__).resolve().parents[2] / root
-    rows, commands, arms_of = judged_claims(kept, shown, seeds, scale, extra, downstream, argv, root)
+    rows, commands, arms_of = judged_claims(kept, shown, seeds, scale, extra, downstream, argv, claims_root(claims_dir))
     ours = {s: our_scale(s, scale, arms) for s, arms in arms_of.items()}
     csv_path = out.with_name(out.stem + "_claims.csv")
     write_csv(rows, csv_path)
@@ -128,20 +215,38 @@ def seeded_sweep_args(name: str, args: list[str], seeds: int) -> list[str]:
 
 
 def run_seeds(
-    suite: str, seeds: int, scale: list[str], extra: list[str], downstream: dict, kept: Path | None = None
+    suite: str,
+    seeds: int,
+    scale: list[str],
+    extra: list[str],
+    downstream: dict,
+    kept: Path | None = None,
+    plan: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, dict]:
-    """Every arm of the suite at seeds 0..seeds-1 (seed=s: the same data order and initialisation for every arm),
-    a seed's arms together so that an interrupted run leaves whole pairs; returns label -> {seed: results}. One
-    seed is the suite as it always ran (no seed= added: the same runs, reused). Each run done is recorded in the
-    ledger folder `kept` (pipeline.reproduce.ledger), and a run recorded there is read from it."""
+    """The suite's (arm, seed) pairs of `plan` (seed_plan's; by default every arm at seeds 0..seeds-1), seed=s: the
+    same data order and initialisation for every arm, a seed's arms together so that an interrupted run leaves whole
+    pairs; returns label -> {seed: results}. One seed is the suite as it always ran (no seed= added: the same runs,
+    reused). Each run done is recorded in the ledger folder `kept` (pipeline.reproduce.ledger), and a run recorded
+    there is read from it."""
     arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
-    for s in range(seeds):
-        runs = [
-            run_one(label, [*ov, *pinned(s, seeds)], scale, extra, kept, downstream, baseline=s == 0 and i == 0)
-            for i, (label, ov) in enumerate(SUITES[suite])
-        ]
+    plan = seed_plan(list(arms), seeds, 0, ()) if plan is None else plan
+    first, overrides = SUITES[suite][0][0], dict(SUITES[suite])
+    for s in sorted({s for _, s in plan}):
+        labels = [label for label, seed in plan if seed == s]
+        runs = []
+        for label in labels:
+            args = (
+                label,
+                [*overrides[label], *pinned(s, seeds)],
+                scale,
+                extra,
+                kept,
+                downstream,
+                s == 0 and label == first,
+            )
+            runs.append(recorded(*args) or run_one(*args))
         run_downstream(runs, downstream, random_baseline=s == 0, done=lambda r: ledger.record(kept, r, downstream))
-        for (label, _), r in zip(SUITES[suite], runs):
+        for label, r in zip(labels, runs):
             arms[label][s] = r
     return arms
 

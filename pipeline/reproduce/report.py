@@ -90,11 +90,13 @@ def write_report(
     judged: dict[str, list] | None = None,
     claims: list[str] | None = None,
     seeds: int = 1,
+    ladder: list[str] | None = None,
 ) -> None:
     """Rewrite the sections of `path` this command made (a suite's, the sweeps', the claims table); keep the others
     as they are. Each section's first line says the command and date that made it. `judged` (suite -> its
     verdict_table.ClaimRows, adjusted): each suite's claims over its seeds, with its forest plot. `claims`: the scale
-    card and the table of every suite's claims (pipeline.reproduce.summary), the report's first section."""
+    card and the table of every suite's claims (pipeline.reproduce.summary), the report's first section. `ladder`:
+    the Ladder section (pipeline.reproduce.ladder), from a command that ran it."""
     command = " ".join(["python jobs/reproductions.py", *sys.argv[1:]])
     stamp = f"_Made by `{command}` on {time.strftime('%Y-%m-%d')}._"
     made: dict[str, list[str]] = {"Claims": [stamp, "", *claims]} if claims else {}
@@ -128,6 +130,8 @@ def write_report(
         if judged and judged.get(suite):
             lines += seeded_claims(suite, judged[suite], seeds, path, runs[0])
         made[suite] = lines
+    if ladder:
+        made["Ladder"] = [stamp, "", *ladder]
     if sweeps:
         lines = [
             stamp,
@@ -144,7 +148,7 @@ def write_report(
     note_text = notes.read_text().strip() if notes.exists() else ""
     kept = report_sections(path.read_text() if path.exists() else "", skip=note_text.splitlines()[:1])
     sections = {**kept, **made}
-    ordered = ["Claims", *SUITES, "Sweeps"]
+    ordered = ["Claims", *SUITES, "Ladder", "Sweeps"]
     order = [s for s in ordered if s in sections] + [s for s in sections if s not in ordered]
     out = [
         "# Reproductions at CPU scale",

@@ -17,9 +17,41 @@ from pipeline.train.run_lock import RunBusy
 def applicable(overrides: list[str], scale: list[str], extra: list[str]) -> list[str]:
     """The suite's extra keys that apply to a run of these overrides: plugin.<name>.* settings only to the runs
     that use that plug-in (+plugin.<name>.x=..., which adds a key, too)."""
+    if not extra:  # nothing to sort: no config to compose
+        return []
     plugins = compose_config([*overrides, *scale]).get("plugin") or {}
     keys = [e.lstrip("+~") for e in extra]
     return [e for e, k in zip(extra, keys) if not k.startswith("plugin.") or k.split(".")[1] in plugins]
+
+
+def recorded(
+    label: str,
+    overrides: list[str],
+    scale: list[str],
+    extra: list[str],
+    kept: Path | None,
+    downstream: dict[str, list[str]] | None = None,
+    baseline: bool = False,
+    say: bool = True,
+) -> dict | None:
+    """The run as the ledger folder `kept` holds it, complete for `downstream` (with the random-init `baseline`),
+    in run_one's form; None where it is not recorded so (or there is no ledger). Composes the config only: no data,
+    store or torch's training. `say`: print that the run is reused."""
+    if kept is None:
+        return None
+    try:
+        extra = applicable(overrides, scale, extra)
+        entry = ledger.find(kept, run_name(compose_config([*overrides, *scale, *extra])), downstream or {}, baseline)
+    except ConfigError as e:
+        fail(f"{label}: {e}")
+    if entry is None:
+        return None
+    name = entry["run_name"]
+    if say:
+        print(f"[reproductions] {label}: run {name} recorded in {kept / name}.json; reusing its results", flush=True)
+    out = ledger.as_result(kept, entry)
+    out.update(run_name=name, label=label, overrides=overrides, extra=extra, store=[])
+    return out
 
 
 def run_one(
@@ -33,19 +65,13 @@ def run_one(
 ) -> dict:
     """One run of a suite: read from the ledger folder `kept` where it is recorded there complete for `downstream`
     (with the random-init `baseline`), else read back from MLflow where it finished, else trained."""
+    # a run recorded in the ledger needs neither its data nor a store: looked up before resolve makes them
+    found = recorded(label, overrides, scale, extra, kept, downstream, baseline)
+    if found is not None:
+        return found
     try:
         extra = applicable(overrides, scale, extra)
         cfg = compose_config([*overrides, *scale, *extra])
-        # a run recorded in the ledger needs neither its data nor a store: looked up before resolve makes them
-        entry = ledger.find(kept, run_name(cfg), downstream or {}, baseline) if kept is not None else None
-        if kept is not None and entry is not None:
-            name = entry["run_name"]
-            print(
-                f"[reproductions] {label}: run {name} recorded in {kept / name}.json; reusing its results", flush=True
-            )
-            recorded = ledger.as_result(kept, entry)
-            recorded.update(run_name=name, label=label, overrides=overrides, extra=extra, store=[])
-            return recorded
         plan = resolve(cfg)
     except ConfigError as e:
         fail(f"{label}: {e}")

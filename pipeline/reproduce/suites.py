@@ -65,6 +65,16 @@ SUITES = {
             ["+experiment=cocor_mocov2", "data=photos", "plugin.cocor.target=fixed"],
         ),
     ],
+    # CO2 on SimCLR with a ResNet-18 (its Table 4, ImageNet-100): the seed's claim nearest this scale, on Photos
+    "co2_simclr": [
+        ("SimCLR", ["method=simclr", "data=photos"]),
+        ("SimCLR + CO2", ["method=simclr", "data=photos", "plugin=[co2]"]),
+    ],
+    # CoCor's largest gain, on SimSiam (its Tables 1, 3 and 7): learned targets, the method as proposed
+    "cocor_simsiam": [
+        ("SimSiam", ["method=simsiam", "data=photos"]),
+        ("SimSiam + CoCor, learned targets (1 % labels)", ["+experiment=cocor_simsiam", "data=photos"]),
+    ],
     # MoCo v3 and DINO on Photos (their image recipes), ViT and ResNet, each against its random-init twin; the
     # paper recipes' warm-up (40 and 10 epochs) shortened to the runs' length
     "vit": [
@@ -87,6 +97,11 @@ SUITES = {
             "DINO, ResNet-18",
             ["+experiment=dino_resnet", "data=photos", "optim.warmup_epochs=2", *DINO_CPU, *RESNET_CPU],
         ),
+    ],
+    # CLSA's Table 5: DDM against the strong views' plain contrastive loss (the same views; DDM's runs are clsa's)
+    "clsa_ddm": [
+        ("MoCo v2 + CLSA, contrastive loss", ["+experiment=clsa_mocov2", "data=photos", "+plugin.clsa.loss=infonce"]),
+        ("MoCo v2 + CLSA", ["+experiment=clsa_mocov2", "data=photos"]),
     ],
     # the machinery's smoke test (tests/jobs/test_reproductions.py: seeds=2, concurrent=2, a tiny scale): one
     # change of SimCLR's temperature on Spirograph

@@ -368,7 +368,9 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
         "downstream=null",
         "scale=[" + ",".join(f"'{o}'" for o in scale) + "]",
         "out=docs/reproductions.md",  # relative to the command's folder, where the trials' own folders are not
-        f"claims={smoke_claims(tmp_path / 'claims')}",  # the smoke suite's made-up claim (no paper)
+        f"claims_dir={smoke_claims(tmp_path / 'claims')}",  # the smoke suite's made-up claim (no paper)
+        "primary_seeds=0",  # the two seeds only (tests/jobs/test_ladder.py plans the primary claims' further seeds)
+        "ladder=null",
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
     logs = tmp_path / "runs" / "reproductions"

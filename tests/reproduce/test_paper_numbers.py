@@ -19,6 +19,8 @@ V2, CO2, CLSA, CLSA_STAR = "MoCo v2", "MoCo v2 + CO2", "MoCo v2 + CLSA", "MoCo v
 LEARNED, FIXED = "MoCo v2 + CoCor, learned targets (1 % labels)", "MoCo v2 + CoCor, fixed targets (Table 9)"
 SIMCLR, INV, INV3 = "SimCLR", "SimCLR + InvCLR", "SimCLR + InvCLR, λ=0.001"  # InvCLR at λ = 0.01 and 0.001
 V3, V3_JC = "MoCo v3, ViT-tiny", "MoCo v3 + JointCrop β=0"
+SIMCLR_CO2 = "SimCLR + CO2"  # co2_simclr's variant, on Photos (its baseline SimCLR is invclr's label)
+SIMSIAM, SIMSIAM_COCOR = "SimSiam", "SimSiam + CoCor, learned targets (1 % labels)"
 
 
 def jc(beta: int) -> str:
@@ -33,17 +35,25 @@ EXPECTED = {
     ("co2", "co2-semi10-top5", "Table 2", "fine-tuning top-5", 1, V2, CO2, 85.1, 85.4),
     ("co2", "co2-det-ap50", "Table 3", "detection AP50", 1, V2, CO2, 82.4, 82.7),
     ("co2", "co2-det-ap", "Table 3", "detection AP", 1, V2, CO2, 57.0, 57.2),
+    # CO2 Table 4 (ImageNet-100, ResNet-18): SimCLR with and without CO2, mean of three runs
+    ("co2_simclr", "co2-simclr-linear", "Table 4", "probe top-1", 1, SIMCLR, SIMCLR_CO2, 68.9, 72.3),
     # CLSA: Table 2 (ImageNet linear, 200 epochs), Table 4 (transfer; its Table 3 is linear top-1 at 800 epochs)
     ("clsa", "clsa-linear", "Table 2", "probe top-1", 1, V2, CLSA, 67.5, 69.4),
     ("clsa", "clsa-star-linear", "Table 2", "probe top-1", 1, V2, CLSA_STAR, 67.5, 73.3),
     ("clsa", "clsa-det-ap50", "Table 4", "detection AP50", 1, V2, CLSA, 82.5, 83.2),
     ("clsa", "clsa-det-ap", "Table 4", "detection AP", 1, V2, CLSA, 42.0, 42.3),
+    # CLSA Table 5: DDM against the contrastive loss on the same strong views
+    ("clsa_ddm", "clsa-ddm-vs-contrastive", "Table 5", "probe top-1", 1, f"{CLSA}, contrastive loss", CLSA, 68.0, 69.4),
     # CoCor: Table 7 (IN-100 linear: baseline, w/o MMNN, w/ MMNN), Table 3 (VOC07+12; "MoCo + CoCor" is the MMNN's)
     ("cocor", "cocor-linear", "Table 7", "probe top-1", 1, V2, LEARNED, 67.04, 71.66),
     ("cocor", "cocor-fixed-linear", "Table 7", "probe top-1", 1, V2, FIXED, 67.04, 69.51),
     ("cocor", "cocor-learned-vs-fixed", "Table 7", "probe top-1", 1, FIXED, LEARNED, 69.51, 71.66),
     ("cocor", "cocor-det-ap50", "Table 3", "detection AP50", 1, V2, LEARNED, 76.52, 77.41),
     ("cocor", "cocor-det-ap", "Table 3", "detection AP", 1, V2, LEARNED, 50.23, 51.11),
+    # CoCor on SimSiam: Table 7's second row (baseline, w/ MMNN; = Table 1's IN-100 column), Table 3's SimSiam rows
+    ("cocor_simsiam", "cocor-simsiam-linear", "Table 7", "probe top-1", 1, SIMSIAM, SIMSIAM_COCOR, 73.92, 83.70),
+    ("cocor_simsiam", "cocor-simsiam-det-ap50", "Table 3", "detection AP50", 1, SIMSIAM, SIMSIAM_COCOR, 77.86, 80.60),
+    ("cocor_simsiam", "cocor-simsiam-det-ap", "Table 3", "detection AP", 1, SIMSIAM, SIMSIAM_COCOR, 52.04, 54.31),
     # InvCLR: Table 8 (V, α regression) and Table 9 (probe MSE per factor) at λ = 0.01; Fig. 6 (V against λ)
     ("invclr", "invclr-v", "Table 8", "conditional variance V", -1, SIMCLR, INV, 0.789, 0.0016),
     ("invclr", "invclr-alpha", "Table 8", "alpha regression MSE", 1, SIMCLR, INV, 0.0751, 0.0808),
@@ -71,8 +81,11 @@ EXPECTED = {
 PRIMARY = {"co2-linear", "clsa-linear", "cocor-linear", "invclr-v", "jointcrop-b0-linear"}  # one per paper
 PAPERS = {  # suite -> its seed file
     "co2": "co2-paper.txt",
+    "co2_simclr": "co2-paper.txt",
     "clsa": "clsa-paper.txt",
+    "clsa_ddm": "clsa-paper.txt",
     "cocor": "cocor-paper.txt",
+    "cocor_simsiam": "cocor-paper.txt",
     "invclr": "invariance-paper.txt",
     "jointcrop": "jointcrop-paper.txt",
     "jointcrop_table5": "jointcrop-paper.txt",

@@ -22,6 +22,8 @@ IN1K, IN1K_IMAGES = "ImageNet-1K", 1_281_167
 EXPECTED = {
     # CO2 §4.1 and App. A: ImageNet-1K train split, ResNet-50, 200 epochs, batch 256 on 4 GPUs (Tables 1, 2, 3)
     ("co2-paper.txt", "ImageNet-1K, MoCo v2 + CO2, 200 epochs", IN1K, IN1K_IMAGES, 224, 200, 256, "ResNet-50"),
+    # CO2 §3.5 and Table 4: ResNet-18 on ImageNet-100, SimCLR at batch 128; no epochs or crop stated (200, 224)
+    ("co2-paper.txt", "ImageNet-100, SimCLR + CO2, ResNet-18", "ImageNet-100", 126_689, 224, 200, 128, "ResNet-18"),
     # CLSA Table 2's caption and §4.1: ImageNet, ResNet-50, 224 px, 200 epochs, batch 256; Table 4 names no epochs
     ("clsa-paper.txt", "ImageNet-1K, MoCo v2 + CLSA, 200 epochs", IN1K, IN1K_IMAGES, 224, 200, 256, "ResNet-50"),
     (
@@ -35,9 +37,10 @@ EXPECTED = {
         "ResNet-50",
     ),
     # CoCor Table 7's caption and §5.1: ImageNet-100, ResNet-50, 200 epochs, batch 256; Table 3 names no data set
+    # (its MoCo and SimSiam rows alike)
     (
         "cocor-paper.txt",
-        "ImageNet-100, MoCo v2 + CoCor, 200 epochs",
+        "ImageNet-100, MoCo v2 or SimSiam + CoCor, 200 epochs",
         "ImageNet-100",
         126_689,
         224,
@@ -47,7 +50,7 @@ EXPECTED = {
     ),
     (
         "cocor-paper.txt",
-        "ImageNet-100 (assumed), MoCo + CoCor, 200 epochs, transferred to VOC",
+        "ImageNet-100 (assumed), MoCo or SimSiam + CoCor, 200 epochs, transferred to VOC",
         "ImageNet-100",
         126_689,
         224,

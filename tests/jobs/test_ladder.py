@@ -1,0 +1,253 @@
+"""Issue #51 in jobs/reproductions.py: the primary claims' arms at more seeds than the rest (primary_seeds), and one
+claim's scale ladder (pipeline/reproduce/ladder.py), its Ladder section built from the ledger with nothing trained;
+both keys' bad values answered in one line."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import types
+
+import pytest
+from scipy import stats as st
+
+from helpers import smoke_claims
+from pipeline.config import compose_config
+from pipeline.reproduce import job, ledger
+from pipeline.reproduce.claim_specs import load_claims
+from pipeline.reproduce.ladder import Rung, budget_scale, parse_ladder, trend
+from pipeline.reproduce.suites import SUITES
+from pipeline.reproduce.verdict_table import judge_claim
+from pipeline.train.prepare import run_name
+
+TARGETS = ("m", "b", "sigma", "f_r")
+
+
+def _scale(tmp_path) -> list[str]:
+    return [f"paths.root={tmp_path}", "data.generate.n_train=64", "data.generate.n_val=32", "train.batch_size=32"]
+
+
+def _record(kept, label, overrides, scale, mse, minutes=1.0):
+    """A fabricated run of the smoke suite (Spirograph: the probe's MSEs, random init's far worse) in the ledger."""
+    name = run_name(compose_config([*overrides, *scale]))
+    pretrained = {**{f"mse_{t}": mse for t in TARGETS}, **{f"r2_{t}": 0.5 for t in TARGETS}}
+    probe = {"pretrained": pretrained, "random": {**pretrained, **{f"mse_{t}": 1.0 for t in TARGETS}}}
+    run = {"run_name": name, "label": label, "run_id": None, "minutes": minutes, "probe": probe}
+    ledger.record(kept, {**run, "overrides": overrides, "extra": [], "downstream": {}}, {})
+
+
+def _no_training(monkeypatch):
+    """run_one (train or read MLflow) and the Tune batch fail if called: everything must come from the ledger."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError(f"trained: {args[:1]}")
+
+    monkeypatch.setattr(job, "run_one", boom)
+    monkeypatch.setitem(sys.modules, "pipeline.reproduce.parallel", types.SimpleNamespace(train_all=boom))
+
+
+def test_primary_seeds_go_on_for_the_arms_a_primary_claim_compares_only(tmp_path):
+    labels = ["MoCo v2", "MoCo v2 + CLSA", "MoCo v2 + CLSA* (multi-crop)"]
+    plan = job.seed_plan(labels, 3, 5, {"MoCo v2", "MoCo v2 + CLSA"})
+    assert plan == [(label, s) for s in range(3) for label in labels] + [
+        ("MoCo v2", 3),
+        ("MoCo v2 + CLSA", 3),
+        ("MoCo v2", 4),
+        ("MoCo v2 + CLSA", 4),
+    ]
+    every = [(label, s) for s in range(3) for label in labels]
+    assert job.seed_plan(labels, 3, 0, {"MoCo v2"}) == every  # 0: off
+    assert job.seed_plan(labels, 3, 3, {"MoCo v2"}) == every  # no more than seeds: off
+    assert job.seed_plan(labels, 1, 8, {"MoCo v2"}) == [(label, 0) for label in labels]  # unseeded: off
+    # the arms come from each suite's primary claims; a suite without claims adds none
+    assert job.primary_arms(["smoke", "vit"], smoke_claims(tmp_path / "claims")) == {
+        "smoke": {"SimCLR", "SimCLR, τ=0.2"},
+        "vit": set(),
+    }
+
+
+def test_a_rerun_trains_only_the_pairs_the_ledger_lacks_and_loads_no_ray_when_none(tmp_path, monkeypatch):
+    scale, kept = _scale(tmp_path), tmp_path / "docs" / "reproductions_runs"
+    (base, ov0), (_, ov1) = SUITES["smoke"]
+    _record(kept, base, [*ov0, "seed=0"], scale, 0.1)
+    jobs = [(base, [*ov0, "seed=0"], scale, [], False), (base, [*ov1, "seed=1"], scale, [], False)]
+    trained = []
+    monkeypatch.setitem(
+        sys.modules, "pipeline.reproduce.parallel", types.SimpleNamespace(train_all=lambda j, *a: trained.extend(j))
+    )
+    assert job.train_missing(jobs, 2, kept, {}) == jobs[1:] and trained == jobs[1:]
+    _no_training(monkeypatch)
+    assert job.train_missing(jobs[:1], 2, kept, {}) == []  # all recorded: no Tune batch
+
+
+CLAIM = """\
+  - id: {id}
+    variant: "{variant}"
+    baseline: MoCo v2
+    metric: probe top-1
+    direction: 1
+    source: Table 2
+    paper: {{baseline: 0.6, variant: 0.7, units: "made-up top-1"}}
+    quote: "made up"
+    gain: null
+    sesoi: 0.001
+    sesoi_why: a made-up margin
+    differs: a test of the seeds' bookkeeping
+"""
+CLSA_CLAIMS = (
+    "paper: {file: made-up.txt, title: made up}\nclaims:\n"
+    + CLAIM.format(id="clsa-made-up", variant="MoCo v2 + CLSA").replace(
+        "    gain:", "    primary: true\n    why_primary: made up\n    gain:"
+    )
+    + CLAIM.format(id="clsa-star-made-up", variant="MoCo v2 + CLSA* (multi-crop)")
+)
+
+
+def test_a_primary_claim_is_judged_on_all_its_seeds_and_the_others_on_the_seeds_both_arms_have(tmp_path):
+    """clsa's arms under made-up claims: MoCo v2 and CLSA at four seeds (primary_seeds), CLSA* at two; the primary
+    claim judged on four, the exploratory one sharing the baseline on two, by a command of two seeds."""
+    from pipeline.reproduce.summary import judged_claims
+
+    root = tmp_path / "claims"
+    root.mkdir()
+    (root / "clsa.yaml").write_text(CLSA_CLAIMS)
+    scale, kept = _scale(tmp_path), tmp_path / "runs"
+    for i, (label, overrides) in enumerate(SUITES["clsa"]):
+        for s in range(2 if i == 2 else 4):
+            top1 = 0.6 + 0.01 * s + 0.02 * i + 0.001 * s * i
+            name = run_name(compose_config([*overrides, f"seed={s}", *scale]))
+            probe = {"pretrained": {"top1": top1}, "random": {"top1": 0.2}}
+            run = {"run_name": name, "label": label, "run_id": None, "minutes": 1.0, "probe": probe}
+            ledger.record(kept, {**run, "overrides": overrides, "extra": []}, {})
+    rows, commands, arms = judged_claims(kept, ["clsa"], 2, scale, {}, {}, ["seeds=2"], root)
+    n = {r.claim.id: r.verdict.diff.n for r in rows}
+    assert n == {"clsa-made-up": 4, "clsa-star-made-up": 2}
+    assert {label: sorted(a) for label, a in arms["clsa"].items()} == {
+        "MoCo v2": [0, 1, 2, 3],
+        "MoCo v2 + CLSA": [0, 1, 2, 3],
+        "MoCo v2 + CLSA* (multi-crop)": [0, 1],
+    }
+
+
+def _rung(claim, budget, minutes, logs, seeds=3):
+    """A budget's rung whose variant's MSE is its baseline's times exp(logs[s]) at seed s."""
+    arms = {claim.baseline: {}, claim.variant: {}}
+    for s in range(seeds):
+        base = 0.1 + 0.01 * s
+        for label, mse in ((claim.baseline, base), (claim.variant, base * math.exp(logs[s]))):
+            arms[label][s] = {
+                "probe": {
+                    "pretrained": {f"mse_{t}": mse for t in TARGETS},
+                    "random": {f"mse_{t}": 1.0 for t in TARGETS},
+                }
+            }
+    return Rung(budget, 10, minutes * 2 * seeds, 2 * seeds, judge_claim(claim, arms))
+
+
+def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
+    (claim,) = load_claims("smoke", smoke_claims(tmp_path / "claims"))  # MSE: lower is better, log ratios
+    opens = [
+        _rung(claim, "train.epochs=1", 1.0, [-0.010, -0.012, -0.011]),
+        _rung(claim, "train.epochs=2", 2.0, [-0.10, -0.11, -0.09]),
+        _rung(claim, "train.epochs=4", 4.0, [-0.30, -0.31, -0.29]),
+    ]
+    said = trend(opens, claim.direction)
+    assert said.startswith("The gap opens with the budget: |difference| 0.011 at train.epochs=1 and 0.3 at ")
+    assert "per doubling of CPU-minutes per run), on the paper's side of 0 at the largest budget; " in said
+    assert said.endswith("the two ends' 95 % intervals do not overlap.")
+    # over log2 of 1, 2 and 4 CPU-minutes per run, printed to three digits
+    slope = float(re.search(r"least-squares slope ([-+0-9.e]+) per doubling", said)[1])
+    assert slope == pytest.approx(st.linregress([0, 1, 2], [0.011, 0.1, 0.3]).slope, abs=1e-3)
+    closes = [
+        _rung(claim, "train.epochs=1", 1.0, [-0.3, 0.1, -0.5]),
+        _rung(claim, "train.epochs=4", 4.0, [0.05, -0.02, 0.03]),
+    ]
+    said = trend(closes, claim.direction)
+    assert said.startswith("The gap closes with the budget: |difference| 0.2333 at train.epochs=1 and 0.02 at ")
+    assert "(it changes sign)" in said and "against the paper's direction at the largest budget" in said
+    assert said.endswith("the two ends' 95 % intervals overlap, so the change lies within the seeds' noise.")
+    assert trend(closes[:1], claim.direction).startswith("Fewer than two budgets")
+
+
+def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothing_trained(tmp_path, monkeypatch):
+    """The smoke suite's made-up claim at three budgets, two seeds each, all recorded; the command (seeds=2, the
+    scale at 2 epochs: the middle budget's runs are the suite's own; primary_seeds=3) trains nothing, judges the
+    primary claim on three seeds and writes the Ladder section:
+    a row per budget with its steps, CPU-minutes, the paired difference (log ratio) and verdict, the plot, and the
+    sentence computed from them."""
+    scale, out = [*_scale(tmp_path), "train.epochs=2"], tmp_path / "docs" / "reproductions.md"
+    kept = ledger.folder_for(out)
+    gaps = {1: [-0.02, -0.03], 2: [-0.2, -0.25], 4: [-0.5, -0.6]}  # log ratio per seed, by epochs
+    (base, ov0), (variant, ov1) = SUITES["smoke"]
+    for epochs, logs in gaps.items():
+        at = budget_scale(scale, [f"train.epochs={epochs}"])
+        for s in range(2):
+            mse = 0.1 + 0.01 * s
+            _record(kept, base, [*ov0, f"seed={s}"], at, mse, minutes=0.5 * epochs)
+            _record(kept, variant, [*ov1, f"seed={s}"], at, mse * math.exp(logs[s]), minutes=0.5 * epochs + 0.1)
+    # primary_seeds=3: the smoke claim is primary, so both its arms go on to seed 2 (recorded too)
+    _record(kept, base, [*ov0, "seed=2"], scale, 0.12, minutes=1.0)
+    _record(kept, variant, [*ov1, "seed=2"], scale, 0.12 * math.exp(-0.22), minutes=1.1)
+    _no_training(monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["reproductions.py", "suites=[smoke]", "seeds=2"])
+    ladder = "{claim:smoke-tau,budgets:[['train.epochs=1'],['train.epochs=2'],['train.epochs=4']],seeds:2}"
+    argv = ["suites=[smoke]", "seeds=2", "concurrent=2", "sweeps=[]", "downstream=null", f"out={out}"]
+    argv += [f"claims_dir={smoke_claims(tmp_path / 'claims')}", "primary_seeds=3", f"ladder={ladder}"]
+    argv += ["scale=[" + ",".join(f"'{o}'" for o in scale) + "]"]
+    assert job.main(argv) == 0
+    text = out.read_text()
+    section = text.split("## Ladder\n", 1)[1]
+    assert text.index("## smoke") < text.index("## Ladder") and "## Claims" in text
+    (claim,) = [ln for ln in text.splitlines() if ln.startswith("| `smoke-tau`: SimCLR, τ=0.2 vs SimCLR | primary |")]
+    assert "| ok | reproduced, smaller than the paper's gain (3 seeds; " in claim, claim  # on all three seeds
+    assert "Scale ladder of `smoke-tau` (SimCLR, τ=0.2 vs SimCLR, probe MSE m, log ratio)" in section
+    # each budget judged alone: the two small ones' intervals exclude the paper's halving (log 0.5), the largest's not
+    verdicts = {1: "excludes the paper's gain", 2: "excludes the paper's gain", 4: "inconclusive"}
+    for epochs, logs in gaps.items():
+        ci = st.ttest_1samp(logs, 0).confidence_interval(0.95)
+        cpu = 4 * 0.5 * epochs + 0.2  # two runs of each arm
+        steps = epochs * 2  # 64 images in batches of 32
+        row = f"| `train.epochs={epochs}` | {steps} | {cpu:.1f} (4; {cpu / 4:.2f}) | "
+        row += f"{sum(logs) / 2:.4g} [{ci.low:.4g}, {ci.high:.4g}] | {verdicts[epochs]} (2 seeds; "
+        assert row in section, section
+    (said,) = [ln for ln in section.splitlines() if ln.startswith("The gap ")]
+    assert said.startswith("The gap opens with the budget: |difference| 0.025 at train.epochs=1 and 0.55 at ")
+    assert said.endswith("the two ends' 95 % intervals overlap, so the change lies within the seeds' noise.")
+    assert "![smoke-tau: the difference against compute](img/reproductions-ladder-smoke-tau.png)" in section
+    assert (out.parent / "img" / "reproductions-ladder-smoke-tau.png").stat().st_size > 10_000
+    # a command that did not run the ladder (here: one that wrote only the sweeps) keeps the section as it was
+    from pipeline.reproduce.report import write_report
+
+    write_report({}, [], out, [])
+    assert out.read_text().split("## Ladder\n", 1)[1] == section
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["primary_seeds=-1"], "error: primary_seeds=-1: expected an integer >= 0"),
+        (["primary_seeds=true"], "error: primary_seeds=True: expected an integer >= 0"),
+        (["ladder.claim=nope"], "error: ladder.claim='nope': unknown claim id; known: ["),
+        (["ladder.budgets=['train.epochs=6']"], "error: ladder.budgets=['train.epochs=6']: expected a non-empty list"),
+        (["ladder.budgets=[[epochs]]"], "error: ladder.budgets=[['epochs']]: expected a non-empty list of lists"),
+        (["ladder.budgets=[]"], "error: ladder.budgets=[]: expected a non-empty list of lists of key=value"),
+        (["ladder.seeds=1"], "error: ladder.seeds=1: expected an integer >= 2"),
+        (["ladder=5"], "error: ladder=5: expected null or a mapping of claim, budgets and seeds"),
+    ],
+)
+def test_bad_primary_seeds_or_ladder_fail_in_one_line_before_anything_runs(args, needle, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        job.main(["suites=[]", "sweeps=[]", "seeds=2", *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(needle) and len(err.splitlines()) == 1, err
+
+
+def test_parse_ladder_reads_the_shipped_default():
+    cfg = compose_config([], "reproductions")
+    ladder = parse_ladder(cfg["ladder"], {"co2": load_claims("co2")})
+    assert ladder is not None and ladder.claim.id == "co2-linear" and ladder.claim.primary and ladder.seeds >= 2
+    assert ("train.epochs=12",) in ladder.budgets and "train.epochs=12" in cfg["scale"]  # the scale's runs reused
+    assert budget_scale(cfg["scale"], ["train.epochs=12"]) == cfg["scale"]
+    assert parse_ladder(None, {}) is None
