@@ -351,15 +351,21 @@ def decide(
 
 def apply_adjustment(verdicts: Sequence[Verdict], adjusted: Sequence[float], kind: str) -> list[Verdict]:
     """Copies of a family's verdicts carrying their adjusted p-values (holm() or bh() of their p, in order). A
-    decided verdict (reproduced / contradicted) stands only where its adjusted p < 1 − level; otherwise it
-    becomes "inconclusive (after <kind>)", keeping its raw interval. Equivalence and "excludes the paper's gain"
-    are left as they are: they are not tests against 0."""
+    decided verdict (reproduced / contradicted) stands only where its adjusted p < 1 − level; otherwise it is
+    judged as decide() judges a difference that does not exclude 0 (equivalent, excludes the paper's gain), else
+    "inconclusive (after <kind>)", keeping its raw interval. Equivalence and "excludes the paper's gain" are not
+    tests against 0 and are not adjusted: they are decided at the unadjusted level, and the report says so."""
     if len(verdicts) != len(adjusted):
         raise ValueError(f"{len(verdicts)} verdicts but {len(adjusted)} adjusted p-values")
     out = []
     for v, a in zip(verdicts, adjusted):
         v = v.with_adjusted(a, kind)
         if v.decided and not a < 1 - v.level:  # a nan adjusted p does not let a verdict stand either
-            v = replace(v, verdict=f"{INCONCLUSIVE} (after {kind})")
+            if v.tost_p is not None and v.tost_p < 1 - v.level:
+                v = replace(v, verdict=EQUIVALENT)
+            elif v.short_of_gain:
+                v = replace(v, verdict=EXCLUDES_GAIN)
+            else:
+                v = replace(v, verdict=f"{INCONCLUSIVE} (after {kind})")
         out.append(v)
     return out

@@ -192,6 +192,19 @@ def test_clsas_contrastive_alternative_is_infonce_over_ddms_support(batch_keys):
     assert got != pytest.approx(ddm(_unit(6, 8, seed=0), qs, k, queue, 0.2, batch_keys=batch_keys).item(), rel=1e-3)
 
 
+def test_clsas_contrastive_alternative_finds_this_workers_keys_in_every_workers_bank():
+    """MoCo v3: the support is every worker's keys; this worker's positives start at its offset in the bank."""
+    qs, bank = _unit(3, 8, seed=1), _unit(9, 8, seed=2)  # three workers of three
+    none = _unit(0, 8, seed=3)
+    got = strong_infonce(qs, bank, none, 0.2, batch_keys=True, offset=3).item()
+    direct = 0.0
+    for i in range(3):
+        p = _softmax_list([float(qs[i] @ bank[j]) / 0.2 for j in range(9)])
+        direct += -math.log(p[3 + i]) / 3
+    assert got == pytest.approx(direct, rel=1e-10)
+    assert got != pytest.approx(strong_infonce(qs, bank, none, 0.2, batch_keys=True).item(), rel=1e-3)
+
+
 def test_ddm_equals_weak_entropy_when_strong_equals_weak():
     qw, k, queue = _unit(6, 8, seed=0), _unit(6, 8, seed=2), _unit(20, 8, seed=3)
     entropy = 0.0

@@ -135,31 +135,38 @@ def iter_samples(
 
 def _iter_remote_shard(uri: str, expected: int | None = None, budget_s: float | None = None) -> Iterator[dict]:
     """`_iter_shard` on an object store, read again past the samples already yielded after a store error (an
-    OSError that is no tar damage) with pauses of 1, 2, 4 ... s; StoreReadError once `budget_s` has gone."""
+    OSError that is no tar damage) with pauses of 1, 2, 4 ... s; StoreReadError once `budget_s` has gone without
+    progress (a read that yields samples between errors starts the count again)."""
     budget = STORE_RETRY_S if budget_s is None else budget_s
-    start, done, pause = time.monotonic(), 0, 1.0
+    done, last_key = 0, None
+    since, pause, progress_at = time.monotonic(), 1.0, 0
     while True:
         try:
             for n, sample in enumerate(_iter_shard(uri, expected)):
+                if n == done - 1 and sample["__key__"] != last_key:  # the shard changed between reads
+                    raise StoreReadError(f"{uri.split('?')[0]}: changed while it was read again")
                 if n >= done:
-                    done += 1
+                    done, last_key = done + 1, sample["__key__"]
                     yield sample
             return
-        except (tarfile.TarError, EOFError):
+        except (tarfile.TarError, EOFError, StoreReadError):
             raise
         except OSError as e:
-            waited = time.monotonic() - start
+            if done > progress_at:  # samples came through since the last error: a new run of errors
+                since, pause, progress_at = time.monotonic(), 1.0, done
+            waited = time.monotonic() - since
             answer = (str(e).splitlines() or [type(e).__name__])[0].rstrip(": ")
-            if waited + pause > budget:
+            if waited >= budget:
                 raise StoreReadError(
                     f"{uri.split('?')[0]}: {answer} (still failing after {waited:.0f} s of retries)"
                 ) from None
+            wait = min(pause, budget - waited)
             print(
-                f"[shards] {uri.split('?')[0]}: {answer}; reading it again in {pause:.0f} s",
+                f"[shards] {uri.split('?')[0]}: {answer}; reading it again in {wait:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
-            time.sleep(pause)
+            time.sleep(wait)
             pause *= 2
 
 

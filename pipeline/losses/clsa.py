@@ -56,16 +56,19 @@ def strong_infonce(
     temperature: float,
     *,
     batch_keys: bool = False,
+    offset: int = 0,
 ) -> torch.Tensor:
     """The plain contrastive loss on the strong views that CLSA's Table 5 sets against DDM ("CLSA with contrastive
     loss"): InfoNCE of each strong query over the same support as `ddm` (its own key first, then the queue; with
     `batch_keys` every key of the batch, its own at its index), batch mean: ddm with a one-hot target on the
-    positive in place of the weak query's distribution.
+    positive in place of the weak query's distribution. `offset`: where this worker's own keys start in `k` (MoCo
+    v3's bank of every worker's keys).
         L = mean_i [ -log p(z_i | z''_i) ],  p(·|z) = softmax([z·z_i, z·queue] / τ).
     """
     k, queue = k.detach(), queue.detach()
     logits = _logits(q_strong, k, queue, temperature, batch_keys)
-    labels = torch.arange(len(q_strong), device=logits.device) if batch_keys else logits.new_zeros(len(q_strong)).long()
+    own = torch.arange(len(q_strong), device=logits.device)
+    labels = own + offset if batch_keys else torch.zeros_like(own)
     return F.cross_entropy(logits, labels)
 
 

@@ -54,13 +54,16 @@ class CLSA(Plugin):
     def loss(self, method, images, params, ctx):
         q_weak, k = ctx.pairs[0]
         t = float(next(v for v in (self.temperature, ctx.temperature, self.batch_temperature) if v is not None))
+        offset = 0  # where this worker's own keys start in k
         if ctx.queue is not None:  # MoCo v1/v2: [own key, queue] (the paper), or [the batch's keys, queue] (code)
             queue, batch_keys = ctx.queue, self.batch_keys
         else:  # MoCo v3: every worker's keys; BYOL: the batch's target projections
-            k = ctx.key_bank[0] if ctx.key_bank else k
+            k, offset = (ctx.key_bank[0], ctx.offset) if ctx.key_bank else (k, 0)
             queue, batch_keys = k.new_zeros(0, k.shape[1]), True
         if self.infonce:
-            terms = [strong_infonce(ctx.embed(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
+            terms = [
+                strong_infonce(ctx.embed(x), k, queue, t, batch_keys=batch_keys, offset=offset) for x in images[2:]
+            ]
             return {"clsa_infonce": (sum(terms), self.beta)}
         terms = [ddm(q_weak, ctx.embed(x), k, queue, t, batch_keys=batch_keys) for x in images[2:]]
         return {"clsa_ddm": (sum(terms), self.beta)}

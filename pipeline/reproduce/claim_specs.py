@@ -32,6 +32,9 @@ METRICS = (
     "detection AP",
     "detection AP50",
 )
+# positive metrics where lower is better and the papers' changes are relative (an MSE 2 to 500 times the paper's at
+# this scale): judged on log(variant / baseline), their `sesoi` a relative change in (0, 1)
+LOG_METRICS = frozenset(m for m in METRICS if "MSE" in m or m == "conditional variance V")
 SOURCE = re.compile(r"(Table|Fig\.) \d+")  # as the papers number them: "Table 4", "Fig. 6"
 CLAIM_KEYS_REQUIRED = {"id", "variant", "baseline", "metric", "direction", "source", "paper", "quote", "gain"}
 CLAIM_KEYS_REQUIRED |= {"sesoi", "sesoi_why", "differs"}
@@ -144,8 +147,11 @@ def _claim(suite: str, entry: Any, seed_file: str, title: str, where: str) -> Cl
     if not isinstance(primary, bool):
         raise ValueError(f"{what}: primary must be true or false")
     sesoi = _number(entry["sesoi"], f"{what}: sesoi")
-    if sesoi is None or sesoi <= 0:
-        raise ValueError(f"{what}: sesoi must be a positive number")
+    if sesoi is None or sesoi <= 0 or (entry["metric"] in LOG_METRICS and sesoi >= 1):
+        raise ValueError(f"{what}: sesoi must be a positive number (a relative change below 1 for MSE and V)")
+    gain = _number(entry["gain"], f"{what}: gain")
+    if gain is not None and gain * entry["direction"] <= 0:
+        raise ValueError(f"{what}: gain {gain} does not lie on the claim's side (direction {entry['direction']})")
     return Claim(
         suite=suite,
         id=_text(entry, "id", what),
@@ -158,7 +164,7 @@ def _claim(suite: str, entry: Any, seed_file: str, title: str, where: str) -> Cl
         quote=_text(entry, "quote", what),
         primary=primary,
         why_primary=_text(entry, "why_primary", what, required=primary),
-        gain=_number(entry["gain"], f"{what}: gain"),
+        gain=gain,
         sesoi=sesoi,
         sesoi_why=_text(entry, "sesoi_why", what),
         differs=_text(entry, "differs", what),

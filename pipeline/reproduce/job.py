@@ -46,6 +46,8 @@ def main(argv: list[str], description: str = "") -> int:
         fail("downstream: baseline= is set here (random init beside each suite's first run)")
     if not isinstance(cfg["ledger"], bool):
         fail(f"ledger={cfg['ledger']}: expected true or false")
+    if seeds > 1 and not cfg["ledger"]:  # the claims are judged on the ledger's runs
+        fail(f"seeds={seeds} with ledger=false: the seeded claims are judged on the runs the ledger records")
     primary, ladder = _planned(cfg["primary_seeds"], cfg["ladder"], cfg["claims_dir"], list(cfg["suites"]), seeds)
     scale, results = list(cfg["scale"]), {}
     # absolute: a Tune trial records its run from a working folder of Tune's

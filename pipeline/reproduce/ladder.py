@@ -67,6 +67,8 @@ def parse_ladder(value: Any, claims: Mapping[str, Sequence[Claim]]) -> Ladder | 
     known = {c.id: c for cs in claims.values() for c in cs}
     if value["claim"] not in known:
         raise ValueError(f"ladder.claim={value['claim']!r}: unknown claim id; known: {sorted(known)}")
+    if known[value["claim"]].metric.startswith(("fine-tuning", "detection")):  # its runs take no downstream steps
+        raise ValueError(f"ladder.claim={value['claim']}: a downstream metric; the ladder probes its runs only")
     budgets = value["budgets"]
     well_formed = isinstance(budgets, Sequence) and not isinstance(budgets, str) and len(budgets) > 0
     well_formed = well_formed and all(

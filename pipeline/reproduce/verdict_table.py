@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.reproduce.claim_specs import Claim
+from pipeline.reproduce.claim_specs import LOG_METRICS, Claim
 from pipeline.reproduce.suites import TARGETS
 from pipeline.reproduce.tables import fmt
 from pipeline.stats import MOST_SEEDS, differences
@@ -43,9 +43,6 @@ PATHS: dict[str, tuple[str, ...]] = {
     "detection AP": ("downstream", "detect", "pretrained", "AP"),
     "detection AP50": ("downstream", "detect", "pretrained", "AP50"),
 }
-# positive metrics where lower is better and the papers' changes are relative (an MSE 2 to 500 times the paper's
-# at this scale): judged on log(variant / baseline), so that the paper's gain carries over as a ratio
-LOG_METRICS = frozenset(m for m in PATHS if "MSE" in m or m == "conditional variance V")
 PRIMARY, EXPLORATORY = "primary", "exploratory"
 
 
@@ -127,9 +124,9 @@ def judge_claim(claim: Claim, arms: Mapping[str, Mapping[int, Mapping]]) -> Clai
     hv, hb = arm_health({s: v_runs[s] for s in shared}), arm_health({s: b_runs[s] for s in shared})
     log = claim.metric in LOG_METRICS
     gain = paper_gain(claim)
-    # the smallest effect of interest: the claim's own, in our units; on the log scale as that share of the
-    # baseline arm's mean
-    sesoi = math.log1p(claim.sesoi / (sum(b.values()) / len(b))) if log else claim.sesoi
+    # the smallest effect of interest: the claim's own, in our units; for log metrics a relative change, whose
+    # log ratio in the claim's direction is the margin
+    sesoi = abs(math.log1p(claim.direction * claim.sesoi)) if log else claim.sesoi
     verdict = decide(v, b, claim.direction, paper_gain=gain, sesoi=sesoi, log=log, health_ok=hv.ok and hb.ok)
     return ClaimRow(claim, v, b, hv, hb, verdict, gain)
 

@@ -229,6 +229,8 @@ def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothin
         (["primary_seeds=-1"], "error: primary_seeds=-1: expected an integer >= 0"),
         (["primary_seeds=true"], "error: primary_seeds=True: expected an integer >= 0"),
         (["ladder.claim=nope"], "error: ladder.claim='nope': unknown claim id; known: ["),
+        (["ladder.claim=co2-det-ap50"], "error: ladder.claim=co2-det-ap50: a downstream metric; the ladder probes"),
+        (["ledger=false"], "error: seeds=2 with ledger=false: the seeded claims are judged on the runs the ledger"),
         (["ladder.budgets=['train.epochs=6']"], "error: ladder.budgets=['train.epochs=6']: expected a non-empty list"),
         (["ladder.budgets=[[epochs]]"], "error: ladder.budgets=[['epochs']]: expected a non-empty list of lists"),
         (["ladder.budgets=[]"], "error: ladder.budgets=[]: expected a non-empty list of lists of key=value"),

@@ -356,6 +356,13 @@ def test_a_good_file_loads(tmp_path):
         (GOOD.replace("baseline: 67.5,", "baseline: null,"), "only for a figure-only claim"),
         (GOOD.replace("sesoi: 0.0025", "sesoi: 0"), "sesoi must be a positive"),
         (GOOD.replace("gain: 0.005", "gain: big"), "is not a number"),
+        (GOOD.replace("gain: 0.005", "gain: -0.005"), "does not lie on the claim's side"),
+        (
+            GOOD.replace("metric: probe top-1", "metric: probe MSE m")
+            .replace("gain: 0.005", "gain: null")
+            .replace("sesoi: 0.0025", "sesoi: 1.5"),
+            "a relative change below 1 for MSE and V",
+        ),
         (GOOD.replace("    why_primary: the headline\n", ""), "why_primary"),
         (GOOD.replace("differs: ours Photos, paper ImageNet\n", ""), "missing keys \\['differs'\\]"),
         (GOOD.replace("sesoi_why:", "sesoi_reason:"), "unknown keys \\['sesoi_reason'\\]"),
