@@ -28,6 +28,7 @@ def seeded_section(suite: str, rows: Sequence[ClaimRow], seeds: int, report: Pat
     and the plot's path."""
     if not rows:
         return [], None
+    seeds = max(r.verdict.diff.n for r in rows)  # primary claims' arms may have more than the command's seeds
     lines = [
         f"Seeded comparison, up to {seeds} seeds (`seed=0..`, the same for every arm), of the claims "
         "`conf/claims/` declares for this suite: each arm's mean ± the half-width of its 95 % Student-t interval; "

@@ -101,6 +101,8 @@ def _paper_rows(suite: str, runs: list[dict]) -> list[str]:
     for c in load_claims(suite):
         if c.metric not in DOWNSTREAM or c.variant not in by_label or c.baseline not in by_label:
             continue
+        if c.paper.baseline is None or c.paper.variant is None:  # a figure's shape: no numbers to set beside ours
+            continue
         job, key = DOWNSTREAM[c.metric]
         here = [
             (by_label[a]["downstream"].get(job) or {}).get("pretrained", {}).get(key) for a in (c.baseline, c.variant)

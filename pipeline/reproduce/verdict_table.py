@@ -18,6 +18,7 @@ from pipeline.reproduce.suites import TARGETS
 from pipeline.reproduce.tables import fmt
 from pipeline.stats import MOST_SEEDS, differences
 from pipeline.verdicts import (
+    UNHEALTHY,
     Health,
     Verdict,
     apply_adjustment,
@@ -137,7 +138,8 @@ def adjusted(rows: Sequence[ClaimRow]) -> list[ClaimRow]:
     paper's gain needs at the spread pooled over the rows of the same suite and metric."""
     out = list(rows)
     for family, adjust, kind in ((PRIMARY, holm, "Holm"), (EXPLORATORY, bh, "BH")):
-        idx = [i for i, r in enumerate(out) if r.family == family]
+        # an unhealthy row is not judged, so its p joins no family
+        idx = [i for i, r in enumerate(out) if r.family == family and r.verdict.verdict != UNHEALTHY]
         judged = [out[i].verdict for i in idx]
         for i, v in zip(idx, apply_adjustment(judged, adjust([v.p for v in judged]), kind)):
             out[i] = replace(out[i], verdict=v)
