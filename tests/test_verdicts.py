@@ -286,3 +286,8 @@ def test_adjustment_turns_a_decided_verdict_that_does_not_survive_holm_inconclus
     assert [v.verdict for v in after] == [REPRODUCED, "inconclusive (after Holm)", INCONCLUSIVE]
     assert after[1].diff == verdicts[1].diff and after[1].adjusted == pytest.approx(adjusted[1])
     assert all(v.adjusted_kind == "Holm" for v in after) and "Holm p" in after[1].words()
+    # a demoted gain whose interval falls short of the paper's: judged as any difference that does not exclude 0
+    short = decide(_arm(moderate), BASE, +1, paper_gain=1.0, sesoi=None, log=False)
+    assert short.verdict == REPRODUCED_SMALLER and short.short_of_gain
+    (demoted,) = apply_adjustment([short], [0.2], "Holm")
+    assert demoted.verdict == EXCLUDES_GAIN
