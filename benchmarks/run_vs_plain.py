@@ -42,6 +42,7 @@ from pipeline.eval.probe.compare import probe_backbone  # noqa: E402
 from pipeline.eval.probe.spec import ProbeSpec  # noqa: E402
 from pipeline.plan import make_plan  # noqa: E402
 from pipeline.schema import validate  # noqa: E402
+from pipeline.sections import Optim  # noqa: E402
 from pipeline.train.optim import build_optimizer  # noqa: E402
 from pipeline.train.precision import resolve_precision  # noqa: E402
 from pipeline.train.step import optimisation_step, schedule_step  # noqa: E402
@@ -84,7 +85,8 @@ def run_plain(root: Path, overrides: list[str]) -> dict:
     plan = make_plan(cfg["train"], cfg["optim"], 1, len(encoded))
     torch.manual_seed(cfg["seed"])
     method = build_method(cfg).to(device)
-    optimizer = build_optimizer(method.online, cfg["optim"], plan.lr)
+    optim = Optim.of(cfg["optim"])  # typed once, not per step
+    optimizer = build_optimizer(method.online, optim, plan.lr)
     precision = resolve_precision(cfg["train"]["precision"], device)
     transform = bare_transform(cfg["augment"])
     rng = np.random.default_rng(cfg["seed"])
@@ -95,9 +97,7 @@ def run_plain(root: Path, overrides: list[str]) -> dict:
         n = 0
         for i in range(0, len(order) - batch + 1, batch):
             images = bare_views([encoded[j] for j in order[i : i + batch]], transform, 2)
-            schedule_step(
-                optimizer, cfg["optim"], step, plan.total_steps, plan.warmup_steps, plan.lr, plan.steps_per_epoch
-            )
+            schedule_step(optimizer, optim, step, plan.total_steps, plan.warmup_steps, plan.lr, plan.steps_per_epoch)
             step += 1
             out = optimisation_step(
                 method, optimizer, images, None, precision, device, min(1.0, step / plan.total_steps)

@@ -136,6 +136,7 @@ def project_runner(
     `_Trainer` makes them: the lr schedule, the views to the device, optimisation_step, every logged value read."""
     from pipeline.build import build_method
     from pipeline.schedules import scaled_lr
+    from pipeline.sections import Optim
     from pipeline.train.optim import build_optimizer
     from pipeline.train.plugin_optim import PluginOptimizers
     from pipeline.train.step import Stepper
@@ -147,6 +148,7 @@ def project_runner(
     peak = scaled_lr(cfg["optim"]["base_lr"], cfg["train"]["batch_size"])
     # SimSiam's fixed-lr predictor left in the common groups, as the bare loop has it: the same parameters per group
     # in both loops (checked per row), and a group's lr changes no work of the step
-    optimizer = build_optimizer(method.online, cfg["optim"], peak)
+    optim = Optim.of(cfg["optim"])
+    optimizer = build_optimizer(method.online, optim, peak)
     plugins = PluginOptimizers(method.plugins)
-    return Stepper(method, optimizer, plugins, cfg["optim"], peak, total_steps, 0, None, device, fmt, precision)
+    return Stepper(method, optimizer, plugins, optim, peak, total_steps, 0, None, device, fmt, precision)

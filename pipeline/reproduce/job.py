@@ -154,15 +154,15 @@ def run_ladder(
     """The ladder's runs (no downstream steps), each read from the ledger or trained through run_one and recorded
     there; returns the report's Ladder section."""
     arms = SUITES[ladder.claim.suite]
-    runs = ladder_runs(ladder, arms, scale)
+    runs = ladder_runs(ladder, arms, scale, extra)
     named = [(f"{r.label}, {' '.join(ladder.budgets[r.budget])}, seed {r.seed}", r) for r in runs]
     if concurrent > 1:
-        train_missing([(name, r.overrides, r.scale, extra, False) for name, r in named], concurrent, kept, {})
+        train_missing([(name, r.overrides, r.scale, r.extra, False) for name, r in named], concurrent, kept, {})
     results = []
     for name, r in named:
-        got = recorded(name, r.overrides, r.scale, extra, kept)
+        got = recorded(name, r.overrides, r.scale, r.extra, kept)
         if got is None:
-            got = run_one(name, r.overrides, r.scale, extra, kept)
+            got = run_one(name, r.overrides, r.scale, r.extra, kept)
             ledger.record(kept, got, {})
         results.append(got)
     return ladder_section(ladder, rungs(ladder, runs, results, arms), scale, out)

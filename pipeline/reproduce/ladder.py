@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ class LadderRun:
     overrides: list[str]  # the arm's, with its seed
     scale: list[str]  # the report's scale with the budget's overrides on top
     seed: int
+    extra: list[str] = field(default_factory=list)  # the suite's extra overrides but those the budget sets
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,23 @@ def budget_scale(scale: Sequence[str], budget: Sequence[str]) -> list[str]:
     return [values.pop(_key(o), o) for o in scale] + list(values.values())
 
 
-def ladder_runs(ladder: Ladder, arms: Sequence[tuple[str, list[str]]], scale: Sequence[str]) -> list[LadderRun]:
+def budget_extra(extra: Sequence[str], budget: Sequence[str]) -> list[str]:
+    """The suite's extra overrides less the keys the budget sets: they come after the scale, and the budget wins."""
+    keys = {_key(o) for o in budget}
+    return [o for o in extra if _key(o) not in keys]
+
+
+def ladder_runs(
+    ladder: Ladder, arms: Sequence[tuple[str, list[str]]], scale: Sequence[str], extra: Sequence[str] = ()
+) -> list[LadderRun]:
     """Every run the ladder asks for, budget by budget and seed by seed (a seed's two arms together): the claim's
     baseline and variant (`arms`: its suite's (label, overrides)) at seeds 0..ladder.seeds-1."""
     overrides = dict(arms)
     labels = list(dict.fromkeys((ladder.claim.baseline, ladder.claim.variant)))  # one arm for an averaged claim
     return [
-        LadderRun(i, label, [*overrides[label], f"seed={s}"], budget_scale(scale, budget), s)
+        LadderRun(
+            i, label, [*overrides[label], f"seed={s}"], budget_scale(scale, budget), s, budget_extra(extra, budget)
+        )
         for i, budget in enumerate(ladder.budgets)
         for s in range(ladder.seeds)
         for label in labels
@@ -134,7 +145,7 @@ def rungs(
         out.append(
             Rung(
                 " ".join(budget),
-                steps(dict(arms)[ladder.claim.baseline], mine[0][0].scale) if mine else None,
+                steps(dict(arms)[ladder.claim.baseline], [*mine[0][0].scale, *mine[0][0].extra]) if mine else None,
                 sum(minutes) if minutes else math.nan,
                 len(minutes),
                 judge_claim(ladder.claim, by_arm),
@@ -145,10 +156,12 @@ def rungs(
 
 
 def _x(rs: Sequence[Rung]) -> tuple[list[float], str]:
-    """The compute axis: CPU-minutes per run where every rung recorded them, else steps."""
-    if all(r.per_run > 0 for r in rs):
-        return [r.per_run for r in rs], "CPU-minutes per run"
-    return [float(r.steps or math.nan) for r in rs], "steps per run"
+    """The compute axis: optimiser steps per run (one architecture and batch: compute is proportional to them), or
+    CPU-minutes per run where a rung's steps are not known. Not minutes first: they are wall-clock time on whatever
+    machine and beside whatever concurrent run made each one (the ledger's runs of one config vary 2x)."""
+    if all(r.steps for r in rs):
+        return [float(r.steps or 0) for r in rs], "steps per run"
+    return [r.per_run if r.per_run > 0 else math.nan for r in rs], "CPU-minutes per run"
 
 
 def trend(rs: Sequence[Rung], direction: int) -> str:

@@ -66,10 +66,12 @@ def card(rows: Sequence[ClaimRow], ours: Mapping[str, OurScale], machine: str) -
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     settings: dict[tuple[str, str], tuple[PaperScale, set[str], set[str]]] = {}
+    unset: set[str] = set()  # claims of another claims_dir (the tests' smoke claims) that paper_scale.yaml lacks
     for r in rows:
         try:
             s = scale_for(r.claim.seed_file, r.claim.source)
-        except ValueError:  # a claims file of another root (the tests' smoke claims): no paper setting to show
+        except ValueError:
+            unset.add(f"{r.claim.seed_file.removesuffix('-paper.txt')} {r.claim.source}")
             continue
         _, sources, suites = settings.setdefault((s.seed_file, s.setting), (s, set(), set()))
         sources.add(r.claim.source)
@@ -88,6 +90,8 @@ def card(rows: Sequence[ClaimRow], ours: Mapping[str, OurScale], machine: str) -
                 f"{o.batch_size} | {o.steps:,} (the paper sees {_n(ratio)}× the images) | {o.backbone} "
                 f"({o.params_m:.2f} M) | {o.cpu_minutes:,.0f} CPU-minutes over every arm and seed, {machine} |"
             )
+    if unset:
+        lines += ["", f"No paper setting in conf/paper_scale.yaml for: {', '.join(sorted(unset))}."]
     lines += ["", "| paper | " + " | ".join(VERDICT_ORDER) + " |", "| --- |" + " --- |" * len(VERDICT_ORDER)]
     for paper_file, per in sorted(counts(rows).items()):
         cells = " | ".join(str(per.get(v, 0)) for v in VERDICT_ORDER)

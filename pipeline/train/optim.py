@@ -138,8 +138,9 @@ def build_optimizer(
 
         opt.register_load_state_dict_post_hook(keep_kernels)
         return opt
-    if optim.name == "lars":  # the schema asks optim.eta with lars
-        return LARS(groups, lr=lr, momentum=float(optim.momentum), eta=float(optim.eta or 1e-3))
+    if optim.name == "lars":
+        assert optim.eta is not None  # Optim.check asks optim.eta with lars
+        return LARS(groups, lr=lr, momentum=float(optim.momentum), eta=float(optim.eta))
     if optim.name == "adamw":  # MoCo v3's and DINO's optimiser for ViTs
         for g in groups:
             g.pop("lars")

@@ -142,7 +142,11 @@ def _rung(claim, budget, minutes, logs, seeds=3):
                     "random": {f"mse_{t}": 1.0 for t in TARGETS},
                 }
             }
-    return Rung(budget, 10, minutes * 2 * seeds, 2 * seeds, judge_claim(claim, arms))
+    # steps proportional to the budget's epochs; the minutes as noisy as wall-clock time is (never the axis)
+    epochs = int(budget.split("=")[1])
+    return Rung(
+        budget, 10 * epochs, minutes * 2 * seeds * (1.5 if epochs == 2 else 1), 2 * seeds, judge_claim(claim, arms)
+    )
 
 
 def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
@@ -154,9 +158,9 @@ def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
     ]
     said = trend(opens, claim.direction)
     assert said.startswith("The gap opens with the budget: |difference| 0.011 at train.epochs=1 and 0.3 at ")
-    assert "per doubling of CPU-minutes per run), on the paper's side of 0 at the largest budget; " in said
+    assert "per doubling of steps per run), on the paper's side of 0 at the largest budget; " in said
     assert said.endswith("the two ends' 95 % intervals do not overlap.")
-    # over log2 of 1, 2 and 4 CPU-minutes per run, printed to three digits
+    # over log2 of 10, 20 and 40 steps per run, printed to three digits
     slope = float(re.search(r"least-squares slope ([-+0-9.e]+) per doubling", said)[1])
     assert slope == pytest.approx(st.linregress([0, 1, 2], [0.011, 0.1, 0.3]).slope, abs=1e-3)
     closes = [
@@ -253,3 +257,17 @@ def test_parse_ladder_reads_the_shipped_default():
     assert ("train.epochs=12",) in ladder.budgets and "train.epochs=12" in cfg["scale"]  # the scale's runs reused
     assert budget_scale(cfg["scale"], ["train.epochs=12"]) == cfg["scale"]
     assert parse_ladder(None, {}) is None
+
+
+def test_a_budget_wins_over_the_suites_extra_overrides_of_the_same_key():
+    from pipeline.reproduce.ladder import Ladder, ladder_runs
+
+    (claim,) = [c for c in load_claims("co2") if c.id == "co2-linear"]
+    ladder = Ladder(claim, (("train.epochs=6",), ("train.epochs=24",)), 2)
+    extra = ["train.epochs=3", "eval.knn.every=0"]
+    runs = ladder_runs(ladder, SUITES["co2"], ["train.epochs=12", "seed=0"], extra)
+    assert {r.budget for r in runs} == {0, 1} and len(runs) == 2 * 2 * 2
+    for r in runs:
+        assert r.extra == ["eval.knn.every=0"]  # the budget's key left out of what comes after it
+        epochs = compose_config([*r.overrides, *r.scale, *r.extra])["train"]["epochs"]
+        assert epochs == (6, 24)[r.budget]

@@ -38,3 +38,18 @@ def test_the_card_sets_ours_beside_each_papers_setting_and_counts_verdicts():
     assert f"| 228 (the paper sees {images:.3g}× the images) |" in mine and "127 CPU-minutes" in mine
     counts = next(ln for ln in lines if ln.startswith("| invariance | "))
     assert counts == "| invariance | 0 | 0 | 0 | 0 | 0 | 0 | 1 |" and not math.isnan(row.verdict.diff.mean)
+
+
+def test_a_claim_without_a_paper_setting_is_named_under_the_card_not_dropped_silently():
+    from dataclasses import replace
+
+    (claim,) = [c for c in load_claims("invclr") if c.id == "invclr-v"]
+    arms = {
+        "SimCLR": {s: _run(0.02 + 0.001 * s) for s in range(3)},
+        "SimCLR + InvCLR": {s: _run(0.01) for s in range(3)},
+    }
+    (row,) = adjusted([judge_claim(replace(claim, source="Table 99"), arms)])
+    ours = OurScale("spirograph", 5000, 32, 12, 256, 228, "resnet18, width 16, CIFAR stem", 0.7, 127.0)
+    lines = card([row], {"invclr": ours}, "2-core CPU machines")
+    assert "No paper setting in conf/paper_scale.yaml for: invariance Table 99." in lines
+    assert not any(ln.startswith("| ours: suite") for ln in lines)
