@@ -128,6 +128,15 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _model_at(model: type[BaseModel], loc: tuple) -> dict[str, Any]:
+    """The fields of the (nested) section at `loc` less its last part: where an unknown key was written."""
+    m: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        info = m.model_fields.get(part) if m is not None and isinstance(part, str) else None
+        m = _section_model(info.annotation) if info is not None else None
+    return (m or model).model_fields
+
+
 def check_model(model: type[M], data: dict, root: str = "") -> M:
     """`data` validated against a section model, typed; ConfigError with one line naming the first bad key (prefixed
     with `root`, e.g. "sweep"), its value and what the field allows."""
@@ -135,9 +144,15 @@ def check_model(model: type[M], data: dict, root: str = "") -> M:
         return model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
+        where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
         if err["type"] == "extra_forbidden":
-            where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
-            raise ConfigError(f"{where}: unknown key; expected one of {', '.join(model.model_fields)}") from None
+            raise ConfigError(
+                f"{where}: unknown key; expected one of {', '.join(_model_at(model, err['loc']))}"
+            ) from None
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, ConfigError):  # a part's relation (its validator), its key relative to the part
+            path = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
+            raise ConfigError(f"{path}.{inner}" if path else str(inner)) from None
         m: type[BaseModel] | None  # a section's model; None past the config keys
         keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it

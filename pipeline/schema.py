@@ -57,7 +57,7 @@ def validate(cfg: dict, method: bool = True) -> Checked[Config]:
     c = Checked.of(Config, cfg)
     _check_components(c.typed)
     _check_relations(c.typed, cfg["augment"])
-    check_augment(cfg["augment"])
+    check_augment(cfg["augment"], c.typed.model)
     check_paths(cfg["paths"], c.typed.trainer.storage, c.typed.gallery.out)
     check_tracking(Store.of(cfg))
     _check_plugins(c)
@@ -94,7 +94,7 @@ def _check_relations(c: Config, aug: Mapping[str, Any]) -> None:
         section.check(at)
     _check_batch_split(c)
     stride = _stride(c.model)
-    _check_image_sizes(c, aug, stride)
+    _check_image_sizes(c, stride)
     _check_cpu_layout(c)
     if aug.get("kind", "views") == "spirograph":
         _check_spirograph_recipe(aug, stride)
@@ -110,8 +110,8 @@ def _check_batch_split(c: Config) -> None:
         )
 
 
-def _check_image_sizes(c: Config, aug: Mapping[str, Any], stride: int) -> None:
-    """The data's images and every view at least one pixel of the backbone's last stage (one ViT patch)."""
+def _check_image_sizes(c: Config, stride: int) -> None:
+    """The data's images at least one pixel of the backbone's last stage (one ViT patch); the views: check_augment."""
     model = c.model
     if c.data.image_size < stride:
         why = f"{model.backbone}'s patches" if is_vit(model.backbone) else f"model.cifar_stem={show(model.cifar_stem)}"
@@ -120,18 +120,6 @@ def _check_image_sizes(c: Config, aug: Mapping[str, Any], stride: int) -> None:
             c.data.image_size,
             f"expected an integer >= {stride}: the backbone downsamples by {stride} with {why}",
         )
-    if aug.get("kind", "views") != "views":
-        return
-    for i, v in enumerate(aug.get("views") or []):
-        size = v.get("size", (aug.get("view") or {}).get("size")) if isinstance(v, dict) else None
-        if isinstance(size, int) and not isinstance(size, bool) and size < stride:
-            raise bad(
-                f"augment.views.{i}.size",
-                size,
-                f"expected an integer >= {stride}: smaller than one patch of {model.backbone}"
-                if is_vit(model.backbone)
-                else f"expected an integer >= {stride}: the backbone downsamples by {stride}",
-            )
 
 
 def _check_cpu_layout(c: Config) -> None:
@@ -166,16 +154,25 @@ def _check_spirograph_recipe(aug: Mapping[str, Any], stride: int) -> None:
             raise bad(f"augment.{key}", v, f"expected an integer >= {lo}")
 
 
-def check_augment(aug: dict) -> None:
-    """An image recipe's own checks (no torch imported). Its executor and kind are the Augment model's, checked
-    before this by validate's typing (pipeline.sections.Config)."""
-    from pipeline.augment.recipe import image_recipe
+def check_augment(aug: dict, model: Model) -> None:
+    """An image recipe's own checks (its keys typed where they are written; no torch imported), and each view at
+    least one pixel of the backbone's last stage. Its executor and kind are the Augment section's, checked before
+    this by validate's typing (pipeline.sections.Config)."""
+    from pipeline.augment.recipe import ViewSpec, image_recipe
+
+    stride = _stride(model)
+    too_small = (
+        f"smaller than one patch of {model.backbone}"
+        if is_vit(model.backbone)
+        else f"the backbone downsamples by {stride}"
+    )
+
+    def at_least_a_pixel(view: ViewSpec, at: str) -> None:
+        if view.size < stride:
+            raise bad(f"{at}.size", view.size, f"expected an integer >= {stride}: {too_small}")
 
     if aug.get("kind", "views") == "views":
-        try:
-            image_recipe(aug)
-        except (TypeError, ValueError, KeyError) as e:
-            raise ConfigError(f"augment: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        image_recipe(aug, at_least_a_pixel)
 
 
 def check_method(c: Checked[Config]) -> None:

@@ -67,7 +67,7 @@ def _truncated_shard(tmp):
         (["data=cifar10"], ["data.train=", "cifar10/train"], None),  # shards not made: the missing path is named
         (["data.train=/nonexistent/shards"], ["data.train=/nonexistent/shards"], None),
         (["trainer.num_workers=3"], ["train.batch_size=256", "does not split evenly"], None),
-        (["augment=mocov2", "augment.p_blur=1.5"], ["p_blur must be in [0, 1]"], None),
+        (["augment=mocov2", "augment.p_blur=1.5"], ["augment.p_blur=1.5: expected a number in [0, 1]"], None),
         # issue #12: each once failed late (after Ray started and an MLflow run was made) or with a traceback
         (["train.batch_size=0"], ["train.batch_size=0", "integer >= 1"], None),
         (["model.backbone=resnet999"], ["model.backbone=resnet999", "resnet18, resnet34, resnet50"], None),
@@ -191,7 +191,7 @@ def test_the_schema_takes_every_shipped_option(tmp_path, group):
         c = Checked.of(Config, cfg)  # (the plug-ins' own checks run in tests/plugins/test_plugins.py)
         _check_components(c.typed)
         _check_relations(c.typed, cfg["augment"])
-        check_augment(cfg["augment"])
+        check_augment(cfg["augment"], c.typed.model)
         check_method(c)  # the method's own Settings and checks
     assert list(tmp_path.iterdir()) == []
 

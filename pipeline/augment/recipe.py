@@ -18,8 +18,11 @@ or grouped, with per-view overrides inside a group:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
+
+from pydantic import BeforeValidator, ConfigDict, StrictFloat, model_validator
+
+from pipeline.fields import Bool, Choice, Int, Num, Section, Str, bad, check_model, field
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -30,13 +33,44 @@ STRONG_POOLS = ("clsa", "fixmatch")
 STRONG_LAWS = ("paper", "code", "fixed")
 
 
-def _check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(msg)
+def _tuple(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v  # configs hold lists (YAML, Hydra); a spec keeps tuples
 
 
-@dataclass(frozen=True)
-class ViewSpec:
+def Floats(n: int, text: str) -> Any:
+    """n numbers, stored as a tuple."""
+    items = tuple[(StrictFloat,) * n]  # type: ignore[misc]  # a tuple of n floats, n known at runtime
+    return field(Annotated[items, BeforeValidator(_tuple)], f"a list of {n} numbers{text}", False)
+
+
+def Prob() -> Any:
+    return Num(ge=0, le=1)
+
+
+def _ordered(key: str, pair: tuple[float, float], high: float | None) -> None:
+    lo, hi = pair
+    if not (0 < lo <= hi and (high is None or hi <= high)):
+        bound = f" <= {high:g}" if high is not None else ""
+        raise bad(key, list(pair), f"expected a list of 2 numbers, 0 < low <= high{bound}")
+
+
+class Spec(Section):
+    """A recipe part: frozen (specs compare and hash), strict, and a key it does not know is a typo. Its relations
+    (`relations`, keys named relative to it) are checked whenever one is made; pipeline.fields.check_model names
+    them under the part's place in the config (`augment.views.1.scale=[0.5, 0.2]: ...`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def relations(self) -> None:
+        """ConfigError (`bad`) naming the key, relative to this part."""
+
+    @model_validator(mode="after")
+    def _checked(self) -> "Spec":
+        self.relations()
+        return self
+
+
+class ViewSpec(Spec):
     """The law of one view. Defaults = MoCo v2's view.
 
     Op order (both executors): crop+resize, flip, colour jitter (brightness, contrast, saturation, hue,
@@ -44,96 +78,94 @@ class ViewSpec:
     from the strong pool (CLSA / CoCor; applied after the weak ops, as CLSA's code does).
     """
 
-    name: str = "view"
-    size: int = 224
-    scale: tuple[float, float] = (0.2, 1.0)  # crop area, fraction of the image
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)  # crop aspect ratio w/h
-    p_flip: float = 0.5
-    jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)  # brightness, contrast, saturation, hue
-    p_jitter: float = 0.8
-    jitter_order: str = "fixed"  # fixed | random (torchvision's ColorJitter permutes)
-    hue_mode: str = "hsv"  # hsv | yiq (InvCLR's linear approximation)
-    p_gray: float = 0.2
+    name: Str() = "view"
+    size: Int(1) = 224
+    scale: Floats(2, ", 0 < low <= high <= 1") = (0.2, 1.0)  # crop area, fraction of the image
+    ratio: Floats(2, ", 0 < low <= high") = (3 / 4, 4 / 3)  # crop aspect ratio w/h
+    p_flip: Prob() = 0.5
+    jitter: Floats(4, " >= 0, hue <= 0.5") = (0.4, 0.4, 0.4, 0.1)  # brightness, contrast, saturation, hue
+    p_jitter: Prob() = 0.8
+    jitter_order: Choice(*JITTER_ORDERS) = "fixed"  # random: a permutation per sample (torchvision's ColorJitter)
+    hue_mode: Choice(*HUE_MODES) = "hsv"  # yiq: InvCLR's linear approximation
+    p_gray: Prob() = 0.2
     # true: grayscale as if before the jitter (MoCo v1's RandomGrayscale then ColorJitter): a grey view's saturation
     # and hue are off, which on a grey image they are; brightness and contrast commute with greying
-    gray_first: bool = False
-    blur_sigma: tuple[float, float] = (0.1, 2.0)
-    p_blur: float = 0.5
-    p_solarize: float = 0.0
-    solarize_threshold: float = 0.5  # fraction of full scale; pixels >= it are inverted
-    strong_ops: int = 0  # 0: no strong augmentation
-    strong_pool: str = "clsa"  # clsa (paper: with Invert) | fixmatch (with Identity)
-    strong_p: float = 0.5  # per-op apply probability (CLSA 0.5, CoCor 1)
-    strong_law: str = "paper"  # magnitude law: paper | code | fixed (strong.py)
-    color_stage: str = "executor"  # executor | model: leave jitter+gray to the method
-    # (InvCLR differentiates the image w.r.t. them)
+    gray_first: Bool() = False
+    blur_sigma: Floats(2, ", 0 < low <= high") = (0.1, 2.0)
+    p_blur: Prob() = 0.5
+    p_solarize: Prob() = 0.0
+    solarize_threshold: Prob() = 0.5  # fraction of full scale; pixels >= it are inverted
+    strong_ops: Int(0) = 0  # 0: no strong augmentation
+    strong_pool: Choice(*STRONG_POOLS) = "clsa"  # clsa (paper: with Invert) | fixmatch (with Identity)
+    strong_p: Prob() = 0.5  # per-op apply probability (CLSA 0.5, CoCor 1)
+    strong_law: Choice(*STRONG_LAWS) = "paper"  # magnitude law: paper | code | fixed (strong.py)
+    # model: leave jitter and greying to the method (InvCLR differentiates the image w.r.t. them)
+    color_stage: Choice(*COLOR_STAGES) = "executor"
 
-    def __post_init__(self) -> None:
-        # Configs arrive as lists (YAML / Hydra ListConfig); store tuples so specs compare and hash.
-        for name in ("scale", "ratio", "jitter", "blur_sigma"):
-            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
-        for name in ("size", "strong_ops"):
-            object.__setattr__(self, name, int(getattr(self, name)))
-        _check(isinstance(self.gray_first, bool), f"view {self.name}: gray_first must be true or false")
-        for name in ("p_flip", "p_jitter", "p_gray", "p_blur", "p_solarize", "strong_p", "solarize_threshold"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        _check(self.size > 0, f"view {self.name}: size must be positive")
-        _check(len(self.scale) == 2 and 0 < self.scale[0] <= self.scale[1] <= 1, f"bad scale {self.scale}")
-        _check(len(self.ratio) == 2 and 0 < self.ratio[0] <= self.ratio[1], f"bad ratio {self.ratio}")
-        _check(len(self.jitter) == 4 and min(self.jitter) >= 0, f"bad jitter {self.jitter}")
-        _check(self.jitter[3] <= 0.5, f"hue jitter must be <= 0.5 turn, got {self.jitter[3]}")
-        _check(
-            len(self.blur_sigma) == 2 and 0 < self.blur_sigma[0] <= self.blur_sigma[1],
-            f"bad blur_sigma {self.blur_sigma}",
-        )
-        for name in ("p_flip", "p_jitter", "p_gray", "p_blur", "p_solarize", "strong_p", "solarize_threshold"):
-            _check(0.0 <= getattr(self, name) <= 1.0, f"view {self.name}: {name} must be in [0, 1]")
-        _check(self.strong_ops >= 0, "strong_ops must be >= 0")
-        for name, allowed in (
-            ("jitter_order", JITTER_ORDERS),
-            ("hue_mode", HUE_MODES),
-            ("color_stage", COLOR_STAGES),
-            ("strong_pool", STRONG_POOLS),
-            ("strong_law", STRONG_LAWS),
-        ):
-            _check(getattr(self, name) in allowed, f"view {self.name}: {name} must be one of {allowed}")
-        _check(
-            self.hue_mode == "hsv" or self.color_stage == "model",
-            "hue_mode=yiq exists only in the differentiable colour stage (color_stage=model)",
-        )
+    def relations(self) -> None:
+        _ordered("scale", self.scale, 1.0)
+        _ordered("ratio", self.ratio, None)
+        _ordered("blur_sigma", self.blur_sigma, None)
+        if min(self.jitter) < 0 or self.jitter[3] > 0.5:
+            raise bad("jitter", list(self.jitter), "expected 4 numbers >= 0, the hue (a turn) <= 0.5")
+        if self.hue_mode == "yiq" and self.color_stage != "model":
+            raise bad(
+                "hue_mode",
+                "yiq",
+                "expected hsv: yiq exists only in the differentiable colour stage (color_stage=model)",
+            )
 
 
-@dataclass(frozen=True)
-class JointSpec:
-    """Joint samplers over the first two views (docs/methods/jointcrop.md). beta None = independent."""
+class JointPart(Spec):
+    beta: Num(null=True) = None  # None: the two views drawn independently
 
-    crop_beta: float | None = None
-    blur_beta: float | None = None
-    color_beta: float | None = None
-    color_factor: str = "brightness"  # brightness | contrast
 
-    def __post_init__(self) -> None:
-        _check(self.color_factor in ("brightness", "contrast"), "joint color factor must be brightness or contrast")
+class JointColour(JointPart):
+    factor: Choice("brightness", "contrast") = "brightness"
+
+
+class JointSpec(Spec):
+    """Joint samplers over the first two views (docs/methods/jointcrop.md), in the config's form
+    (`joint: {crop: {beta: 1}}`)."""
+
+    crop: JointPart = JointPart()
+    blur: JointPart = JointPart()
+    color: JointColour = JointColour()
+
+    @property
+    def crop_beta(self) -> float | None:
+        return self.crop.beta
+
+    @property
+    def blur_beta(self) -> float | None:
+        return self.blur.beta
+
+    @property
+    def color_beta(self) -> float | None:
+        return self.color.beta
+
+    @property
+    def color_factor(self) -> str:
+        return self.color.factor
 
     @property
     def active(self) -> bool:
         return any(b is not None for b in (self.crop_beta, self.blur_beta, self.color_beta))
 
 
-@dataclass(frozen=True)
-class Recipe:
-    views: tuple[ViewSpec, ...] = (ViewSpec(), ViewSpec())
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-    joint: JointSpec = field(default_factory=JointSpec)
+class Recipe(Spec):
+    views: Annotated[tuple[ViewSpec, ...], BeforeValidator(_tuple)] = (ViewSpec(), ViewSpec())
+    mean: Floats(3, "") = IMAGENET_MEAN
+    std: Floats(3, " > 0") = IMAGENET_STD
+    joint: JointSpec = JointSpec()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "views", tuple(self.views))
-        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
-        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
-        _check(len(self.views) > 0, "a recipe needs at least one view")
-        _check(len(self.mean) == 3 and len(self.std) == 3 and min(self.std) > 0, "mean/std need 3 channels")
-        _check(not self.joint.active or len(self.views) >= 2, "joint sampling needs two views")
+    def relations(self) -> None:
+        if not self.views:
+            raise bad("views", [], "expected at least one view")
+        if min(self.std) <= 0:
+            raise bad("std", list(self.std), "expected 3 numbers > 0")
+        if self.joint.active and len(self.views) < 2:
+            raise bad("views", len(self.views), "expected two views or more with augment.joint: it ties the first two")
 
     @property
     def n_views(self) -> int:
@@ -149,69 +181,51 @@ class Recipe:
         return tuple(v.size for v in self.views)
 
 
-_VIEW_FIELDS = {f.name for f in fields(ViewSpec)}
-_GROUP_KEYS = {"count", "per_view"}
-
-
-def _view_kwargs(d: Mapping[str, Any], where: str) -> dict[str, Any]:
-    unknown = sorted(set(d) - _VIEW_FIELDS)
-    _check(not unknown, f"unknown view keys {unknown} in {where}; known: {sorted(_VIEW_FIELDS)}")
-    return dict(d)
-
-
-def _joint(d: Mapping[str, Any] | None) -> JointSpec:
-    d = dict(d or {})
-    unknown = sorted(set(d) - {"crop", "blur", "color"})
-    _check(not unknown, f"unknown joint keys {unknown}; known: crop, blur, color")
-
-    def beta(key: str) -> float | None:
-        b = (d.get(key) or {}).get("beta")
-        return None if b is None else float(b)
-
-    return JointSpec(
-        crop_beta=beta("crop"),
-        blur_beta=beta("blur"),
-        color_beta=beta("color"),
-        color_factor=(d.get("color") or {}).get("factor", "brightness"),
-    )
-
-
 # keys of conf/augment/*.yaml that choose how views are computed, not their law
 EXECUTION_KEYS = ("name", "kind", "executor", "device")
 
 
-def image_recipe(aug: Mapping[str, Any]) -> Recipe:
-    """The Recipe an image augment config describes (ValueError on unknown keys or bad values)."""
-    return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS})
+EachView = Callable[[ViewSpec, str], None]
 
 
-def recipe_from_dict(d: Mapping[str, Any]) -> Recipe:
-    """Build a recipe from a plain config mapping (flat or grouped form, see the module docstring);
-    unknown keys are an error (catches typos)."""
+def image_recipe(aug: Mapping[str, Any], each_view: EachView | None = None) -> Recipe:
+    """The Recipe an image augment config describes (ConfigError, one line naming the key, on an unknown key or a
+    bad value); `each_view(spec, place)`: a further check of each view where the config writes it."""
+    return recipe_from_dict({k: v for k, v in aug.items() if k not in EXECUTION_KEYS}, "augment", each_view)
+
+
+def recipe_from_dict(d: Mapping[str, Any], at: str = "augment", each_view: EachView | None = None) -> Recipe:
+    """Build a recipe from a plain config mapping (flat or grouped form, see the module docstring); each key is
+    checked where it is written (`augment.views.1.p_blur`), an unknown one included (a typo)."""
+
+    def _view(d: Mapping[str, Any], at: str) -> ViewSpec:
+        spec = check_model(ViewSpec, dict(d), at)
+        if each_view is not None:
+            each_view(spec, at)
+        return spec
+
     d = dict(d)
-    top = {
-        "mean": d.pop("mean", IMAGENET_MEAN),
-        "std": d.pop("std", IMAGENET_STD),
-        "joint": _joint(d.pop("joint", None)),
-    }
+    top = {k: d.pop(k) for k in ("mean", "std", "joint") if k in d}
     if "views" not in d:  # flat form
-        n_views = int(d.pop("n_views", 2))
-        spec = ViewSpec(**_view_kwargs(d, "augment"))
-        return Recipe(views=(spec,) * n_views, **top)
-    groups, base = d.pop("views"), _view_kwargs(d.pop("view", None) or {}, "augment.view")
-    _check(not d, f"unknown augment keys {sorted(d)} next to views; put view defaults under `view:`")
-    specs: list[ViewSpec] = []
-    for i, g in enumerate(groups):
-        g = dict(g)
-        count, per_view = int(g.pop("count", 1)), list(g.pop("per_view", None) or [])
-        _check(count > 0, f"augment.views[{i}].count must be positive")
-        _check(
-            not per_view or len(per_view) == count,
-            f"augment.views[{i}].per_view has {len(per_view)} entries for count {count}",
-        )
-        spec = ViewSpec(**{**base, **_view_kwargs(g, f"augment.views[{i}]")})
-        for j in range(count):
-            specs.append(
-                replace(spec, **_view_kwargs(per_view[j], f"augment.views[{i}].per_view[{j}]")) if per_view else spec
-            )
-    return Recipe(views=tuple(specs), **top)
+        n_views = d.pop("n_views", 2)
+        if not isinstance(n_views, int) or isinstance(n_views, bool) or n_views < 1:
+            raise bad(f"{at}.n_views", n_views, "expected an integer >= 1")
+        views = (_view(d, at),) * n_views
+    else:
+        groups, base = d.pop("views"), dict(d.pop("view", None) or {})
+        if d:
+            raise bad(f"{at}.{sorted(d)[0]}", d[sorted(d)[0]], "unknown key next to views; view defaults go under view")
+        _view(base, f"{at}.view")
+        specs: list[ViewSpec] = []
+        for i, g in enumerate(groups):
+            g, where = dict(g), f"{at}.views.{i}"
+            count, per_view = g.pop("count", 1), list(g.pop("per_view", None) or [])
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise bad(f"{where}.count", count, "expected an integer >= 1")
+            if per_view and len(per_view) != count:
+                raise bad(f"{where}.per_view", per_view, f"expected {count} entries, one per view (count={count})")
+            group = {**base, **g}
+            spec = _view(group, where)
+            specs += [_view({**group, **p}, f"{where}.per_view.{j}") for j, p in enumerate(per_view)] or [spec] * count
+        views = tuple(specs)
+    return check_model(Recipe, {"views": views, **top}, at)

@@ -74,15 +74,68 @@ def test_recipe_laws_match_the_papers():
 
 
 def test_recipe_errors_are_clear():
-    with pytest.raises(ValueError, match="unknown view keys"):
-        recipe_from_dict({"views": [{"count": 2, "p_blurr": 1.0}]})
-    with pytest.raises(ValueError, match="per_view has 1 entries for count 2"):
-        recipe_from_dict({"views": [{"count": 2, "per_view": [{"p_blur": 1.0}]}]})
-    with pytest.raises(ValueError, match="jitter_order"):
-        ViewSpec(jitter_order="shuffled")
     with pytest.raises(ValueError, match="JointCrop needs the first two views to share scale"):
         r = recipe_from_dict({"views": [{"scale": [0.2, 1]}, {"scale": [0.05, 0.4]}], "joint": {"crop": {"beta": 1}}})
         sample_views([encode(natural(50, 50, 0))], r, np.random.default_rng(0))
+    with pytest.raises(
+        ValueError, match=r"^1 validation error for ViewSpec\n  Input should be 'fixed' or 'random'|jitter_order"
+    ):
+        ViewSpec(jitter_order="shuffled")
+    with pytest.raises(ValueError, match=r"scale=\[0.5, 0.2\]: expected a list of 2 numbers, 0 < low <= high <= 1"):
+        ViewSpec(scale=(0.5, 0.2))  # a spec made in code is held to a config's relations too
+
+
+@pytest.mark.parametrize(
+    "config,line",
+    [
+        (
+            {"views": [{"count": 2, "p_blurr": 1.0}]},
+            "augment.views.0.p_blurr: unknown key; expected one of name, size,",
+        ),
+        (
+            {"views": [{"count": 2, "per_view": [{"p_blur": 1.0}]}]},
+            "augment.views.0.per_view=[{p_blur: 1.0}]: expected 2",
+        ),
+        (
+            {"views": [{}, {"count": 2, "per_view": [{}, {"p_gray": 2}]}]},
+            "augment.views.1.per_view.1.p_gray=2: expected a",
+        ),
+        (
+            {"view": {"jitter": [0.4, 0.4, 0.4, 0.6]}, "views": [{}]},
+            "augment.view.jitter=[0.4, 0.4, 0.4, 0.6]: expected 4",
+        ),
+        ({"p_blur": 1.5}, "augment.p_blur=1.5: expected a number in [0, 1]"),
+        ({"size": 32.5}, "augment.size=32.5: expected an integer >= 1"),
+        ({"scale": [0.6, 0.2]}, "augment.scale=[0.6, 0.2]: expected a list of 2 numbers, 0 < low <= high <= 1"),
+        ({"ratio": [1.0]}, "augment.ratio=[1.0]: expected a list of 2 numbers, 0 < low <= high"),
+        ({"strong_law": "magic"}, "augment.strong_law=magic: expected one of paper, code, fixed"),
+        ({"hue_mode": "yiq"}, "augment.hue_mode=yiq: expected hsv: yiq exists only in the differentiable colour"),
+        ({"joint": {"crop": {"betta": 1}}}, "augment.joint.crop.betta: unknown key; expected one of beta"),
+        (
+            {"joint": {"color": {"factor": "hue"}}},
+            "augment.joint.color.factor=hue: expected one of brightness, contrast",
+        ),
+        (
+            {"n_views": 1, "joint": {"crop": {"beta": 0}}},
+            "augment.views=1: expected two views or more with augment.joint",
+        ),
+        ({"std": [0.2, 0, 0.2]}, "augment.std=[0.2, 0.0, 0.2]: expected 3 numbers > 0"),
+        ({"views": [{}], "size": 32}, "augment.size=32: unknown key next to views; view defaults go under view"),
+    ],
+)
+def test_each_recipe_key_is_checked_where_it_is_written(config, line):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        recipe_from_dict(config)
+    assert str(e.value).startswith(line), str(e.value)
+
+
+def test_a_recipe_compares_and_hashes_by_its_law():
+    a = recipe_from_dict({"views": [{"count": 2, "size": 32, "scale": [0.2, 1]}], "joint": {"crop": {"beta": 1}}})
+    b = recipe_from_dict({"size": 32, "scale": (0.2, 1.0), "joint": {"crop": {"beta": 1.0}}})
+    assert a == b and hash(a) == hash(b) and a.views[0].scale == (0.2, 1.0) and a.joint.crop_beta == 1.0
+    assert a != recipe_from_dict({"size": 32, "joint": {"crop": {"beta": 2}}})
 
 
 # ----------------------------------------------------------------------------- both executors, every recipe
