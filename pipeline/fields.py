@@ -137,11 +137,11 @@ def _model_at(model: type[BaseModel], loc: tuple) -> dict[str, Any]:
     return (m or model).model_fields
 
 
-def check_model(model: type[M], data: dict, root: str = "") -> M:
+def check_model(model: type[M], data: dict, root: str = "", context: dict | None = None) -> M:
     """`data` validated against a section model, typed; ConfigError with one line naming the first bad key (prefixed
     with `root`, e.g. "sweep"), its value and what the field allows."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])

@@ -1,4 +1,5 @@
-"""Augmentation recipes: plain dataclasses holding the *laws* views are sampled from.
+"""Augmentation recipes: frozen, typed specs (pydantic, like every config section) holding the *laws* views are
+sampled from.
 
 A recipe is a list of view specs (one per output view: two for MoCo, 2 global + N local for DINO,
 2 weak + 1-5 strong for CLSA, 2 + 3 composites for CoCor) plus the normalisation and the joint
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Callable, Mapping
 
-from pydantic import BeforeValidator, ConfigDict, StrictFloat, model_validator
+from pydantic import BeforeValidator, ConfigDict, StrictFloat, ValidationInfo, model_validator
 
 from pipeline.fields import Bool, Choice, Int, Num, Section, Str, bad, check_model, field
 
@@ -65,9 +66,15 @@ class Spec(Section):
         """ConfigError (`bad`) naming the key, relative to this part."""
 
     @model_validator(mode="after")
-    def _checked(self) -> "Spec":
-        self.relations()
+    def _checked(self, info: ValidationInfo) -> "Spec":
+        if not (info.context or {}).get(DEFAULTS_ONLY):
+            self.relations()
         return self
+
+
+# check_model's context for a view's defaults (`augment.view`): their keys and types checked, not their relations,
+# which hold of each view they are merged into (a default hue_mode=yiq with each group's color_stage=model)
+DEFAULTS_ONLY = "defaults only"
 
 
 class ViewSpec(Spec):
@@ -165,7 +172,11 @@ class Recipe(Spec):
         if min(self.std) <= 0:
             raise bad("std", list(self.std), "expected 3 numbers > 0")
         if self.joint.active and len(self.views) < 2:
-            raise bad("views", len(self.views), "expected two views or more with augment.joint: it ties the first two")
+            raise bad(
+                "views",
+                f"{len(self.views)} view",
+                "expected two views or more with augment.joint: it ties the first two",
+            )
 
     @property
     def n_views(self) -> int:
@@ -188,6 +199,14 @@ EXECUTION_KEYS = ("name", "kind", "executor", "device")
 EachView = Callable[[ViewSpec, str], None]
 
 
+def _mapping(d: Mapping[str, Any], key: str, at: str) -> dict[str, Any]:
+    """d[key] as a mapping ({} where it is missing or null); a value of another shape: ConfigError."""
+    v = d.get(key)
+    if v is not None and not isinstance(v, Mapping):
+        raise bad(f"{at}.{key}", v, "expected a mapping of keys")
+    return dict(v or {})
+
+
 def image_recipe(aug: Mapping[str, Any], each_view: EachView | None = None) -> Recipe:
     """The Recipe an image augment config describes (ConfigError, one line naming the key, on an unknown key or a
     bad value); `each_view(spec, place)`: a further check of each view where the config writes it."""
@@ -205,23 +224,35 @@ def recipe_from_dict(d: Mapping[str, Any], at: str = "augment", each_view: EachV
         return spec
 
     d = dict(d)
-    top = {k: d.pop(k) for k in ("mean", "std", "joint") if k in d}
+    top: dict[str, Any] = {k: d.pop(k) for k in ("mean", "std", "joint") if k in d}
     if "views" not in d:  # flat form
         n_views = d.pop("n_views", 2)
         if not isinstance(n_views, int) or isinstance(n_views, bool) or n_views < 1:
             raise bad(f"{at}.n_views", n_views, "expected an integer >= 1")
+        if n_views < 2 and any(
+            isinstance(j, Mapping) and j.get("beta") is not None for j in _mapping(top, "joint", at).values()
+        ):
+            raise bad(f"{at}.n_views", n_views, "expected 2 or more with augment.joint: it ties the first two views")
         views = (_view(d, at),) * n_views
     else:
-        groups, base = d.pop("views"), dict(d.pop("view", None) or {})
+        groups, base = d.pop("views"), _mapping(d, "view", at)
+        d.pop("view", None)
         if d:
             raise bad(f"{at}.{sorted(d)[0]}", d[sorted(d)[0]], "unknown key next to views; view defaults go under view")
-        _view(base, f"{at}.view")
+        if not isinstance(groups, (list, tuple)) or not groups:
+            raise bad(f"{at}.views", groups, "expected a non-empty list of view groups (mappings)")
+        check_model(ViewSpec, base, f"{at}.view", context={DEFAULTS_ONLY: True})
         specs: list[ViewSpec] = []
         for i, g in enumerate(groups):
-            g, where = dict(g), f"{at}.views.{i}"
-            count, per_view = g.pop("count", 1), list(g.pop("per_view", None) or [])
+            where = f"{at}.views.{i}"
+            if not isinstance(g, Mapping):
+                raise bad(where, g, "expected a mapping of view keys (count, per_view, size, ...)")
+            g = dict(g)
+            count, per_view = g.pop("count", 1), g.pop("per_view", None) or []
             if not isinstance(count, int) or isinstance(count, bool) or count < 1:
                 raise bad(f"{where}.count", count, "expected an integer >= 1")
+            if not isinstance(per_view, (list, tuple)) or not all(isinstance(p, Mapping) for p in per_view):
+                raise bad(f"{where}.per_view", per_view, "expected a list of mappings, one per view")
             if per_view and len(per_view) != count:
                 raise bad(f"{where}.per_view", per_view, f"expected {count} entries, one per view (count={count})")
             group = {**base, **g}

@@ -129,6 +129,14 @@ def steps(overrides: Sequence[str], scale: Sequence[str]) -> int | None:
     return int(cfg["train"]["epochs"]) * (images // int(cfg["train"]["batch_size"])) if images else None
 
 
+def _steps(baseline: list[str], run: LadderRun) -> int | None:
+    """Steps of the baseline's run at `run`'s budget, with the extra keys that apply to the baseline (a plug-in's
+    settings only where it uses that plug-in, as run_one composes them)."""
+    from pipeline.reproduce.runs import applicable
+
+    return steps(baseline, [*run.scale, *applicable(baseline, run.scale, run.extra)])
+
+
 def rungs(
     ladder: Ladder, runs: Sequence[LadderRun], results: Sequence[Mapping], arms: Sequence[tuple[str, list[str]]]
 ) -> list[Rung]:
@@ -145,7 +153,7 @@ def rungs(
         out.append(
             Rung(
                 " ".join(budget),
-                steps(dict(arms)[ladder.claim.baseline], [*mine[0][0].scale, *mine[0][0].extra]) if mine else None,
+                _steps(dict(arms)[ladder.claim.baseline], mine[0][0]) if mine else None,
                 sum(minutes) if minutes else math.nan,
                 len(minutes),
                 judge_claim(ladder.claim, by_arm),

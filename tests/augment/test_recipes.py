@@ -102,7 +102,7 @@ def test_recipe_errors_are_clear():
         ),
         (
             {"view": {"jitter": [0.4, 0.4, 0.4, 0.6]}, "views": [{}]},
-            "augment.view.jitter=[0.4, 0.4, 0.4, 0.6]: expected 4",
+            "augment.views.0.jitter=[0.4, 0.4, 0.4, 0.6]: expected 4",  # a relation: judged on each view
         ),
         ({"p_blur": 1.5}, "augment.p_blur=1.5: expected a number in [0, 1]"),
         ({"size": 32.5}, "augment.size=32.5: expected an integer >= 1"),
@@ -115,10 +115,14 @@ def test_recipe_errors_are_clear():
             {"joint": {"color": {"factor": "hue"}}},
             "augment.joint.color.factor=hue: expected one of brightness, contrast",
         ),
-        (
-            {"n_views": 1, "joint": {"crop": {"beta": 0}}},
-            "augment.views=1: expected two views or more with augment.joint",
-        ),
+        ({"n_views": 1, "joint": {"crop": {"beta": 0}}}, "augment.n_views=1: expected 2 or more with augment.joint"),
+        ({"views": [{}], "joint": {"crop": {"beta": 0}}}, "augment.views=1 view: expected two views or more with"),
+        ({"views": 3}, "augment.views=3: expected a non-empty list of view groups"),
+        ({"views": [5]}, "augment.views.0=5: expected a mapping of view keys"),
+        ({"views": [{"count": 2, "per_view": 5}]}, "augment.views.0.per_view=5: expected a list of mappings"),
+        ({"views": [{"count": 1, "per_view": [3]}]}, "augment.views.0.per_view=[3]: expected a list of mappings"),
+        ({"view": "x", "views": [{}]}, "augment.view=x: expected a mapping of keys"),
+        ({"view": {"p_blur": 2}, "views": [{}]}, "augment.view.p_blur=2: expected a number in [0, 1]"),
         ({"std": [0.2, 0, 0.2]}, "augment.std=[0.2, 0.0, 0.2]: expected 3 numbers > 0"),
         ({"views": [{}], "size": 32}, "augment.size=32: unknown key next to views; view defaults go under view"),
     ],
@@ -129,6 +133,14 @@ def test_each_recipe_key_is_checked_where_it_is_written(config, line):
     with pytest.raises(ConfigError) as e:
         recipe_from_dict(config)
     assert str(e.value).startswith(line), str(e.value)
+
+
+def test_view_defaults_are_held_to_their_relations_only_once_merged_into_a_view():
+    # a default no view keeps as it is (hue_mode=yiq needs color_stage=model, which each group sets) is no error
+    r = recipe_from_dict({"view": {"hue_mode": "yiq"}, "views": [{"color_stage": "model", "count": 2}]})
+    assert [v.hue_mode for v in r.views] == ["yiq", "yiq"]
+    with pytest.raises(ValueError, match=r"^augment.views.1.hue_mode=yiq: expected hsv"):
+        recipe_from_dict({"view": {"hue_mode": "yiq"}, "views": [{"color_stage": "model"}, {}]})
 
 
 def test_a_recipe_compares_and_hashes_by_its_law():

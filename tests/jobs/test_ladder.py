@@ -16,7 +16,8 @@ from helpers import smoke_claims
 from pipeline.config import compose_config
 from pipeline.reproduce import job, ledger
 from pipeline.reproduce.claim_specs import load_claims
-from pipeline.reproduce.ladder import Rung, budget_scale, parse_ladder, trend
+from pipeline.reproduce.ladder import Rung, budget_scale, parse_ladder, rungs, trend
+from pipeline.reproduce.runs import applicable
 from pipeline.reproduce.suites import SUITES
 from pipeline.reproduce.verdict_table import judge_claim
 from pipeline.train.prepare import run_name
@@ -264,10 +265,16 @@ def test_a_budget_wins_over_the_suites_extra_overrides_of_the_same_key():
 
     (claim,) = [c for c in load_claims("co2") if c.id == "co2-linear"]
     ladder = Ladder(claim, (("train.epochs=6",), ("train.epochs=24",)), 2)
-    extra = ["train.epochs=3", "eval.knn.every=0"]
+    extra = ["train.epochs=3", "eval.knn.every=0", "plugin.co2.alpha=2"]  # the last: the variant's only
     runs = ladder_runs(ladder, SUITES["co2"], ["train.epochs=12", "seed=0"], extra)
     assert {r.budget for r in runs} == {0, 1} and len(runs) == 2 * 2 * 2
     for r in runs:
-        assert r.extra == ["eval.knn.every=0"]  # the budget's key left out of what comes after it
-        epochs = compose_config([*r.overrides, *r.scale, *r.extra])["train"]["epochs"]
+        assert r.extra == ["eval.knn.every=0", "plugin.co2.alpha=2"]  # the budget's key left out
+        keys = applicable(r.overrides, r.scale, r.extra)
+        epochs = compose_config([*r.overrides, *r.scale, *keys])["train"]["epochs"]
         assert epochs == (6, 24)[r.budget]
+    # each rung's steps from the baseline's config, with the plug-in's key (which it cannot take) left out
+    base = compose_config([*SUITES["co2"][0][1]])
+    per_epoch = base["data"]["generate"]["n_train"] // base["train"]["batch_size"]
+    got = [r.steps for r in rungs(ladder, runs, [{"minutes": 1.0} for _ in runs], SUITES["co2"])]
+    assert got == [6 * per_epoch, 24 * per_epoch]
