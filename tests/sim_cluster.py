@@ -332,15 +332,22 @@ class SimCluster:
             if p in by_port
         }
 
-    def actors(self, repr_contains: str) -> list[dict]:
+    def actors(self, repr_contains: str, class_contains: str | None = None) -> list[dict]:
         """Ray's state API: every actor, alive or dead, whose repr names `repr_contains` (Ray Data's map actors
-        are MapWorker(MapBatches(<callable class>))): [{"actor_id", "node_id", "state", "repr_name"}]."""
+        are MapWorker(MapBatches(<callable class>))) or whose class name holds `class_contains` (an actor stopped
+        before its start-up finished has no repr yet): [{"actor_id", "node_id", "state", "repr_name",
+        "class_name"}]."""
+        keys = ("actor_id", "node_id", "state", "repr_name", "class_name")
         found = self._ask(
             "from ray.util.state import list_actors",
-            "[{k: getattr(a, k) for k in ('actor_id', 'node_id', 'state', 'repr_name')} "
+            f"[{{k: getattr(a, k) for k in {keys!r}}} "
             f"for a in list_actors(address={self.address!r}, detail=True, limit=10000, raise_on_missing_output=False)]",
         )  # the address named: with another Ray on the machine, the state API cannot pick this one by itself
-        return [a for a in found if repr_contains in (a["repr_name"] or "")]
+        return [
+            a
+            for a in found
+            if repr_contains in (a["repr_name"] or "") or (class_contains and class_contains in (a["class_name"] or ""))
+        ]
 
     def shutdown(self) -> None:
         """Every process of this cluster (those naming its temp dir or its nodes' ports, and theirs); no other Ray."""

@@ -103,7 +103,7 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     for run, console in ((one, jobs[0]), (two, jobs[1])):
         _bytes_are_what_the_scale_model_predicts(tmp_path, run, console)
     # the SGD probe of the 2-node run: Ray Data's feature-extraction actors on two `single` nodes
-    before = {a["actor_id"] for a in cluster.actors("Extractor")}
+    before = {a["actor_id"] for a in cluster.actors("Extractor", "MapWorker")}
     probe = cluster.job(
         "linear_probe.py",
         tmp_path,
@@ -130,11 +130,11 @@ def test_one_node_two_workers_and_two_nodes_one_worker_give_the_same_curve(clust
     assert probe.returncode == 0, f"probe failed ({probe.returncode}):\n{jobs[-1][-6000:]}"
     assert bad.returncode == 2 and refused.startswith("error: ") and len(refused.strip().splitlines()) == 1, refused
     assert "no node offers nowhere; check eval.probe.actors and eval.probe.actor_resources" in refused
-    extractors = [a for a in cluster.actors("Extractor") if a["actor_id"] not in before]
+    extractors = [a for a in cluster.actors("Extractor", "MapWorker") if a["actor_id"] not in before]
     # two actors for each split's extraction, alive together, on `single` nodes, which hold one each: so on two
-    # of them (an actor stopped before its start-up finished has no repr yet, so on a loaded machine as few as one
-    # split's two are seen by name: 2 at least, on two nodes)
-    placed = {a["node_id"] for a in extractors}
+    # of them. Found by class as well as repr: an actor stopped before its start-up finished has no repr yet, and
+    # by repr alone one actor of each split, both on one node, was all a loaded machine once showed
+    placed = {a["node_id"] for a in extractors if a["node_id"]}
     assert 2 <= len(extractors) <= 4 and placed <= singles and len(placed) >= 2, (extractors, singles)
     (child,) = store(tmp_path).search_runs([two.info.experiment_id], "tags.job = 'linear_probe'")  # not the refused
     assert child.info.status == "FINISHED" and child.data.tags["probe_solver"] == "sgd"
