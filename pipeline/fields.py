@@ -151,8 +151,7 @@ def check_model(model: type[M], data: dict, root: str = "", context: dict | None
             ) from None
         inner = (err.get("ctx") or {}).get("error")
         if isinstance(inner, ConfigError):  # a part's relation (its validator), its key relative to the part
-            path = ".".join([root] * bool(root) + [str(p) for p in err["loc"]])
-            raise ConfigError(f"{path}.{inner}" if path else str(inner)) from None
+            raise ConfigError(f"{where}.{inner}" if where else str(inner)) from None
         m: type[BaseModel] | None  # a section's model; None past the config keys
         keys, allowed, m = [], None, model
         for part in err["loc"]:  # the config keys of the location; union member tags and list indices end it
