@@ -140,7 +140,7 @@ def ratio_lines(bench: dict, e2e: dict | None, epoch: dict | None = None) -> tup
     executor = bench.get("executor") or {}
     for recipe, r in executor.items():
         if isinstance(r, dict):
-            step = steps.get(recipe, {}).get("project", math.nan)
+            step = steps.get(rows.EXECUTOR_RECIPES[recipe], {}).get("project", math.nan)
             target = rows.EXECUTOR_TARGET[recipe]
             judge(f"views {recipe} / its step", r["images_s"] / step if step else math.nan, ">=", target)
     if "unavailable" in executor:

@@ -7,9 +7,11 @@ Rows (MoCo v2's recipe, two views an image):
   photos-64/96  Photos crops made at 64 / 96 px -> views of that size (STL-10's scale)
   imagenet-224  500 x 375 JPEGs (benchmarks/sample_images.py) -> two 224 px views
 Per row and executor: ms per batch (on the CPU the whole call is host time), images/s, views/s, and the batched
-executor's rate over the torch executor's. The views' parameters are drawn before the timed calls (both executors
-apply the same ones). On the CPU the batched resize is a dense matmul over the padded image, so its cost grows with
-the source image and the view size: it wins where CPU runs train (small images) and loses at 224 px from 500 x 375.
+executor's rate over the torch executor's; `fused` is the batched executor with augment.fuse=true (its photometric
+stage compiled at the warm-up batch, which is not timed), with its rate over the batched one's. The views'
+parameters are drawn before the timed calls (the executors apply the same ones). On the CPU the batched resize is
+a dense matmul over the padded image, so its cost grows with the source image and the view size: it wins where
+CPU runs train (small images) and loses at 224 px from 500 x 375.
 
 Usage:
     python benchmarks/views_cpu.py [--batch 64] [--batches 6] [--threads 2] [--rows photos-32 tiny-8 imagenet-224]
@@ -64,7 +66,11 @@ def measure(row: str, batch: int, batches: int) -> dict:
     for c in chunks:
         sizes = header_sizes(c)
         work.append((c, sample_views(c, recipe, rng, sizes), sizes))
-    executors = {"batched": BatchedExecutor(recipe, "cpu"), "torch": TorchExecutor(recipe)}
+    executors = {
+        "batched": BatchedExecutor(recipe, "cpu"),
+        "torch": TorchExecutor(recipe),
+        "fused": BatchedExecutor(recipe, "cpu", fuse=True),
+    }
     seconds = dict.fromkeys(executors, 0.0)
     for ex in executors.values():  # warm-up: allocator, kernels
         ex(*work[0])
@@ -92,14 +98,17 @@ def main(argv: list[str] | None = None) -> dict:
         f"# views on the CPU ({platform.processor() or platform.machine()}, {args.threads} threads, torch "
         f"{torch.__version__}), MoCo v2's two views, batch {args.batch} x {args.batches}"
     )
-    print(f"{'row':14s} {'executor':8s} {'ms/batch':>9s} {'images/s':>9s} {'views/s':>9s}   batched/torch")
+    print(f"{'row':14s} {'executor':8s} {'ms/batch':>9s} {'images/s':>9s} {'views/s':>9s}   ratio")
     out = {}
     for row in args.rows:
         r = out[row] = measure(row, args.batch, args.batches)
-        ratio = r["batched"]["images_s"] / r["torch"]["images_s"]
-        for name in ("batched", "torch"):
+        ratios = {
+            "batched": f"   {r['batched']['images_s'] / r['torch']['images_s']:.2f}x batched/torch",
+            "fused": f"   {r['fused']['images_s'] / r['batched']['images_s']:.2f}x fused/batched",
+        }
+        for name in ("batched", "torch", "fused"):
             m = r[name]
-            tail = f"   {ratio:.2f}x" if name == "batched" else ""
+            tail = ratios.get(name, "")
             print(f"{row:14s} {name:8s} {m['ms_batch']:9.1f} {m['images_s']:9.1f} {m['views_s']:9.1f}{tail}")
     return out
 

@@ -101,8 +101,8 @@ def _one_line(e: Exception) -> str:
 
 
 # Keys that change how a run goes, not what it trains: they do not change its identity, so a run can be resumed
-# with torch.compile turned on, or with bad shards skipped.
-EXECUTION_KEYS = (("train", "channels_last"), ("train", "compile"), ("data", "on_bad_shard"))
+# with torch.compile turned on (the backbones' or the views'), or with bad shards skipped.
+EXECUTION_KEYS = (("train", "channels_last"), ("train", "compile"), ("augment", "fuse"), ("data", "on_bad_shard"))
 # A plug-in's notes about itself rather than settings: the frameworks its paper defines it on (a notice, never a
 # change to what trains), so widening that list renames no run.
 PLUGIN_NOTE_KEYS = ("defined_on",)

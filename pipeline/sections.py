@@ -221,6 +221,16 @@ class Augment(Section):
         Literal["auto", "dali", "torch", "batched"], "one of auto, dali, torch, batched (gpu is now batched)", False
     )
     device: Choice("auto", "cpu", "gpu") = "auto"
+    # the batched executor's photometric stage compiled for full batches (augment/fused.py); off: unmeasured on a GPU
+    fuse: Bool() = False
+
+    def check(self, at: str) -> None:
+        if self.fuse and self.executor in ("torch", "dali"):
+            raise bad(
+                f"{at}.fuse",
+                True,
+                f"expected false with {at}.executor={self.executor}: only the batched executor has a stage to compile",
+            )
 
 
 class Config(Section):

@@ -163,7 +163,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
         aug = compose_config([f"augment={recipe_name}", "data=imagenet", f"data.image_size={s['size']}"])["augment"]
         recipe = image_recipe(aug)
         try:
-            executor = make_executor("batched", recipe, batch, torch_device=device)
+            executor = make_executor("batched", recipe, batch, torch_device=device, fuse=name.endswith("+fuse"))
         except (ValueError, TypeError, ImportError, NotImplementedError, KeyError) as e:
             return {"unavailable": f"{type(e).__name__}: {e}"}
         rng = np.random.default_rng(0)
@@ -174,7 +174,7 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
                 raise RuntimeError(f"batched executor dropped {len(encoded) - len(kept)} of {len(encoded)} images")
             return views
 
-        views = run(batches[0])  # warm-up: kernels, caches, pinned buffers
+        views = run(batches[0])  # warm-up: kernels, caches, pinned buffers (and +fuse's compile)
         sync(device)
         t0 = time.perf_counter()
         n = 0

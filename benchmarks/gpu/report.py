@@ -7,7 +7,7 @@ import math
 import shlex
 
 from .data import SRC_H, SRC_W
-from .rows import BASELINE, COST_TARGET, E2E_TARGET, EXECUTOR_TARGET, PROJECT_TARGET
+from .rows import BASELINE, COST_TARGET, E2E_TARGET, EXECUTOR_RECIPES, EXECUTOR_TARGET, PROJECT_TARGET
 
 
 def _fmt(x: float, spec: str = ".1f") -> str:
@@ -94,7 +94,7 @@ def report(meta: dict, s: dict, steps: dict, executor: dict | None, e2e: dict | 
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, r in executor.items():
-            step = steps.get(name, {}).get("project", math.nan)
+            step = steps.get(EXECUTOR_RECIPES[name], {}).get("project", math.nan)
             ratio = r["images_s"] / step if step and not math.isnan(step) else math.nan
             ok = None if math.isnan(ratio) else ratio >= EXECUTOR_TARGET[name]
             lines.append(

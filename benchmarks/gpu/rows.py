@@ -31,9 +31,17 @@ ROW_OVERRIDES = {
 VIT_ROWS = {"mocov3_vit", "dino_vit"}  # ViT-S/16 (vit_tiny with --quick), whatever --backbone says
 PROJECT_TARGET = 0.97  # project step >= 0.97x the bare loop
 COST_TARGET = {"co2": 1.02, "clsa": 1.32, "invclr": 2.0}  # plug-in step time / its baseline's
-EXECUTOR_RECIPES = {"mocov2": "mocov2", "simclr": "simclr", "byol": "byol", "clsa": "clsa", "cocor": "cocor"}
+# row -> recipe (and the step row its views feed); "+fuse": augment.fuse=true, the photometric stage compiled
+EXECUTOR_RECIPES = {
+    "mocov2": "mocov2",
+    "mocov2+fuse": "mocov2",
+    "simclr": "simclr",
+    "byol": "byol",
+    "clsa": "clsa",
+    "cocor": "cocor",
+}
 # executor images/s over what the step of the recipe's row consumes (#48: 2x for MoCo v2, 1.5x for the rest)
-EXECUTOR_TARGET = {"mocov2": 2.0, "simclr": 1.5, "byol": 1.5, "clsa": 1.5, "cocor": 1.5}
+EXECUTOR_TARGET = {"mocov2": 2.0, "mocov2+fuse": 2.0, "simclr": 1.5, "byol": 1.5, "clsa": 1.5, "cocor": 1.5}
 E2E_TARGET = 0.85  # jobs/pretrain.py from JPEG shards >= 0.85x the project step fed pre-made tensors
 
 

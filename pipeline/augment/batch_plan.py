@@ -66,14 +66,19 @@ def plan_group(
     key: str,
     normalize: bool,
     matmul: bool = True,
+    static: bool = False,
 ) -> dict:
     """Add group g's arrays to `pack` under `key`; return what the device side needs to know besides them.
-    matmul=False: the resize is left to resize_per_sample (large images on a CPU), which reads the plan's crops."""
+    matmul=False: the resize is left to resize_per_sample (large images on a CPU), which reads the plan's crops.
+    static=True (a group without strong ops): the photometric steps and their rows are what the recipe can ask
+    for, not what this batch's draws ask for, so that every batch of one size is the same work (fused.py compiles
+    it); a sample a step does not touch passes through `where` untouched, so the views are the same."""
     p = _concat_views([params[v] for v in g.views])
     n, nv, s = len(p["crop"]), len(g.views), g.size
     per_view = [specs[v] for v in g.views]
     rows = Rows(n)
     plan: dict = {"n": n, "pre": [], "post": [], "hue": False, "gray": False, "blur": 0, "solarize": False}
+    plan["static"] = static = static and not any(sp.strong_ops for sp in per_view)
     if matmul:
         (yi, yt), (xi, xt) = crop_axes(p["crop"], s, p["flip"])
         pack.add(f"{key}.yi", _image_major(yi, nv, False))
@@ -86,7 +91,7 @@ def plan_group(
     if g.colour:
         on = p["jitter_on"] > 0
         factors = np.stack([p["brightness"], p["contrast"], p["saturation"]], 1)
-        pre, post = jitter_passes(on, factors, p.get("jitter_order"))
+        pre, post = jitter_passes(on, factors, p.get("jitter_order"), static)
         for name, passes in (("pre", pre), ("post", post)):
             for t, ps in enumerate(passes):
                 for k in ("f", "omf", "ws"):
@@ -94,20 +99,27 @@ def plan_group(
                 for k in ("wc", "active"):
                     rows.m(f"{name}{t}.{k}", getattr(ps, k))
                 plan[name].append((f"{name}{t}", ps.uses_gray, ps.uses_mean))
-        if on.any():
+        if on.any() or static:
             plan["hue"] = True
             rows.f("turns6", np.float32(6.0) * p["hue"].astype(np.float32))
             rows.m("hue_on", on)
-        if (p["gray"] > 0).any():
+        if (p["gray"] > 0).any() or static:
             plan["gray"] = True
             rows.m("gray_on", p["gray"] > 0)
-    blur = np.flatnonzero((p["blur_on"] > 0) & (p["sigma"] > 0))
-    if len(blur):
+    blur_on = (p["blur_on"] > 0) & (p["sigma"] > 0)
+    blur = np.flatnonzero(blur_on)
+    if static and any(sp.p_blur > 0 for sp in per_view):  # every row blurred, each with its own taps, kept by `where`
+        window = max(blur_window(sp.blur_sigma[1]) for sp in per_view)
+        taps = _blur_taps(np.where(blur_on, p["sigma"], 1.0), window)
+        plan["blur"], plan["blur_all"] = window, True
+        rows.m("blur_on", blur_on)
+        pack.add(f"{key}.blur_taps", np.repeat(taps, 3, axis=0).reshape(-1, 1, 1, window))
+    elif len(blur):
         taps = _blur_taps(p["sigma"][blur])
         plan["blur"] = taps.shape[1]
         pack.add(f"{key}.blur_rows", blur)
         pack.add(f"{key}.blur_taps", np.repeat(taps, 3, axis=0).reshape(-1, 1, 1, taps.shape[1]))
-    if "solarize_on" in p and (p["solarize_on"] > 0).any():
+    if "solarize_on" in p and ((p["solarize_on"] > 0).any() or static):
         plan["solarize"] = True
         rows.m("sol_on", p["solarize_on"] > 0)
         rows.f("sol_thr", np.repeat([sp.solarize_threshold for sp in per_view], n // nv))
@@ -141,13 +153,14 @@ def _concat_views(params: Sequence[Params]) -> Params:
     return out
 
 
-def _blur_taps(sigma: np.ndarray) -> np.ndarray:
+def _blur_taps(sigma: np.ndarray, k: int | None = None) -> np.ndarray:
     """[n, k] taps of torchvision's Gaussian kernel (softmax of -(d / sqrt 2 / sigma)^2 over its own window of
-    blur_window(sigma) taps), every row on the batch's largest window k with zeros outside its own: with reflect
-    padding of k // 2 that is torchvision's per-sample blur (reflection gives the same pixels where a smaller
-    window reaches)."""
+    blur_window(sigma) taps), every row on the window k (default: the batch's largest) with zeros outside its own:
+    with reflect padding of k // 2 that is torchvision's per-sample blur (reflection gives the same pixels where a
+    smaller window reaches)."""
     windows = np.array([blur_window(float(s)) for s in sigma])
-    k = int(windows.max())
+    k = int(windows.max()) if k is None else k
+    assert windows.max() <= k, f"a blur window of {windows.max()} taps past the {k} planned"
     lim = (k - 1) / (2.0 * math.sqrt(2.0))
     pos = np.linspace(-lim, lim, k, dtype=np.float32).astype(np.float64)
     own = (np.abs(np.arange(k) - k // 2)[None, :] <= ((windows - 1) // 2)[:, None]).astype(bool)

@@ -31,6 +31,7 @@ from .batch_plan import plan_group, view_groups
 from .colour import LUMA
 from .colour_batch import HUE_CONSTS, blend_pass, grey, hue_batch
 from .decode import decode_batch, default_device
+from .fused import FusedStage, Stage
 from .host_pack import HostPack
 from .params import Params, eval_geometry, valid_samples
 from .recipe import Recipe
@@ -96,16 +97,16 @@ def resize_per_sample(images: Sequence[Tensor], crops: np.ndarray, flip: Tensor,
     return torch.where(flip, x.flip(-1), x)
 
 
-def separable_blur(x: Tensor, rows: Tensor, taps: Tensor) -> Tensor:
-    """Rows `rows` of x blurred with their own taps (taps: [n * 3, 1, 1, k], one row per sample and channel),
-    reflect padding k // 2, a horizontal then a vertical depthwise convolution."""
+def separable_blur(x: Tensor, rows: Tensor | None, taps: Tensor) -> Tensor:
+    """Rows `rows` (None: all) of x blurred with their own taps (taps: [n * 3, 1, 1, k], one row per sample and
+    channel), reflect padding k // 2, a horizontal then a vertical depthwise convolution."""
     n3, _, _, k = taps.shape
     half = k // 2
     _, c, h, w = x.shape
-    sub = tnf.pad(x.index_select(0, rows), [half, half, half, half], mode="reflect")
+    sub = tnf.pad(x if rows is None else x.index_select(0, rows), [half, half, half, half], mode="reflect")
     y = tnf.conv2d(sub.view(1, n3, h + 2 * half, w + 2 * half), taps, groups=n3)
-    y = tnf.conv2d(y, taps.view(n3, 1, k, 1), groups=n3)
-    return x.index_copy(0, rows, y.view(n3 // c, c, h, w))
+    y = tnf.conv2d(y, taps.view(n3, 1, k, 1), groups=n3).view(n3 // c, c, h, w)
+    return y if rows is None else x.index_copy(0, rows, y)
 
 
 def group_rows(d: dict[str, Tensor], key: str, plan: dict) -> dict[str, Tensor]:
@@ -137,7 +138,9 @@ def photometric_group(x: Tensor, d: dict[str, Tensor], key: str, plan: dict, con
         x = one_pass(name, uses_gray, uses_mean)
     if plan["gray"]:
         x = torch.where(rows["gray_on"], grey(x, luma), x)
-    if plan["blur"]:
+    if plan.get("blur_all"):  # a static plan's: every row blurred, those that do not blur kept
+        x = torch.where(rows["blur_on"], separable_blur(x, None, d[f"{key}.blur_taps"]), x)
+    elif plan["blur"]:
         x = separable_blur(x, d[f"{key}.blur_rows"], d[f"{key}.blur_taps"])
     if plan["solarize"]:
         x = torch.where(rows["sol_on"] & (x >= rows["sol_thr"]), 1.0 - x, x)
@@ -176,10 +179,13 @@ class BatchedExecutor(TorchExecutor):
 
     label = "batched executor"
 
-    def __init__(self, recipe: Recipe, device: torch.device | str | None = None):
+    def __init__(self, recipe: Recipe, device: torch.device | str | None = None, fuse: bool = False):
         super().__init__(recipe)
         self.device = torch.device(device) if device is not None else default_device()
         self.groups = view_groups(recipe)
+        # augment.fuse: the photometric stage compiled for full batches (fused.py)
+        self.fuse = fuse
+        self.photometric: Stage = FusedStage(photometric_group) if fuse else photometric_group
 
     def __call__(
         self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None
@@ -198,7 +204,16 @@ class BatchedExecutor(TorchExecutor):
         height, width = max(im.shape[1] for im in images), max(im.shape[2] for im in images)
         matmul = [self._matmul(g.size, height, width) for g in self.groups]
         plans = [
-            plan_group(g, self.recipe.views, params, pack, f"g{i}", normalize, mm)
+            plan_group(
+                g,
+                self.recipe.views,
+                params,
+                pack,
+                f"g{i}",
+                normalize,
+                mm,
+                static=self.fuse,
+            )
             for i, (g, mm) in enumerate(zip(self.groups, matmul))
         ]
         d, consts, img = self._upload(images, pack, any(matmul))
@@ -207,7 +222,7 @@ class BatchedExecutor(TorchExecutor):
                 x = resize_group(img, d, f"g{i}", len(g.views), g.size)
             else:
                 x = resize_per_sample(images, plan["crops"], group_rows(d, f"g{i}", plan)["flip"], g.size)
-            x = photometric_group(x, d, f"g{i}", plan, consts)
+            x = self.photometric(x, d, f"g{i}", plan, consts)
             for v, part in zip(g.views, x.split(len(images))):
                 views[v] = part
         return views

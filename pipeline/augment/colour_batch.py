@@ -36,11 +36,16 @@ class Pass:
     uses_mean: bool
 
 
-def jitter_passes(on: np.ndarray, factors: np.ndarray, order: np.ndarray | None) -> tuple[list[Pass], list[Pass]]:
+def jitter_passes(
+    on: np.ndarray, factors: np.ndarray, order: np.ndarray | None, static: bool = False
+) -> tuple[list[Pass], list[Pass]]:
     """(pre, post) blend passes for N samples: on [N], factors [N, 3] (brightness, contrast, saturation),
-    order [N, 4] (permutations of 0..3) or None for the fixed order. Passes no sample uses are left out."""
+    order [N, 4] (permutations of 0..3) or None for the fixed order. Passes no sample uses are left out, unless
+    static: then the same passes for every batch (3 + 3 in random order, 3 in fixed), each blending against the
+    grey image and its mean where a sample asks, so that a compiled stage sees one shape of work."""
     on = np.asarray(on).reshape(-1) > 0
     n = len(on)
+    fixed = order is None
     order = np.tile(np.arange(4), (n, 1)) if order is None else np.asarray(order, np.int64).reshape(n, 4)
     hue_at = np.argmax(order == HUE, axis=1)
     rows = np.arange(n)
@@ -50,10 +55,14 @@ def jitter_passes(on: np.ndarray, factors: np.ndarray, order: np.ndarray | None)
         act = on & valid
         f = np.where(act, factors[rows, np.clip(op, 0, 2)], 1.0).astype(np.float32)
         con, sat = act & (op == CONTRAST), act & (op == SATURATION)
-        return Pass(f, np.float32(1.0) - f, sat.astype(np.float32), con, act, bool((con | sat).any()), bool(con.any()))
+        gray, mean = (True, True) if static else (bool((con | sat).any()), bool(con.any()))
+        return Pass(f, np.float32(1.0) - f, sat.astype(np.float32), con, act, gray, mean)
 
-    n_pre = int(hue_at[on].max()) if on.any() else 0
-    n_post = int((3 - hue_at[on]).max()) if on.any() else 0
+    if static:
+        n_pre, n_post = (3, 0) if fixed else (3, 3)
+    else:
+        n_pre = int(hue_at[on].max()) if on.any() else 0
+        n_post = int((3 - hue_at[on]).max()) if on.any() else 0
     pre = [blend(np.full(n, t), t < hue_at) for t in range(n_pre)]
     post = [blend(hue_at + 1 + t, hue_at + 1 + t <= 3) for t in range(n_post)]
     return pre, post

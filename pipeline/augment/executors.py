@@ -103,17 +103,21 @@ def make_executor(
     num_threads: int = 1,
     seed: int = 0,
     torch_device: torch.device | str | None = None,
+    fuse: bool = False,
 ) -> Executor:
     """kind: "dali" | "torch" | "batched" | "auto" (see auto_kind). `device` is augment.device (auto | cpu | gpu:
     DALI's backend); `torch_device` is where the batched executor runs and puts its views (None: CUDA when
-    available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says)."""
+    available, else the CPU; augment.device=cpu means the CPU whatever `torch_device` says). fuse: augment.fuse,
+    the batched executor's photometric stage compiled (fused.py); another executor has no such stage."""
     if kind == "gpu":
         raise ValueError("augment.executor=gpu is now called batched (the batched torch executor, on any device)")
     if kind not in EXECUTOR_KINDS:
         raise ValueError(f"executor kind must be one of {'|'.join(EXECUTOR_KINDS)}, got {kind!r}")
-    if kind == "auto":
-        kind = auto_kind(recipe, device, torch_device)
+    if kind == "auto":  # augment.fuse asks for the batched executor's stage
+        kind = "batched" if fuse else auto_kind(recipe, device, torch_device)
         log.info("view executor: %s (auto)", kind)
+    if fuse and kind != "batched":
+        raise ValueError(f"augment.fuse=true compiles the batched executor's photometric stage; {kind} has none")
     if kind == "torch":
         from .torch_exec import TorchExecutor
 
@@ -121,9 +125,10 @@ def make_executor(
     if kind == "batched":
         from .batched import BatchedExecutor
 
-        executor = BatchedExecutor(recipe, _batched_device(device, torch_device))
-        log.info("view executor: batched on %s", executor.device)
+        executor = BatchedExecutor(recipe, _batched_device(device, torch_device), fuse=fuse)
+        log.info("view executor: batched on %s%s", executor.device, ", fused" if fuse else "")
         return executor
+
     from .dali_exec import DaliExecutor
 
     dali = DaliExecutor(recipe, batch_size, device=device, num_threads=num_threads, seed=seed)

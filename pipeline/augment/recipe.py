@@ -193,7 +193,7 @@ class Recipe(Spec):
 
 
 # keys of conf/augment/*.yaml that choose how views are computed, not their law
-EXECUTION_KEYS = ("name", "kind", "executor", "device")
+EXECUTION_KEYS = ("name", "kind", "executor", "device", "fuse")
 
 
 EachView = Callable[[ViewSpec, str], None]

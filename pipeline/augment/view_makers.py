@@ -46,6 +46,7 @@ class ImageViewMaker:
             num_threads=num_threads,
             seed=seed,
             torch_device=device,
+            fuse=bool(aug.get("fuse", False)),
         )
 
     @property
