@@ -156,6 +156,8 @@ def measure_executor(s: dict, device, jpegs: list[bytes], deadline: Deadline | N
     batches = [jpegs[i : i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
     deadline = deadline or Deadline(None)
     for name, recipe_name in EXECUTOR_RECIPES.items():
+        if name.endswith("+fuse") and torch.device(device).type == "cpu":
+            continue  # a compile for a few CPU batches: benchmarks/views_cpu.py measures the fused stage on a CPU
         if not deadline.allows_another():
             print(f"  {name:8s} {NOT_RUN}", flush=True)
             continue

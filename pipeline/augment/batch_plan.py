@@ -109,7 +109,8 @@ def plan_group(
     blur_on = (p["blur_on"] > 0) & (p["sigma"] > 0)
     blur = np.flatnonzero(blur_on)
     if static and any(sp.p_blur > 0 for sp in per_view):  # every row blurred, each with its own taps, kept by `where`
-        window = max(blur_window(sp.blur_sigma[1]) for sp in per_view)
+        # the bound as the samples hold it (float32), whose window may be wider than the float64 bound's
+        window = max(blur_window(float(np.float32(sp.blur_sigma[1]))) for sp in per_view)
         taps = _blur_taps(np.where(blur_on, p["sigma"], 1.0), window)
         plan["blur"], plan["blur_all"] = window, True
         rows.m("blur_on", blur_on)

@@ -179,13 +179,18 @@ class BatchedExecutor(TorchExecutor):
 
     label = "batched executor"
 
-    def __init__(self, recipe: Recipe, device: torch.device | str | None = None, fuse: bool = False):
+    def __init__(
+        self, recipe: Recipe, device: torch.device | str | None = None, fuse: bool = False, batch_size: int = 0
+    ):
         super().__init__(recipe)
         self.device = torch.device(device) if device is not None else default_device()
         self.groups = view_groups(recipe)
-        # augment.fuse: the photometric stage compiled for full batches (fused.py)
+        # augment.fuse: the photometric stage compiled for full batches of batch_size images (fused.py)
+        if fuse and batch_size < 1:
+            raise ValueError("augment.fuse=true compiles the stage for the run's batch size: give batch_size")
         self.fuse = fuse
-        self.photometric: Stage = FusedStage(photometric_group) if fuse else photometric_group
+        full = {f"g{i}": batch_size * len(g.views) for i, g in enumerate(self.groups)}
+        self.photometric: Stage = FusedStage(photometric_group, full) if fuse else photometric_group
 
     def __call__(
         self, encoded: Sequence[bytes], params: Sequence[Params], sizes: Sequence[tuple[int, int]] | None = None

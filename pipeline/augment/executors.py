@@ -113,9 +113,12 @@ def make_executor(
         raise ValueError("augment.executor=gpu is now called batched (the batched torch executor, on any device)")
     if kind not in EXECUTOR_KINDS:
         raise ValueError(f"executor kind must be one of {'|'.join(EXECUTOR_KINDS)}, got {kind!r}")
-    if kind == "auto":  # augment.fuse asks for the batched executor's stage
-        kind = "batched" if fuse else auto_kind(recipe, device, torch_device)
+    if kind == "auto":
+        kind = auto_kind(recipe, device, torch_device)
         log.info("view executor: %s (auto)", kind)
+        if fuse and kind != "batched":  # auto's choice stands: the torch executor is faster there even so
+            log.warning("augment.fuse=true has no effect: executor=auto picked the %s executor here", kind)
+            fuse = False
     if fuse and kind != "batched":
         raise ValueError(f"augment.fuse=true compiles the batched executor's photometric stage; {kind} has none")
     if kind == "torch":
@@ -125,7 +128,7 @@ def make_executor(
     if kind == "batched":
         from .batched import BatchedExecutor
 
-        executor = BatchedExecutor(recipe, _batched_device(device, torch_device), fuse=fuse)
+        executor = BatchedExecutor(recipe, _batched_device(device, torch_device), fuse=fuse, batch_size=batch_size)
         log.info("view executor: batched on %s%s", executor.device, ", fused" if fuse else "")
         return executor
 

@@ -148,7 +148,8 @@ def write_gallery(cfg: Mapping[str, Any], path: str, n_images: int = 4, seed: in
     Returns {"path", "n_images", "n_views", "skipped"}."""
     aug = cfg["augment"]
     batch = sample_batch(cfg["data"]["train"], n_images)
-    maker = build_view_maker(aug, batch_size=n_images, num_threads=1, seed=seed)
+    # one batch: a compile would cost more than the views (augment.fuse is for training)
+    maker = build_view_maker({**aug, "fuse": False}, batch_size=n_images, num_threads=1, seed=seed)
     views = maker(batch, np.random.default_rng(seed))
     originals = []
     for e in batch[image_key(batch)]:

@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# the dtypes a pack carries, each in a section of its own (8-byte aligned): floats as float32 unless asked for
-# float64 (the strong pool's affine matrices), everything else as int64 (what index ops take)
+# the dtypes a pack carries: floats as float32 unless asked for float64 (the strong pool's affine matrices),
+# everything else as int64 (what index ops take)
 SECTIONS = ((np.float32, torch.float32), (np.float64, torch.float64), (np.int64, torch.int64))
+ALIGN = 16  # bytes
 
 
 class HostPack:
@@ -25,34 +26,30 @@ class HostPack:
         self._arrays[name] = np.ascontiguousarray(a, dtype=dtype)
 
     def to(self, device: torch.device) -> dict[str, Tensor]:
-        layout, offset = [], 0  # (numpy dtype, torch dtype, byte offset, names) per section
-        for np_dtype, torch_dtype in SECTIONS:
-            names = [k for k, a in self._arrays.items() if a.dtype == np_dtype]
-            layout.append((np_dtype, torch_dtype, offset, names))
-            size = np.dtype(np_dtype).itemsize * sum(self._arrays[k].size for k in names)
-            offset += -(-size // 8) * 8
-        host = torch.empty(offset, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        # each array at a 16-byte boundary: a compiled consumer (augment.fuse) is specialised on its inputs being
+        # 16-byte aligned, and copies an input that is not
+        starts, offset = {}, 0
+        for np_dtype, _ in SECTIONS:
+            for k, a in self._arrays.items():
+                if a.dtype == np_dtype:
+                    starts[k] = offset
+                    offset += -(-a.nbytes // ALIGN) * ALIGN
+        host = torch.empty(max(offset, ALIGN), dtype=torch.uint8, pin_memory=device.type == "cuda")
         raw = host.numpy()
-        for np_dtype, _, start, names in layout:
-            at = start
-            for k in names:
-                a = self._arrays[k]
-                raw[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
-                at += a.nbytes
+        for k, at in starts.items():
+            a = self._arrays[k]
+            raw[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
         dev = host.to(device, non_blocking=True)
         out = {}
-        for np_dtype, torch_dtype, start, names in layout:
+        for np_dtype, torch_dtype in SECTIONS:
+            names = [k for k in starts if self._arrays[k].dtype == np_dtype]
             if not names:
                 continue
-            item = np.dtype(np_dtype).itemsize
-            base = dev[start:].view(torch_dtype)
-            at = 0
+            base, item = dev.view(torch_dtype), np.dtype(np_dtype).itemsize  # the buffer's length is a multiple of 16
             for k in names:
                 shape = self._arrays[k].shape
                 # one op per array (as_strided, whose offset counts from the storage's start), not a slice and a view
-                out[k] = base.as_strided(shape, _contiguous_strides(shape), base.storage_offset() + at)
-                at += self._arrays[k].size
-            assert start % item == 0
+                out[k] = base.as_strided(shape, _contiguous_strides(shape), starts[k] // item)
         return out
 
 

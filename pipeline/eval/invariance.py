@@ -193,7 +193,7 @@ def _spirograph_batches(backbone, split, aug, n_copies, device, seed, batch_size
 
 
 def _image_batches(backbone, split, aug, n_copies, device, seed, batch_size, fix_beta):
-    maker = build_view_maker(aug, batch_size, num_threads=1, seed=int(seed))
+    maker = build_view_maker({**aug, "fuse": False}, batch_size, num_threads=1, seed=int(seed))  # no compile
     recipe = maker.recipe
     first = recipe.views[0]
     # the colour stage of the first view only, when the recipe leaves it to the model (InvCLR)

@@ -417,3 +417,27 @@ def test_config_refuses_the_old_executor_name():
 
     with pytest.raises(ConfigError, match=r"augment.executor=.?gpu.?: expected one of auto, dali, torch, batched"):
         validate(compose_config(["augment.executor=gpu"]))
+
+
+def test_a_host_pack_brings_every_array_back_each_at_a_16_byte_boundary():
+    """HostPack: arrays of each dtype it carries (float32, float64, int64; bool and int8 travel as int64) come back
+    equal, in their shapes, each starting at a 16-byte boundary (what a compiled consumer is specialised on)."""
+    from pipeline.augment.host_pack import HostPack
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "a": rng.random(3).astype(np.float32),
+        "b": rng.random((2, 5)),
+        "c": rng.integers(0, 9, (7,)).astype(np.int8),
+        "d": rng.random((1, 3, 1)).astype(np.float32),
+        "e": rng.random(4) > 0.5,
+    }
+    pack = HostPack()
+    for k, a in arrays.items():
+        pack.add(k, a, np.float64 if k == "b" else None)
+    out = pack.to(torch.device("cpu"))
+    for k, a in arrays.items():
+        t = out[k]
+        assert t.shape == a.shape and t.data_ptr() % 16 == 0, k
+        want = np.asarray(a, np.float64 if k == "b" else np.float32 if a.dtype.kind == "f" else np.int64)
+        assert t.dtype == torch.from_numpy(want).dtype and np.array_equal(t.numpy(), want), k

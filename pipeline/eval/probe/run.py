@@ -47,7 +47,7 @@ def run(job: Job[ProbeRequest]) -> dict:
     settings = {
         "source": src.ref,
         "data": cfg["data"],
-        "augment": cfg["augment"],
+        "augment": {k: v for k, v in cfg["augment"].items() if k != "fuse"},  # how views are made, not which
         "seed": cfg["seed"],
         "eval": probe_eval,
     }
