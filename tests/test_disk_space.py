@@ -1,6 +1,6 @@
 """Disk space: the checkpoint estimate against a real checkpoint, the preflight's refusal and warning, the one
 line for a full disk, the failure recorded where a full disk can still take it, and a store that refuses to mark
-the run. tests/test_disk_full.py runs the job on a real, small tmpfs."""
+the run. tests/test_interrupted_runs.py runs the job on a real, small tmpfs."""
 
 from __future__ import annotations
 

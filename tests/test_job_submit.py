@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def test_make_cluster_then_job_submit_from_a_plain_shell(tmp_path):
             "eval.knn.val_size=64",
             "eval.probe.steps=10",
         ]
-        _readme_job_beside_another(work, shell, small, where)
+        _readme_job_beside_another(work, shell, small, where, tmp_path / "store")
         assert (tmp_path / "store" / "runs" / "mlflow.db").exists()
         # another Ray on the machine, which must survive our cluster-stop (started only now: an idle head costs CPU,
         # and the suite is CPU-bound)
@@ -150,63 +151,97 @@ def _started(args: list[str], cwd: Path, env: dict) -> tuple[subprocess.Popen, s
         time.sleep(3)
 
 
+def _follow_until(work: Path, shell: dict, job_id: str, text: str | None, timeout: float) -> str:
+    """`ray job logs -f`: one client streaming the job's log until `text` appears (None: until the job ends),
+    rather than a `ray job` process (an import of Ray, a CPU-second or two) every few seconds."""
+    follow = subprocess.Popen(
+        [".venv/bin/ray", "job", "logs", "-f", job_id],
+        cwd=work,
+        env=shell,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    timer = threading.Timer(timeout, follow.kill)
+    timer.start()
+    seen = []
+    try:
+        assert follow.stdout is not None
+        for line in follow.stdout:
+            seen.append(line)
+            if text is not None and text in line:
+                break
+    finally:
+        timer.cancel()
+        follow.kill()
+        follow.wait()
+    said = "".join(seen)
+    assert text is None or text in said, f"{job_id} never said {text!r} within {timeout:.0f} s:\n{said[-3000:]}"
+    return said
+
+
 def _no_wait(work: Path, shell: dict, job: list[str]) -> str:
-    r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *job)
+    """`ray job submit --no-wait`, once the head's agent answers; returns the job's id."""
+    deadline = time.monotonic() + 360
+    while True:
+        r = _ray_job(work, shell, "submit", "--no-wait", "--working-dir", ".", "--", *job)
+        if r.returncode == 0 or "No available agent" not in r.stdout + r.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     assert r.returncode == 0, r.stdout + r.stderr
     (job_id,) = re.findall(r"Job '(raysubmit_\w+)' submitted successfully", r.stdout + r.stderr)
     return job_id
 
 
-def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where: str) -> None:
-    """The pretraining job as the README submits it (in .venv, without data/, which .rayignore kept out of the
-    upload), and a second job and a one-trial sweep submitted while its worker runs, on a head of 4 logical CPUs, each
-    asking for 3-CPU workers: the second job says in one line that other jobs hold the room and waits, the sweep's
-    trial waits in Tune's queue; all finish, in runs, locks and checkpoints of their own (different seeds: different run
-    names, one store)."""
+def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where: str, store: Path) -> None:
+    """On a head of 4 logical CPUs, every job asking for a 3-CPU worker: a job that holds the room, then the
+    pretraining job as the README submits it (in .venv, without data/, which .rayignore kept out of the upload),
+    which says in one line that other jobs hold the room and waits, and a one-trial sweep, whose trial waits in
+    Tune's queue. The first job is then stopped (what it would train is the README job's story again): the README
+    job and the sweep finish, in runs, locks and checkpoints of their own (different seeds: different run names, one
+    store)."""
     one_worker = ["trainer.num_workers=1", "trainer.cpus_per_worker=3"]
-    readme = ["python", "jobs/pretrain.py", *small, "train.epochs=6", "seed=1", "eval.knn.every=0", *one_worker]
-    client, first = _started(
+    holder = ["python", "jobs/pretrain.py", *small, "train.epochs=200", "seed=2", *one_worker]
+    holder += ["eval.probe.after_pretrain=false", "eval.knn.every=0"]
+    first = _no_wait(work, shell, holder)
+    _follow_until(work, shell, first, "worker(s), rank 0", 600)  # its worker placed: the room is held
+    readme = ["python", "jobs/pretrain.py", *small, "train.epochs=2", "seed=1", "eval.knn.every=0", *one_worker]
+    client, second = _started(
         ["sh", "-c", f"{shlex.join(['python', '-c', where])} && {shlex.join(readme)}"], work, shell
     )
     try:
-        # its worker placed before the second asks: two that ask in the same second both see the room free, and the
-        # second's workers then wait in Ray Train's queue without the line (docs/cluster.md)
-        deadline = time.monotonic() + 600
-        while "worker(s), rank 0" not in _ray_job(work, shell, "logs", first).stdout:
-            assert time.monotonic() < deadline, "the first job's worker was never placed"
-            time.sleep(3)
-        other = ["python", "jobs/pretrain.py", *small, "train.epochs=1", "seed=2", *one_worker]
-        other += ["eval.probe.after_pretrain=false", "eval.knn.every=0"]
+        _follow_until(work, shell, second, "other jobs hold it now", 600)  # it waits: then the sweep
         # and a sweep beside them: its trial (3 CPUs) waits until the jobs' workers are gone. One trial: the hang this
         # guards against (a trial's driver holding the CPU Ray Data's read task needed) shows with one
         one_trial = "sweep.space={method.temperature: {grid: [0.2]}}"
         sweep = ["python", "jobs/tune.py", "+sweep=smoke", small[0], one_trial, "sweep.max_concurrent_trials=1"]
         sweep += one_worker
-        second = _no_wait(work, shell, other)
-        while "other jobs hold it now" not in _ray_job(work, shell, "logs", second).stdout:  # it waits: then the sweep
-            assert time.monotonic() < deadline, "the second job never said it waits"
-            time.sleep(3)
         third = _no_wait(work, shell, sweep)
+        stop = _ray_job(work, shell, "stop", first)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
         out, _ = client.communicate(timeout=900)
     finally:
         client.kill()
     assert client.returncode == 0, out[-4000:]
     assert re.search(r"UPLOADED False True \S*/\.venv$", out, flags=re.M), out[-4000:]
     assert "succeeded" in out.lower() and "Linear probe on spirograph" in out
-    logs = {first: _ray_job(work, shell, "logs", first).stdout}
-    for job_id in (second, third):
-        deadline = time.monotonic() + 600
-        while True:
-            st = _ray_job(work, shell, "status", job_id)
-            ended = re.search(r"Job '\S+' (succeeded|failed|stopped)", st.stdout + st.stderr)
-            if ended or time.monotonic() > deadline:
-                break
-            time.sleep(5)
-        logs[job_id] = _ray_job(work, shell, "logs", job_id).stdout
-        assert ended and ended[1] == "succeeded", st.stdout[-2000:] + logs[job_id][-3000:]
+    logs = {second: _ray_job(work, shell, "logs", second).stdout}
+    for job_id, end in ((first, "stopped"), (third, "succeeded")):
+        logs[job_id] = _follow_until(work, shell, job_id, None, 600)  # to the job's end
+        st = _ray_job(work, shell, "status", job_id)
+        ended = re.search(r"Job '\S+' (?:was )?(succeeded|failed|stopped)", st.stdout + st.stderr)
+        assert ended and ended[1] == end, st.stdout[-2000:] + logs[job_id][-3000:]
     sweep_log = logs.pop(third)
     assert re.search(r"^Done: sweep \S+, 1 trial\(s\)", sweep_log, re.M), sweep_log[-3000:]  # its trial ran
     waited = [i for i in (first, second) if "other jobs hold it now" in logs[i]]
     assert waited == [second], {i: logs[i][-1500:] for i in logs}  # the first started, the second said so and waited
-    names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in logs}
-    assert len(names) == 2, names
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{store / 'runs' / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    jobs = sorted((r.data.tags.get("job"), r.info.run_name) for r in runs)
+    names = {re.search(r"^\[pretrain\] run (\S+)", logs[i], re.M)[1] for i in (first, second)}
+    assert [job for job, _ in jobs] == ["pretrain", "pretrain", "tune", "tune-trial"], jobs
+    assert len(names) == 2 and names == {name for job, name in jobs if job == "pretrain"}, (names, jobs)
+    finished = {r.info.run_name: r.info.status for r in runs if r.data.tags.get("job") != "pretrain"}
+    assert set(finished.values()) == {"FINISHED"}, finished
