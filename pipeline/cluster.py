@@ -49,9 +49,9 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
         # address="local": a private cluster even when another one runs on this machine (tests, a demo). Its GCS
         # gets a port chosen here, named to every worker as RAY_ADDRESS: Train's placement-group cleaner asks the
         # state API without an address, which otherwise searches the machine and fails when it finds two clusters.
-        # It lives as long as the job and its address is never shown: Ray's dashboard (a process polling every
-        # node, unless verbose=true, whose start-up lines name its URL) and the idle workers Ray prestarts for a
-        # first driver (Train and Data start actors of their own) cost a small job about a tenth of its CPU.
+        # The idle workers Ray prestarts for a first driver go unused (Train and Data start actors of their own) and
+        # cost a small job ~2 CPU-s. (Its dashboard stays, though nobody browses a private cluster's: Train's
+        # placement-group cleaner asks the state API, which the dashboard serves, and warns every second without.)
         os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
         port = _free_port()
         env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
@@ -62,7 +62,6 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
                 address="local",
                 num_cpus=max(cores, need) + 2,
                 runtime_env={"env_vars": env},
-                include_dashboard=not quiet,
                 **logs,
             )
         finally:
