@@ -42,6 +42,41 @@ def heavy_imports(record: Path) -> set[str]:
     return {name for line in record.read_text().splitlines() for name in line.split()[1:]}
 
 
+_REFUSALS = """
+import contextlib, io, json, runpy, sys
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+said = []
+for args in cases:
+    sys.argv, err, code = [script, *args], io.StringIO(), 0
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    said.append((code, err.getvalue()))
+print(json.dumps(said))
+"""
+
+
+def refusals(script: Path, cases: list[list[str]], env: dict[str, str], record: Path, timeout: float = 300) -> list:
+    """(exit code, stderr) of `python <script> <args>` for each of `cases`, run one after another in one Python
+    process (each a Python start of torch and the config stack when run alone: seconds each); `record` gets the
+    heavy packages that process imported, for heavy_imports."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", _REFUSALS, str(script), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=probed(env, record),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [tuple(x) for x in json.loads(r.stdout.splitlines()[-1])]
+
+
 def encode(arr: np.ndarray, fmt: str = "PNG") -> bytes:
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))

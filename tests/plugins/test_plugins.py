@@ -256,6 +256,36 @@ def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
     assert torch.isfinite(_grads(m)).all()
 
 
+def _invclr_ddp_worker(rank, world, port, q):
+    """InvCLR's penalty (a gradient taken with create_graph, then backward through it) with the online network in
+    DDP as the trainer wraps it, on Spirograph views re-rendered with grad: each rank its own samples."""
+    from pipeline.augment.spirograph_views import SpirographRecipe, render_views
+    from pipeline.data.spirograph import TARGETS, sample_params
+
+    init_gloo(rank, world, port)
+    cfg = compose_config(["+experiment=invclr_spirograph", "model.width=8", "plugin.invclr.n_samples=4"])
+    torch.manual_seed(0)  # the same initial weights on both ranks, as DDP's broadcast would leave them
+    m = build_method(cfg)
+    x = {k: v for k, v in sample_params(8, torch.Generator().manual_seed(10 + rank)).items() if k in TARGETS}
+    images, alphas = render_views(x, SpirographRecipe(size=32), torch.Generator().manual_seed(20 + rank))
+    loss, grads = loss_and_grads(m, images, [{**x, **a} for a in alphas], distributed=True, plugins=True)
+    penalty = float(m.total_loss(images, [{**x, **a} for a in alphas])["invclr_penalty"])
+    q.put((rank, loss, penalty, [g.numpy().copy() for g in grads]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_invclr_double_backward_through_ddp_on_two_workers():
+    """What a two-worker InvCLR run needs of DDP: the penalty's double backward runs under it, and DDP averages the
+    gradients it leaves (the same on both ranks, from different samples)."""
+    (_, loss0, pen0, g0), (_, loss1, pen1, g1) = run_process_group(_invclr_ddp_worker, 2)
+    assert loss0 != loss1 and pen0 > 0 and pen1 > 0 and np.isfinite([pen0, pen1]).all()
+    assert len(g0) > 10 and all(np.isfinite(a).all() for a in g0)
+    for a, b in zip(g0, g1, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(np.abs(a).max() > 0 for a in g0)
+
+
 # ----------------------------------------------------------------------------- config checks
 @pytest.mark.parametrize(
     "overrides, message",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import heavy_imports, probed
+from helpers import heavy_imports, probed, refusals
 from pipeline.config import CONF_DIR, ConfigError, compose_config
 from pipeline.fields import Checked
 from pipeline.tune import report
@@ -263,15 +263,25 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("args, words", BAD, ids=[w[:30] for _, w in BAD])
-def test_bad_sweeps_fail_in_one_error_line_before_ray_or_mlflow(tmp_path, args, words):
-    record = tmp_path.parent / f"{tmp_path.name}.imports"
-    r = _tune(*args, root=tmp_path, record=record)
-    assert r.returncode == 2, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], r.stderr
-    assert not heavy_imports(record) & {"ray", "mlflow"}  # answered before Ray or MLflow loaded
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()  # nothing made, no store
+@pytest.fixture(scope="module")
+def bad_sweeps(tmp_path_factory):
+    """Every BAD command's (exit code, stderr), all answered by one Python process (tests/helpers.py's refusals),
+    and whether that process ever loaded Ray or MLflow; `root` is every command's paths.root."""
+    root = tmp_path_factory.mktemp("bad")
+    record = root.parent / f"{root.name}.imports"
+    said = refusals(ROOT / "jobs" / "tune.py", [[*args, f"paths.root={root}"] for args, _ in BAD], _env(), record)
+    return root, said, heavy_imports(record)
+
+
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[w[:30] for _, w in BAD])
+def test_bad_sweeps_fail_in_one_error_line_before_ray_or_mlflow(bad_sweeps, case):
+    root, said, heavy = bad_sweeps
+    code, err = said[case]
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and BAD[case][1] in lines[0], err
+    assert not heavy & {"ray", "mlflow"}  # every one answered before Ray or MLflow loaded
+    assert not (root / "runs").exists() and not (root / "data").exists()  # nothing made, no store
 
 
 def test_help_lists_the_sweeps(tmp_path):
