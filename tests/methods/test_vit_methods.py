@@ -600,3 +600,24 @@ def test_torchvision_vit_init_is_the_default_and_unchanged():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     with pytest.raises(ValueError, match="unknown ViT init 'timm'"):
         build_backbone({"backbone": "vit_tiny", "image_size": 32, "vit_init": "timm"})
+
+
+def test_the_probe_rebuilds_a_runs_vit_from_its_config_and_checkpoint():
+    """What the probe after DINO pretraining (and a probe by run id) loads: the online ViT, rebuilt from the run's
+    model section alone, gives the trained network's features on a view of the probe's size."""
+    from pipeline.eval.probe.compare import backbone_from
+
+    cfg = compose_config(["+experiment=dino_vit", "model.backbone=vit_tiny", "method.head.out_dim=256"])
+    torch.manual_seed(0)
+    m = build_method(cfg)
+    with torch.no_grad():  # away from any initialisation a fresh build could reproduce
+        for p in m.online.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    state = {"cfg": cfg, "method": m.state_dict()}
+    net = backbone_from(state)
+    size = cfg["data"]["image_size"]
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    m.eval(), net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), m.online.backbone(x))
+        assert not torch.allclose(net(x), build_backbone(cfg["model"]).eval()(x))
