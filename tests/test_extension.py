@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import refusals
 from pipeline.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,23 +154,31 @@ def test_an_installed_package_adds_a_dataset_and_an_evaluation_a_suite_runs(site
     assert len(list((tmp_path / "runs" / "evaluate").glob("*-spread.md"))) == 1
 
 
+SETTINGS = [
+    (["data=blobs", "data.generate.sigma=0"], "error: data.generate.sigma=0: expected a number > 0"),
+    (["method=barlow", "method.lambd=0"], "error: method.lambd=0: expected a number > 0"),
+    (["method=simclr", "plugin=[uniformity]", "plugin.uniformity.t=-2"], "error: plugin.uniformity.t=-2: "),
+    (["method=mocov2", "plugin=[uniformity]"], "error: plugin: plugin uniformity needs projections from the method's"),
+]
+
+
+@pytest.fixture(scope="module")
+def refused(site, tmp_path_factory):
+    """Every SETTINGS command's (exit code, stderr), answered by one Python process with the package on its path."""
+    root = tmp_path_factory.mktemp("refused")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cases = [[f"paths.root={root}", *overrides] for overrides, _ in SETTINGS]
+    return root, refusals(ROOT / "jobs" / "pretrain.py", cases, env, root.parent / f"{root.name}.imports")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "overrides,line",
-    [
-        (["data=blobs", "data.generate.sigma=0"], "error: data.generate.sigma=0: expected a number > 0"),
-        (["method=barlow", "method.lambd=0"], "error: method.lambd=0: expected a number > 0"),
-        (["method=simclr", "plugin=[uniformity]", "plugin.uniformity.t=-2"], "error: plugin.uniformity.t=-2: "),
-        (
-            ["method=mocov2", "plugin=[uniformity]"],
-            "error: plugin: plugin uniformity needs projections from the method's",
-        ),
-    ],
-)
-def test_the_packages_settings_are_checked_like_the_projects(site, tmp_path, overrides, line):
-    r = _python(site, "jobs/pretrain.py", f"paths.root={tmp_path}", *overrides, timeout=120)
-    assert r.returncode == 2 and r.stderr.strip().startswith(line), r.stderr[-2000:]
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "data").exists()
+@pytest.mark.parametrize("case", range(len(SETTINGS)), ids=[w[7:40] for _, w in SETTINGS])
+def test_the_packages_settings_are_checked_like_the_projects(refused, case):
+    root, said = refused
+    code, err = said[case]
+    assert code == 2 and err.strip().startswith(SETTINGS[case][1]), err[-2000:]
+    assert len(err.strip().splitlines()) == 1 and not (root / "data").exists()
 
 
 @pytest.mark.slow
