@@ -130,25 +130,33 @@ def _reference(mode: str, nodes: list[int]):
     return losses, grads, stats, keys
 
 
-def _mode_worker(rank, world, port, q, mode, nodes):
+def _modes_worker(rank, world, port, q, modes, nodes):
+    """Each of `modes` in turn on one process group (a spawn costs seconds; the modes share nothing but the group)."""
     init_gloo(rank, world, port)
     dist.set_node_rank(nodes[rank])
     dist.count_bytes(True)
-    torch.manual_seed(0)
-    m = build_method(_cfg(mode))
-    x1, x2 = (x[rank * B : (rank + 1) * B] for x in _global_batch(world))
-    loss, grads = loss_and_grads(m, [x1, x2], distributed=True)
-    traffic = dist.take_traffic()
-    got = (m.key_bn, loss, grads, _bn_stats(m.key_encoder), m.queue.keys[: world * B].clone(), dict(traffic.sent))
+    got = {}
+    for mode in modes:
+        torch.manual_seed(0)
+        m = build_method(_cfg(mode))
+        x1, x2 = (x[rank * B : (rank + 1) * B] for x in _global_batch(world))
+        loss, grads = loss_and_grads(m, [x1, x2], distributed=True)
+        traffic = dist.take_traffic()
+        got[mode] = (m.key_bn, loss, grads, _bn_stats(m.key_encoder), m.queue.keys[: world * B].clone(), traffic.sent)
     buf = io.BytesIO()  # bytes, not tensors: a tensor on the queue is shared memory that dies with this process
-    torch.save(got, buf)
+    torch.save({mode: (*g[:5], dict(g[5])) for mode, g in got.items()}, buf)
     q.put((rank, buf.getvalue()))
     tdist.barrier()
     tdist.destroy_process_group()
 
 
-def _check_mode(mode: str, nodes: list[int]):
-    results = [(r, *torch.load(io.BytesIO(b))) for r, b in run_process_group(_mode_worker, len(nodes), (mode, nodes))]
+def _run_modes(modes: list[str], nodes: list[int]) -> dict[str, list]:
+    """{mode: [(rank, resolved mode, loss, grads, BN statistics, queue, bytes sent) for each rank]}."""
+    ranks = [(r, torch.load(io.BytesIO(b))) for r, b in run_process_group(_modes_worker, len(nodes), (modes, nodes))]
+    return {mode: [(r, *got[mode]) for r, got in ranks] for mode in modes}
+
+
+def _check_mode(mode: str, nodes: list[int], results: list):
     losses, grads, stats, keys = _reference(mode, nodes)
     for rank, resolved, loss, g, s, queue, _ in results:
         assert resolved == mode
@@ -158,12 +166,25 @@ def _check_mode(mode: str, nodes: list[int]):
         for a, e in zip(s, stats[rank]):
             assert_close_at_scale(a, e)
         assert_close_at_scale(queue, keys)  # every rank's queue holds all keys, in global batch order
-    return results
 
 
-@pytest.mark.parametrize("mode", ["shuffle", "sync", "split"])
-def test_each_mode_on_two_ranks_matches_one_process(mode):
-    results = _check_mode(mode, [0, 0])
+TWO_RANKS, TWO_NODES = ["shuffle", "sync", "split"], ["shuffle_node", "shuffle", "sync"]
+
+
+@pytest.fixture(scope="module")
+def on_two_ranks():
+    return _run_modes(TWO_RANKS, [0, 0])
+
+
+@pytest.fixture(scope="module")
+def on_two_nodes():
+    return _run_modes(TWO_NODES, [0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("mode", TWO_RANKS)
+def test_each_mode_on_two_ranks_matches_one_process(mode, on_two_ranks):
+    results = on_two_ranks[mode]
+    _check_mode(mode, [0, 0], results)
     sent = results[0][6]
     if mode == "shuffle":  # only the dealt views (and their keys) cross: never the whole batch
         assert 0 < sent["all_to_all"] <= B * (3 * 16 * 16 * 4 + 8 * 4)
@@ -174,9 +195,9 @@ def test_each_mode_on_two_ranks_matches_one_process(mode):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["shuffle_node", "shuffle", "sync"])
-def test_each_mode_on_two_nodes_of_two_ranks_matches_one_process(mode):
-    _check_mode(mode, [0, 0, 1, 1])
+@pytest.mark.parametrize("mode", TWO_NODES)
+def test_each_mode_on_two_nodes_of_two_ranks_matches_one_process(mode, on_two_nodes):
+    _check_mode(mode, [0, 0, 1, 1], on_two_nodes[mode])
 
 
 def test_one_process_split_is_the_old_split_bn_shuffle():
