@@ -31,7 +31,7 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
     }
     address = cluster_address(trainer)
     if address:
-        ray.init(address=address, **logs)
+        ray.init(address=address, **workers_know(address), **logs)
     else:
         # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
@@ -72,6 +72,17 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = not quiet
+
+
+def workers_know(address: str) -> dict[str, Any]:
+    """ray.init's runtime_env that names a joined cluster's GCS (`host:port`, what `ray job submit` hands its driver
+    as RAY_ADDRESS) to the job's workers: Train's placement-group cleaner asks the state API without an address,
+    which otherwise searches the machine and fails with a traceback when another Ray runs there too. Ray merges it
+    with a submitted job's own runtime_env, env var by env var. Nothing for `auto` or a `ray://` client address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "/" in address or not host or not port.isdigit():
+        return {}
+    return {"runtime_env": {"env_vars": {"RAY_ADDRESS": address}}}
 
 
 def _free_port() -> int:

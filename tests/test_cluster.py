@@ -1,0 +1,50 @@
+"""How a job starts or joins Ray (pipeline/cluster.py), with ray.init replaced: what the real clusters do with it is
+tests/test_job_submit.py's (a job submitted to `make cluster`'s head while another Ray runs on the machine)."""
+
+import pytest
+import ray.data
+
+from pipeline.cluster import init_ray
+
+# Ray Data's context, made on first use, names its own deprecated settings
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
+
+
+@pytest.fixture
+def inits(monkeypatch):
+    """ray.init's keyword arguments, call by call; what init_ray sets in this process is put back after."""
+    calls: list[dict] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for var in ("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "RAY_prestart_worker_first_driver"):
+        monkeypatch.setenv(var, "0")
+    ctx = ray.data.DataContext.get_current()
+    monkeypatch.setattr(ctx, "enable_progress_bars", ctx.enable_progress_bars)
+    return calls
+
+
+@pytest.mark.parametrize("address", ["10.0.0.5:6379", "127.0.0.1:6392"])
+def test_a_joined_clusters_gcs_is_named_to_the_jobs_workers(inits, address):
+    init_ray({"address": address, "num_workers": 1, "cpus_per_worker": 1})
+    (kw,) = inits
+    assert kw["address"] == address and kw["runtime_env"] == {"env_vars": {"RAY_ADDRESS": address}}
+
+
+def test_ray_job_submits_address_reaches_the_workers_too(inits, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6392")  # what `ray job submit` hands its driver
+    init_ray({"address": None, "num_workers": 1, "cpus_per_worker": 1})
+    assert inits[0]["runtime_env"] == {"env_vars": {"RAY_ADDRESS": "127.0.0.1:6392"}}
+
+
+@pytest.mark.parametrize("address", ["auto", "ray://10.0.0.5:10001", "http://127.0.0.1:8265"])
+def test_addresses_that_are_not_a_gcs_leave_the_runtime_env_alone(inits, address):
+    init_ray({"address": address, "num_workers": 1, "cpus_per_worker": 1})
+    assert inits[0]["address"] == address and "runtime_env" not in inits[0]
+
+
+def test_a_private_cluster_names_its_own_gcs_to_its_workers(inits):
+    init_ray({"address": None, "num_workers": 1, "cpus_per_worker": 1})
+    (kw,) = inits
+    gcs = kw["runtime_env"]["env_vars"]["RAY_ADDRESS"]
+    assert kw["address"] == "local" and gcs.startswith("127.0.0.1:") and gcs.rpartition(":")[2].isdigit()
