@@ -77,12 +77,26 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
 def workers_know(address: str) -> dict[str, Any]:
     """ray.init's runtime_env that names a joined cluster's GCS (`host:port`, what `ray job submit` hands its driver
     as RAY_ADDRESS) to the job's workers: Train's placement-group cleaner asks the state API without an address,
-    which otherwise searches the machine and fails with a traceback when another Ray runs there too. Ray merges it
-    with a submitted job's own runtime_env, env var by env var. Nothing for `auto` or a `ray://` client address."""
+    which otherwise searches the machine and fails with a traceback when another Ray runs there too. A loopback host
+    becomes this node's address (a worker on another node would read loopback as itself). Ray merges it with a
+    submitted job's own runtime_env, env var by env var. Nothing for `auto` (with two clusters on the machine
+    ray.init refuses it already) or a `ray://` client address."""
     host, sep, port = address.rpartition(":")
-    if not sep or "/" in address or not host or not port.isdigit():
+    if not sep or "/" in address or not host or not port.isdigit() or _job_sets("RAY_ADDRESS"):
         return {}
-    return {"runtime_env": {"env_vars": {"RAY_ADDRESS": address}}}
+    if host.strip("[]") in ("localhost", "::1") or host.startswith("127."):
+        import ray.util
+
+        host = ray.util.get_node_ip_address()
+    return {"runtime_env": {"env_vars": {"RAY_ADDRESS": f"{host}:{port}"}}}
+
+
+def _job_sets(var: str) -> bool:
+    """Whether the runtime_env the job was submitted with sets `var` already: Ray refuses to merge a second value."""
+    import json
+
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")  # what `ray job submit` hands its driver
+    return var in ((job.get("runtime_env") or {}).get("env_vars") or {})
 
 
 def _free_port() -> int:

@@ -58,10 +58,12 @@ print(json.dumps(said))
 """
 
 
-def refusals(script: Path, cases: list[list[str]], env: dict[str, str], record: Path, timeout: float = 300) -> list:
+def refusals(
+    script: Path, cases: list[list[str]], env: dict[str, str], record: Path, cwd: Path, timeout: float = 300
+) -> list:
     """(exit code, stderr) of `python <script> <args>` for each of `cases`, run one after another in one Python
-    process (each a Python start of torch and the config stack when run alone: seconds each); `record` gets the
-    heavy packages that process imported, for heavy_imports."""
+    process started in `cwd` (each a Python start of torch and the config stack when run alone: seconds each);
+    `record` gets the heavy packages that process imported, for heavy_imports."""
     import json
     import subprocess
     import sys
@@ -72,6 +74,7 @@ def refusals(script: Path, cases: list[list[str]], env: dict[str, str], record: 
         text=True,
         timeout=timeout,
         env=probed(env, record),
+        cwd=cwd,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return [tuple(x) for x in json.loads(r.stdout.splitlines()[-1])]

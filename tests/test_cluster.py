@@ -3,6 +3,7 @@ tests/test_job_submit.py's (a job submitted to `make cluster`'s head while anoth
 
 import pytest
 import ray.data
+import ray.util
 
 from pipeline.cluster import init_ray
 
@@ -24,17 +25,26 @@ def inits(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("address", ["10.0.0.5:6379", "127.0.0.1:6392"])
+@pytest.mark.parametrize("address", ["10.0.0.5:6379", "head.internal:6379"])
 def test_a_joined_clusters_gcs_is_named_to_the_jobs_workers(inits, address):
     init_ray({"address": address, "num_workers": 1, "cpus_per_worker": 1})
     (kw,) = inits
     assert kw["address"] == address and kw["runtime_env"] == {"env_vars": {"RAY_ADDRESS": address}}
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_a_loopback_gcs_is_named_by_this_nodes_address(inits, monkeypatch, host):
+    """A worker on another node would read loopback as itself."""
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.7")
+    init_ray({"address": f"{host}:6379", "num_workers": 1, "cpus_per_worker": 1})
+    assert inits[0]["address"] == f"{host}:6379"  # the driver joins as told
+    assert inits[0]["runtime_env"] == {"env_vars": {"RAY_ADDRESS": "10.0.0.7:6379"}}
+
+
 def test_ray_job_submits_address_reaches_the_workers_too(inits, monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6392")  # what `ray job submit` hands its driver
+    monkeypatch.setenv("RAY_ADDRESS", "192.0.2.2:6392")  # what `ray job submit` hands its driver: the node's GCS
     init_ray({"address": None, "num_workers": 1, "cpus_per_worker": 1})
-    assert inits[0]["runtime_env"] == {"env_vars": {"RAY_ADDRESS": "127.0.0.1:6392"}}
+    assert inits[0]["runtime_env"] == {"env_vars": {"RAY_ADDRESS": "192.0.2.2:6392"}}
 
 
 @pytest.mark.parametrize("address", ["auto", "ray://10.0.0.5:10001", "http://127.0.0.1:8265"])
@@ -48,3 +58,11 @@ def test_a_private_cluster_names_its_own_gcs_to_its_workers(inits):
     (kw,) = inits
     gcs = kw["runtime_env"]["env_vars"]["RAY_ADDRESS"]
     assert kw["address"] == "local" and gcs.startswith("127.0.0.1:") and gcs.rpartition(":")[2].isdigit()
+
+
+def test_a_submitted_job_whose_runtime_env_sets_ray_address_keeps_it(inits, monkeypatch):
+    """Ray refuses to merge two values of one env var: the job's own stands."""
+    job = '{"runtime_env": {"env_vars": {"RAY_ADDRESS": "10.0.0.9:6379"}}, "metadata": {}}'
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", job)
+    init_ray({"address": "10.0.0.5:6379", "num_workers": 1, "cpus_per_worker": 1})
+    assert "runtime_env" not in inits[0]

@@ -511,3 +511,19 @@ def test_the_outer_step_reads_nothing_back_from_the_gpu_but_its_finite_check():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(torch.is_tensor(v) for v in logged.values())
+
+
+def test_a_regression_sets_labelled_subset_is_its_fraction_floored_at_eight(tmp_path):
+    """1 % of 512 Spirograph samples is 5; a regression head's outer loss needs more: the plug-in's subset is 8 of
+    them (classes get at least one each instead: choose's per-class rule)."""
+    from pipeline.data.labelled import choose, labelled_subset
+    from pipeline.data.spirograph_shards import make_spirograph_splits
+
+    make_spirograph_splits(tmp_path, n_train=512, n_val=8, maxcount=256, progress=False)
+    targets = ["m", "b", "sigma", "f_r"]  # conf/data/spirograph.yaml's
+    split = labelled_subset(str(tmp_path / "train"), "regression", targets, 0.01, seed=0)
+    assert len(split.encoded) == 8 and len({bytes(e) for e in split.encoded}) == 8
+    assert len(labelled_subset(str(tmp_path / "train"), "regression", targets, 0.05, seed=0).encoded) == 26
+    classes = np.arange(512) % 4
+    picked = choose(classes, 512, 0.01, seed=0, min_count=8)
+    assert len(picked) == 4 and sorted(classes[picked]) == [0, 1, 2, 3]  # round(1 % of 128) = 1 per class

@@ -258,7 +258,11 @@ def test_invclr_spirograph_rerenders_view_zero_with_differentiable_nuisance():
 
 def _invclr_ddp_worker(rank, world, port, q):
     """InvCLR's penalty (a gradient taken with create_graph, then backward through it) with the online network in
-    DDP as the trainer wraps it, on Spirograph views re-rendered with grad: each rank its own samples."""
+    DDP as the trainer wraps it, on Spirograph views re-rendered with grad, each rank its own samples; beside it, the
+    same step without DDP (each rank's own gradient, averaged here by hand), and that step without the penalty."""
+    import copy
+
+    from pipeline import dist as pdist
     from pipeline.augment.spirograph_views import SpirographRecipe, render_views
     from pipeline.data.spirograph import TARGETS, sample_params
 
@@ -266,24 +270,50 @@ def _invclr_ddp_worker(rank, world, port, q):
     cfg = compose_config(["+experiment=invclr_spirograph", "model.width=8", "plugin.invclr.n_samples=4"])
     torch.manual_seed(0)  # the same initial weights on both ranks, as DDP's broadcast would leave them
     m = build_method(cfg)
+    by_hand, no_penalty = copy.deepcopy(m), copy.deepcopy(m)  # before the plug-in draws: the same draws follow
+    no_penalty.plugins[0].lam = 0.0
     x = {k: v for k, v in sample_params(8, torch.Generator().manual_seed(10 + rank)).items() if k in TARGETS}
     images, alphas = render_views(x, SpirographRecipe(size=32), torch.Generator().manual_seed(20 + rank))
-    loss, grads = loss_and_grads(m, images, [{**x, **a} for a in alphas], distributed=True, plugins=True)
-    penalty = float(m.total_loss(images, [{**x, **a} for a in alphas])["invclr_penalty"])
-    q.put((rank, loss, penalty, [g.numpy().copy() for g in grads]))
+    params = [{**x, **a} for a in alphas]
+
+    m.online = nn.parallel.DistributedDataParallel(m.online, **pdist.ddp_options())
+    out = m.total_loss(images, params)
+    out["loss"].backward()
+    ddp = [p.grad.clone() for p in m.online.module.parameters()]
+
+    def averaged(method):
+        method.total_loss(images, params)["loss"].backward()
+        grads = [p.grad.clone() for p in method.online.parameters()]
+        for g in grads:
+            dist.all_reduce(g)
+            g /= world
+        return grads
+
+    q.put(
+        (
+            rank,
+            float(out["invclr_penalty"]),
+            [[g.numpy().copy() for g in gs] for gs in (ddp, averaged(by_hand))],
+            [g.numpy().copy() for g in averaged(no_penalty)],
+        )
+    )
     dist.barrier()
     dist.destroy_process_group()
 
 
 def test_invclr_double_backward_through_ddp_on_two_workers():
-    """What a two-worker InvCLR run needs of DDP: the penalty's double backward runs under it, and DDP averages the
-    gradients it leaves (the same on both ranks, from different samples)."""
-    (_, loss0, pen0, g0), (_, loss1, pen1, g1) = run_process_group(_invclr_ddp_worker, 2)
-    assert loss0 != loss1 and pen0 > 0 and pen1 > 0 and np.isfinite([pen0, pen1]).all()
-    assert len(g0) > 10 and all(np.isfinite(a).all() for a in g0)
-    for a, b in zip(g0, g1, strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert any(np.abs(a).max() > 0 for a in g0)
+    """What a two-worker InvCLR run needs of DDP: the penalty's double backward runs under it, DDP averages what it
+    leaves (each rank's gradient, penalty included: the step without DDP averaged by hand), and the penalty is in
+    that gradient (without it the gradient differs)."""
+    (_, pen0, (ddp0, hand0), without0), (_, pen1, (ddp1, _), _) = run_process_group(_invclr_ddp_worker, 2)
+    assert pen0 > 0 and pen1 > 0 and pen0 != pen1 and np.isfinite([pen0, pen1]).all()
+    assert len(ddp0) > 10 and all(np.isfinite(a).all() for a in ddp0)
+    for a, b, c in zip(ddp0, ddp1, hand0, strict=True):
+        np.testing.assert_array_equal(a, b)  # one all-reduce, the same result on both ranks
+        assert_close_at_scale(torch.from_numpy(a), torch.from_numpy(c))
+    moved = max(float(np.abs(a - w).max()) for a, w in zip(ddp0, without0))
+    scale = max(float(np.abs(a).max()) for a in ddp0)
+    assert moved > 1e-3 * scale, (moved, scale)  # the penalty's own gradient, through create_graph
 
 
 # ----------------------------------------------------------------------------- config checks
