@@ -31,7 +31,13 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
     }
     address = cluster_address(trainer)
     if address:
-        ray.init(address=address, **workers_know(address), **logs)
+        try:
+            ray.init(address=address, **workers_know(address), **logs)
+        except ConnectionError as e:  # no cluster there, or (for auto) more than one on this machine
+            from pipeline.config import ConfigError
+
+            said = " ".join(str(e).split())
+            raise ConfigError(f"trainer.address={address}: {said[:300]}") from None
     else:
         # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.

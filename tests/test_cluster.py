@@ -66,3 +66,19 @@ def test_a_submitted_job_whose_runtime_env_sets_ray_address_keeps_it(inits, monk
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", job)
     init_ray({"address": "10.0.0.5:6379", "num_workers": 1, "cpus_per_worker": 1})
     assert "runtime_env" not in inits[0]
+
+
+def test_a_cluster_that_is_not_there_is_one_config_error_line(monkeypatch):
+    """What Ray raises when it finds no cluster at the address (or, for auto, two on this machine): one line."""
+    from pipeline.config import ConfigError
+
+    def refused(**kw):
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify the one to connect to.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ConfigError) as e:
+        init_ray({"address": "auto", "num_workers": 1, "cpus_per_worker": 1})
+    assert str(e.value) == (
+        "trainer.address=auto: Could not find any running Ray instance. Please specify the one to connect to."
+    )
