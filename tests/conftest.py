@@ -11,6 +11,15 @@ import pytest
 # it off itself (pipeline.cluster.init_ray); the jobs the tests start inherit this.
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test`'s two workers on two cores: torch's default of a thread per core puts four busy threads on two
+    # cores whenever both run torch, and OpenMP's spinning threads then slow each other down (a ResNet-50 fine-tune
+    # took 10 s in one run of the suite and 82 s in the next). One each keeps both cores busy without that. Only
+    # this process: the jobs the tests start set their own threads.
+    import torch
+
+    torch.set_num_threads(1)
+
 # A folder whose tests share a package-scoped fixture (tests/infra: one multi-node cluster) is one unit of work, so
 # that one worker starts it; every other file is a unit of its own (what --dist loadfile does).
 SHARED_FOLDERS = ("tests/infra/",)
