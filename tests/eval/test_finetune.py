@@ -109,14 +109,20 @@ def _colour_args(tmp_path: Path) -> dict:
     root = colour_shards(tmp_path, {"train": 6, "val": 3})
     train, _ = select(str(root / "train"), "classification", None, 1.0, seed=0)
     val, _ = select(str(root / "val"), "classification", None, 1.0, seed=0)
+    return _data_args(train, val, "classification", out_dim=6, size=16)
+
+
+def _data_args(train: Split, val: Split, task: str, out_dim: int, size: int) -> dict:
+    """finetune's data arguments on the CPU, normalised about 0.5."""
+    mean, std = [0.5] * 3, [0.25] * 3
     return dict(
         train=train,
         val=val,
-        task="classification",
-        out_dim=6,
-        size=16,
-        mean=[0.5] * 3,
-        std=[0.25] * 3,
+        task=task,
+        out_dim=out_dim,
+        size=size,
+        mean=mean,
+        std=std,
         device=torch.device("cpu"),
         seed=0,
     )
@@ -203,17 +209,7 @@ def test_precise_bn_sets_running_statistics_to_the_subsets_own(tmp_path):
 
 def test_clipping_and_precise_bn_are_what_the_schedule_asks():
     """Each changes the scores: a regression's (continuous; six colour images' top-1 and top-5 can coincide)."""
-    args = dict(
-        train=_spirograph_split(16, 0),
-        val=_spirograph_split(8, 1),
-        task="regression",
-        out_dim=4,
-        size=32,
-        mean=[0.5] * 3,
-        std=[0.25] * 3,
-        device=torch.device("cpu"),
-        seed=0,
-    )
+    args = _spirograph_args(16, 8)
     one = dict(epochs=1, milestones=[])
     plain = finetune(_net(), s=_schedule(**one), **args)
     clipped = finetune(_net(), s=_schedule(**one, clip_grad_norm=1e-3), **args)
@@ -388,6 +384,11 @@ def _spirograph_split(n: int, seed: int) -> Split:
     return Split([encode(a) for a in imgs], y, names)
 
 
+def _spirograph_args(n_train: int, n_val: int) -> dict:
+    """finetune's data arguments for a regression of the four Spirograph targets at 32 px."""
+    return _data_args(_spirograph_split(n_train, 0), _spirograph_split(n_val, 1), "regression", out_dim=4, size=32)
+
+
 @pytest.mark.slow
 def test_a_resnet50_finetunes_at_the_defaults_where_the_papers_head_lr_diverged():
     """The case that diverged (issue #49): ResNet-50 with its ImageNet stem (pooled features of E||f||^2 ~ 5,000)
@@ -399,17 +400,7 @@ def test_a_resnet50_finetunes_at_the_defaults_where_the_papers_head_lr_diverged(
     ev = FineTuning()
     s = schedule(ev.job(ev.compose(["run=x"])).own, "regression")
     assert s.head_lr_cap and s.precise_bn and s.epochs == 20
-    args = dict(
-        train=_spirograph_split(30, 0),
-        val=_spirograph_split(60, 1),
-        task="regression",
-        out_dim=4,
-        size=32,
-        mean=[0.5] * 3,
-        std=[0.25] * 3,
-        device=torch.device("cpu"),
-        seed=0,
-    )
+    args = _spirograph_args(30, 60)
 
     def resnet50():
         torch.manual_seed(0)
