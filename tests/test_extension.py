@@ -102,10 +102,17 @@ def site(tmp_path_factory):
     return site
 
 
-def _python(site: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _env(site: Path) -> dict[str, str]:
+    """This process's environment with the package (and the project) on PYTHONPATH only, and no MLflow store."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    return env
+
+
+def _python(site: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=_env(site), cwd=ROOT, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -166,10 +173,9 @@ SETTINGS = [
 def refused(site, tmp_path_factory):
     """Every SETTINGS command's (exit code, stderr), answered by one Python process with the package on its path."""
     root = tmp_path_factory.mktemp("refused")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    env.pop("MLFLOW_TRACKING_URI", None)
     cases = [[f"paths.root={root}", *overrides] for overrides, _ in SETTINGS]
-    return root, refusals(ROOT / "jobs" / "pretrain.py", cases, env, root.parent / f"{root.name}.imports", cwd=root)
+    record = root.parent / f"{root.name}.imports"
+    return root, refusals(ROOT / "jobs" / "pretrain.py", cases, _env(site), record, cwd=root)
 
 
 @pytest.mark.slow

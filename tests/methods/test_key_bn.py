@@ -142,9 +142,10 @@ def _modes_worker(rank, world, port, q, modes, nodes):
         x1, x2 = (x[rank * B : (rank + 1) * B] for x in _global_batch(world))
         loss, grads = loss_and_grads(m, [x1, x2], distributed=True)
         traffic = dist.take_traffic()
-        got[mode] = (m.key_bn, loss, grads, _bn_stats(m.key_encoder), m.queue.keys[: world * B].clone(), traffic.sent)
+        sent = dict(traffic.sent)
+        got[mode] = (m.key_bn, loss, grads, _bn_stats(m.key_encoder), m.queue.keys[: world * B].clone(), sent)
     buf = io.BytesIO()  # bytes, not tensors: a tensor on the queue is shared memory that dies with this process
-    torch.save({mode: (*g[:5], dict(g[5])) for mode, g in got.items()}, buf)
+    torch.save(got, buf)
     q.put((rank, buf.getvalue()))
     tdist.barrier()
     tdist.destroy_process_group()
