@@ -31,13 +31,17 @@ def init_ray(trainer: Mapping, verbose: bool = False, trials: int = 1) -> None:
     }
     address = cluster_address(trainer)
     if address:
+        from pipeline.config import ConfigError
+
+        key = "trainer.address" if trainer.get("address") else "RAY_ADDRESS"
+        why = unreachable(address)
+        if why:
+            raise ConfigError(f"{key}={address}: nothing answers there ({why}); is the cluster up?")
         try:
             ray.init(address=address, **workers_know(address), **logs)
         except ConnectionError as e:  # no cluster there, or (for auto) more than one on this machine
-            from pipeline.config import ConfigError
-
             said = " ".join(str(e).split())
-            raise ConfigError(f"trainer.address={address}: {said[:300]}") from None
+            raise ConfigError(f"{key}={address}: {said[:300]}") from None
     else:
         # A local cluster of our own. Logical CPUs beyond the cores let Ray Data's read tasks schedule beside
         # the training workers (the workers' threads are capped separately), which otherwise starve on 2 cores.
@@ -95,6 +99,24 @@ def workers_know(address: str) -> dict[str, Any]:
 
         host = ray.util.get_node_ip_address()
     return {"runtime_env": {"env_vars": {"RAY_ADDRESS": f"{host}:{port}"}}}
+
+
+def unreachable(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing takes a TCP connection at a `host:port` or `ray://host:port` address (refused, timed out, an
+    unknown host), else None; None too for an address Ray resolves itself (auto). Ray retries a GCS that is not there
+    for minutes, printing a warning a second: a cluster that has gone (a stale RAY_ADDRESS after `make cluster-stop`)
+    is one line in seconds instead."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in hostport:
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as e:  # ConnectionRefusedError, TimeoutError, socket.gaierror
+        return e.strerror or str(e) or type(e).__name__
 
 
 def _job_sets(var: str) -> bool:

@@ -1,11 +1,15 @@
 """How a job starts or joins Ray (pipeline/cluster.py), with ray.init replaced: what the real clusters do with it is
 tests/test_job_submit.py's (a job submitted to `make cluster`'s head while another Ray runs on the machine)."""
 
+import socket
+import time
+
 import pytest
 import ray.data
 import ray.util
 
-from pipeline.cluster import init_ray
+import pipeline.cluster
+from pipeline.cluster import init_ray, unreachable
 
 # Ray Data's context, made on first use, names its own deprecated settings
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
@@ -17,6 +21,7 @@ def inits(monkeypatch):
     calls: list[dict] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(pipeline.cluster, "unreachable", lambda address: None)  # the addresses here are made up
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for var in ("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "RAY_prestart_worker_first_driver"):
         monkeypatch.setenv(var, "0")
@@ -77,8 +82,48 @@ def test_a_cluster_that_is_not_there_is_one_config_error_line(monkeypatch):
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", refused)
+    monkeypatch.setattr(pipeline.cluster, "unreachable", lambda address: None)
     with pytest.raises(ConfigError) as e:
         init_ray({"address": "auto", "num_workers": 1, "cpus_per_worker": 1})
     assert str(e.value) == (
         "trainer.address=auto: Could not find any running Ray instance. Please specify the one to connect to."
     )
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("key", ["trainer.address", "RAY_ADDRESS"])
+def test_a_cluster_that_has_gone_is_one_line_in_seconds_without_ray(monkeypatch, key):
+    """A stale RAY_ADDRESS (a head stopped since) or a wrong port: a TCP connect says so at once, where ray.init
+    retries the GCS for minutes, printing a warning a second."""
+    from pipeline.config import ConfigError
+
+    def joined(**kw):
+        raise AssertionError("ray.init was called")
+
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", joined)
+    if key == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        init_ray({"address": address if key == "trainer.address" else None, "num_workers": 1, "cpus_per_worker": 1})
+    assert str(e.value) == f"{key}={address}: nothing answers there (Connection refused); is the cluster up?"
+    assert time.monotonic() - t0 < 10
+
+
+def test_an_address_something_listens_on_is_reachable_in_either_form():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert unreachable(f"127.0.0.1:{port}") is None and unreachable(f"ray://127.0.0.1:{port}") is None
+    assert unreachable(f"ray://127.0.0.1:{_closed_port()}") == "Connection refused"
+    assert unreachable("no-such-host.invalid:6379")  # the resolver's reason
+    assert unreachable("auto") is None and unreachable("http://127.0.0.1:8265") is None  # Ray's to resolve
