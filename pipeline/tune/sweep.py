@@ -160,6 +160,7 @@ def _tuner(spec: SweepSpec, dims: list[Dim], setup: dict):
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from pipeline.tune.console import Console
+    from pipeline.tune.scheduler_state import SchedulerState
     from pipeline.tune.trial import CLOCK, run_trial
 
     s, name, storage = spec.sweep, spec.name, spec.storage
@@ -175,10 +176,7 @@ def _tuner(spec: SweepSpec, dims: list[Dim], setup: dict):
     )
     path = f"{storage.rstrip('/')}/{name}"
     if tune.Tuner.can_restore(path):
-        _log(
-            f"restoring the Tune experiment {path}: finished trials are kept, the others resume "
-            f"(ASHA's rungs start empty again: Tune does not save a scheduler's state)"
-        )
+        _log(f"restoring the Tune experiment {path}: finished trials are kept, the others resume")
         try:
             return tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
         except (ValueError, RuntimeError, FileNotFoundError) as e:  # killed before Tune saved its first state
@@ -216,6 +214,7 @@ def _tuner(spec: SweepSpec, dims: list[Dim], setup: dict):
             name=name,
             storage_path=storage,
             verbose=1 if spec.verbose else 0,
-            callbacks=[Console(spec.epochs, s.metric, s.stop_metric)],
+            # ASHA's rungs saved with the experiment, so that a restored sweep judges its next trials as before
+            callbacks=[Console(spec.epochs, s.metric, s.stop_metric), SchedulerState(scheduler)],
         ),
     )

@@ -193,28 +193,27 @@ def test_the_sweep_name_follows_what_decides_its_trials():
 # ----------------------------------------------------------------------------- bad input, one line
 
 
-def _tune(
-    *args, root: Path, timeout: int = 240, relative: bool = False, record: Path | None = None
-) -> subprocess.CompletedProcess:
-    """`python jobs/tune.py ...` with its store under `root`: given as paths.root, or (relative) by running a
-    copy of the job from `root` with the default paths.root=. (a trial runs in Tune's own folder: the paths
-    must still be the driver's). The timeout is a hang guard: a bad sweep answered in 11 s alone once took over a
-    minute beside the rest of the suite."""
-    env = probed(_env(), record) if record else _env()
+def _command(args: tuple, root: Path, relative: bool) -> tuple[list[str], Path]:
+    """`python jobs/tune.py ...` with its store under `root`: given as paths.root, or (relative) by running a copy of
+    the job from `root` with the default paths.root=. (a trial runs in Tune's own folder: the paths must still be the
+    driver's). Returns the command and the folder it runs in."""
     if not relative:
-        return subprocess.run(
-            [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-        )
+        return [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={root}"], root
     if not (root / "jobs").exists():
         for part in ("jobs", "pipeline", "conf"):
             (root / part).symlink_to(ROOT / part)
+    return [sys.executable, "jobs/tune.py", *args], root
+
+
+def _tune(
+    *args, root: Path, timeout: int = 240, relative: bool = False, record: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """_command's sweep, run to its end. The timeout is a hang guard: a bad sweep answered in 11 s alone once took
+    over a minute beside the rest of the suite."""
+    env = env or _env()
+    cmd, cwd = _command(args, root, relative)
     return subprocess.run(
-        [sys.executable, "jobs/tune.py", *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=env
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=probed(env, record) if record else env
     )
 
 
@@ -470,21 +469,56 @@ def _runs(root: Path):
     return client, client.search_runs([exp.experiment_id])
 
 
+def _child_statuses(root: Path) -> dict:
+    # not before a trial has started: the driver made and migrated the store by then, and opening a store that is
+    # still being made would run MLflow's migration a second time, from here, racing the driver's
+    if not list((root / "runs" / "sweep").glob("*/*.log")):
+        return {}
+    try:
+        _, runs = _runs(root)
+    except Exception:  # noqa: BLE001  the store is being created
+        return {}
+    return {r.info.run_name.split()[0]: r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags}
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """One smoke sweep for the end-to-end checks below: two two-epoch trials, one at a time, ASHA on kNN R². Run as
-    the README shows it, from the project's folder with no paths.root: its store lands in <project>/runs, so the
-    test works on a copy of the project."""
+    """One smoke sweep for the end-to-end checks below: two two-epoch trials, one at a time, ASHA on kNN R². Its
+    driver (and its local Ray) is SIGKILLed once the first trial has finished and the second has started, and the
+    same command then resumes it: the first trial is kept, the second starts again and is judged against the first
+    trial's rung as saved with the experiment. Run as the README shows it, from the project's folder with no
+    paths.root: its store lands in <project>/runs, so the test works on a copy of the project. Tune saves the
+    experiment once a second here (TUNE_GLOBAL_CHECKPOINT_S; every 10 s or more by default), so that the kill
+    finds the first trial's end saved."""
     root = tmp_path_factory.mktemp("sweep")
-    t0 = time.monotonic()
-    r = _tune(*SMOKE, root=root, timeout=900, relative=True)
+    env = {**_env(), "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+    cmd, cwd = _command(SMOKE, root, relative=True)
+    log = open(root.parent / f"{root.name}-first.log", "w")
+    first = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            if _child_statuses(root) == {"00000": "FINISHED", "00001": "RUNNING"}:
+                break
+            time.sleep(0.5)
+        assert first.poll() is None, Path(log.name).read_text()[-3000:]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    client, runs = _runs(root)
+    second = next(x for x in runs if x.info.run_name.startswith("00001"))
+    assert not client.get_metric_history(second.info.run_id, "knn/r2"), "killed after its first epoch's result"
+    r = _tune(*SMOKE, root=root, timeout=900, relative=True, env=env)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return root, r, time.monotonic() - t0
+    return root, r
 
 
 @pytest.mark.slow
-def test_asha_stops_the_trial_that_is_worse_at_its_first_rung(smoke):
-    root, r, _ = smoke
+def test_a_killed_asha_sweep_resumes_keeping_its_finished_trial_and_its_rungs(smoke):
+    """Without the first trial's rung restored, the second trial would be alone at it and run on to the end."""
+    root, r = smoke
     client, runs = _runs(root)
     children = sorted((c for c in runs if c.data.tags.get("mlflow.parentRunId")), key=lambda c: c.info.run_name)
     assert [c.info.run_name for c in children] == ["00000 temperature=0.2", "00001 temperature=10"]
@@ -498,12 +532,16 @@ def test_asha_stops_the_trial_that_is_worse_at_its_first_rung(smoke):
     assert second.data.tags["stopped_early"] == "stopped at epoch 1/2 by ASHA"
     out = r.stdout
     assert "[tune] trial 00001 stopped early by the scheduler after epoch 1/2" in out
-    assert "[tune] trial 00000 done: probe_pretrained_mse=" in out
+    assert "resuming sweep sweep-smoke-" in out and "restoring the Tune experiment" in out
+    assert "trial 00000 started" not in out and "[tune] trial 00001 started" in out  # kept; run again
+    log1 = next((root / "runs" / "sweep").glob("sweep-smoke-*/*_00001.log")).read_text()
+    assert "resuming run" in log1  # into its MLflow run, which the kill left RUNNING
+    assert len(client.get_metric_history(second.info.run_id, "knn/r2")) == 1
 
 
 @pytest.mark.slow
 def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
-    root, r, _ = smoke
+    root, r = smoke
     client, runs = _runs(root)
     parents = [p for p in runs if "mlflow.parentRunId" not in p.data.tags]
     assert len(parents) == 1 and len(runs) == 3
@@ -543,7 +581,7 @@ def test_the_sweep_is_one_mlflow_parent_with_a_child_per_trial(smoke):
 
 @pytest.mark.slow
 def test_a_finished_sweep_rerun_prints_its_results_and_logs_nothing(smoke):
-    root, _, _ = smoke
+    root, _ = smoke
     _, before = _runs(root)
     r = _tune(*SMOKE, root=root, relative=True, record=root.parent / f"{root.name}.imports")
     assert r.returncode == 0, r.stderr
@@ -551,72 +589,6 @@ def test_a_finished_sweep_rerun_prints_its_results_and_logs_nothing(smoke):
     _, after = _runs(root)
     assert [x.info.run_id for x in after] == [x.info.run_id for x in before]
     assert "ray" not in heavy_imports(root.parent / f"{root.name}.imports")  # no cluster started (a time bound flakes)
-
-
-def _child_statuses(root: Path) -> dict:
-    # not before a trial has started: the driver made and migrated the store by then, and opening a store that is
-    # still being made would run MLflow's migration a second time, from here, racing the driver's
-    if not list((root / "runs" / "sweep").glob("*/*.log")):
-        return {}
-    try:
-        _, runs = _runs(root)
-    except Exception:  # noqa: BLE001  the store is being created
-        return {}
-    return {r.info.run_name.split()[0]: r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags}
-
-
-@pytest.mark.slow
-def test_a_seeded_sweep_whose_driver_is_killed_resumes_keeping_finished_trials(tmp_path):
-    """Its two trials are one configuration under sweep.seeds=2 (seeds 0 and 1): after the resume, the report
-    gives that configuration's mean over both seeds."""
-    one = "sweep.space={method.temperature: {grid: [0.2], log: true}}"
-    args = ["+sweep=smoke", "sweep.max_concurrent_trials=1", "train.epochs=2", one, "sweep.seeds=2"]
-    cmd = [sys.executable, str(ROOT / "jobs" / "tune.py"), *args, f"paths.root={tmp_path}"]
-    log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-    )
-    deadline = time.monotonic() + 600
-    try:  # kill the driver (and its local Ray) once trial 0 finished and trial 1 checkpointed its first epoch
-        while time.monotonic() < deadline and first.poll() is None:
-            statuses = _child_statuses(tmp_path)
-            checkpoints = list((tmp_path / "runs" / "ray").glob("sweep-smoke-*_00001/checkpoint_*"))
-            if statuses.get("00000") == "FINISHED" and checkpoints:
-                break
-            time.sleep(0.5)
-        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-    assert _child_statuses(tmp_path) == {"00000": "FINISHED", "00001": "RUNNING"}
-
-    r = _tune(*args, root=tmp_path, timeout=900)
-    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    assert "resuming sweep sweep-smoke-" in r.stdout and "restoring the Tune experiment" in r.stdout
-    assert "trial 00000 started" not in r.stdout  # kept, not run again
-    client, runs = _runs(tmp_path)
-    assert len(runs) == 3 and all(x.info.status == "FINISHED" for x in runs)
-    trial1 = next(x for x in runs if x.info.run_name.startswith("00001"))
-    # its Train run went on from the checkpoint of its first epoch
-    log1 = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*/*_00001.log")).read_text()
-    assert "resuming run" in log1
-    assert [m.step for m in client.get_metric_history(trial1.info.run_id, "knn/r2")] == sorted(
-        {m.step for m in client.get_metric_history(trial1.info.run_id, "knn/r2")}
-    )
-    assert len(client.get_metric_history(trial1.info.run_id, "knn/r2")) == 2
-    assert not math.isnan(trial1.data.metrics["probe/pretrained_mse"])
-    # the seeded report: one configuration, its mean over the two seeds with their interval, as best
-    trials = sorted((x for x in runs if "mlflow.parentRunId" in x.data.tags), key=lambda x: x.info.run_name)
-    assert [x.data.params["seed"] for x in trials] == ["0", "1"]
-    values = [x.data.metrics["probe/pretrained_mse"] for x in trials]
-    parent = next(x for x in runs if "mlflow.parentRunId" not in x.data.tags)
-    assert parent.data.metrics["sweep/best_probe_pretrained_mse"] == pytest.approx(np.mean(values))
-    table = next((tmp_path / "runs" / "sweep").glob("sweep-smoke-*.md")).read_text()
-    row = next(ln for ln in table.split("Each configuration over seeds 0-1:")[1].splitlines() if ln.startswith("| 0.2"))
-    assert f"| {np.mean(values):.4g} [" in row and "| 2 | best |" in row
-    assert "probe_pretrained_mse mean" in r.stdout and "over seeds [0, 1]" in r.stdout
 
 
 def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypatch):
