@@ -101,22 +101,31 @@ def workers_know(address: str) -> dict[str, Any]:
     return {"runtime_env": {"env_vars": {"RAY_ADDRESS": f"{host}:{port}"}}}
 
 
-def unreachable(address: str, timeout: float = 5.0) -> str | None:
-    """Why nothing takes a TCP connection at a `host:port` or `ray://host:port` address (refused, timed out, an
-    unknown host), else None; None too for an address Ray resolves itself (auto). Ray retries a GCS that is not there
-    for minutes, printing a warning a second: a cluster that has gone (a stale RAY_ADDRESS after `make cluster-stop`)
-    is one line in seconds instead."""
-    import socket
+REFUSED_WAIT_S = 15.0  # a head still starting (a pod before its head's, a GCS restarting) refuses for a few seconds
 
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not host or not port.isdigit() or "/" in hostport:
+
+def unreachable(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing takes a TCP connection at a `host:port` GCS address (refused for REFUSED_WAIT_S, timed out, an
+    unknown host), else None; None too for the addresses Ray resolves or reaches otherwise (auto, `ray://` through
+    a client proxy, a dashboard's http://). Ray retries a GCS that is not there for minutes, printing a warning a
+    second: a cluster that has gone (a stale RAY_ADDRESS after `make cluster-stop`) is one line in seconds instead."""
+    import socket
+    import time
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in address:
         return None
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return None
-    except OSError as e:  # ConnectionRefusedError, TimeoutError, socket.gaierror
-        return e.strerror or str(e) or type(e).__name__
+    deadline = time.monotonic() + REFUSED_WAIT_S
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return None
+        except ConnectionRefusedError as e:
+            if time.monotonic() >= deadline:
+                return e.strerror or "Connection refused"
+            time.sleep(0.5)
+        except OSError as e:  # TimeoutError, socket.gaierror
+            return e.strerror or str(e) or type(e).__name__
 
 
 def _job_sets(var: str) -> bool:

@@ -2,6 +2,7 @@
 tests/test_job_submit.py's (a job submitted to `make cluster`'s head while another Ray runs on the machine)."""
 
 import socket
+import threading
 import time
 
 import pytest
@@ -99,14 +100,15 @@ def _closed_port() -> int:
 
 @pytest.mark.parametrize("key", ["trainer.address", "RAY_ADDRESS"])
 def test_a_cluster_that_has_gone_is_one_line_in_seconds_without_ray(monkeypatch, key):
-    """A stale RAY_ADDRESS (a head stopped since) or a wrong port: a TCP connect says so at once, where ray.init
-    retries the GCS for minutes, printing a warning a second."""
+    """A stale RAY_ADDRESS (a head stopped since) or a wrong port: a TCP connect refused past the wait says so,
+    where ray.init retries the GCS for minutes, printing a warning a second."""
     from pipeline.config import ConfigError
 
     def joined(**kw):
         raise AssertionError("ray.init was called")
 
     address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setattr(pipeline.cluster, "REFUSED_WAIT_S", 1.0)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", joined)
     if key == "RAY_ADDRESS":
@@ -118,12 +120,38 @@ def test_a_cluster_that_has_gone_is_one_line_in_seconds_without_ray(monkeypatch,
     assert time.monotonic() - t0 < 10
 
 
-def test_an_address_something_listens_on_is_reachable_in_either_form():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
+@pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "[::1]")])
+def test_an_address_something_listens_on_is_reachable(family, host):
+    with socket.socket(family) as server:
+        try:
+            server.bind((host.strip("[]"), 0))
+        except OSError as e:
+            pytest.skip(f"no {host} here: {e}")
         server.listen()
-        port = server.getsockname()[1]
-        assert unreachable(f"127.0.0.1:{port}") is None and unreachable(f"ray://127.0.0.1:{port}") is None
-    assert unreachable(f"ray://127.0.0.1:{_closed_port()}") == "Connection refused"
-    assert unreachable("no-such-host.invalid:6379")  # the resolver's reason
-    assert unreachable("auto") is None and unreachable("http://127.0.0.1:8265") is None  # Ray's to resolve
+        assert unreachable(f"{host}:{server.getsockname()[1]}") is None
+
+
+def test_a_head_that_starts_listening_within_the_wait_is_reachable(monkeypatch):
+    """A head still starting refuses for a moment: the check waits it out (up to REFUSED_WAIT_S)."""
+    monkeypatch.setattr(pipeline.cluster, "REFUSED_WAIT_S", 20.0)
+    port = _closed_port()
+    server = socket.socket()
+
+    def listen_later():
+        time.sleep(1.5)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    later = threading.Thread(target=listen_later)
+    later.start()
+    try:
+        assert unreachable(f"127.0.0.1:{port}") is None
+    finally:
+        later.join()
+        server.close()
+
+
+def test_addresses_ray_resolves_or_reaches_otherwise_are_not_checked():
+    assert unreachable("no-such-host.invalid:6379")  # the resolver's reason, at once
+    for address in ("auto", "http://127.0.0.1:8265", f"ray://127.0.0.1:{_closed_port()}"):
+        assert unreachable(address) is None, address  # Ray's to resolve; a client may go through a proxy

@@ -72,9 +72,10 @@ def test_compiled_split_bn_gives_the_eager_output_gradients_and_running_statisti
         bn = net[1]
         runs.append([out, xi.grad, net[0].weight.grad, bn.running_mean, bn.running_var, bn.num_batches_tracked])
     # Inductor's fused kernels sum in another order than eager's, and the order depends on the CPU's vector width:
-    # CI's CPU put the conv weight's gradient 1.1e-5 off (rel 4e-5). A broken split BN is off by O(1).
-    for eager, compiled in zip(*runs):
-        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+    # CI's CPU put the conv weight's gradient 1.1e-5 off (rel 4e-5); a broken split BN puts the output and gradients
+    # 0.1 to 10 off. The running statistics keep float32's default: whole-batch statistics move running_var by 6e-6.
+    for i, (eager, compiled) in enumerate(zip(*runs)):
+        torch.testing.assert_close(compiled, eager, **({"rtol": 1e-4, "atol": 1e-4} if i < 3 else {}))
     assert int(runs[1][-1]) == 1 and not torch.equal(runs[1][3], torch.zeros(4))  # the statistics did move
 
 

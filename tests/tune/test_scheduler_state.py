@@ -32,7 +32,21 @@ def test_a_restored_asha_stops_the_trial_its_saved_rung_would_have_stopped():
     assert _judged(_asha(), "00001", 0.1) == TrialScheduler.CONTINUE  # what a restore without it decided
 
 
-def test_the_tuners_pickle_keeps_the_callback_on_the_scheduler_tune_runs():
+def test_a_restored_tuner_hands_the_callback_the_scheduler_tune_runs(tmp_path):
+    """Tuner.restore rebuilds both from the one pickle Tune wrote when the sweep began (no Ray needed): a Ray that
+    copied the scheduler apart would leave the callback restoring a scheduler nobody runs. Tune's private
+    attributes, read here only to pin that."""
+    from ray import tune
+
+    def trainable(config):
+        pass
+
     scheduler = _asha()
-    tuner = pickle.loads(pickle.dumps({"tune_config": scheduler, "callbacks": [SchedulerState(scheduler)]}))
-    assert tuner["callbacks"][0].scheduler is tuner["tune_config"]
+    tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(scheduler=scheduler),
+        run_config=tune.RunConfig(name="sweep", storage_path=str(tmp_path), callbacks=[SchedulerState(scheduler)]),
+    )
+    restored = tune.Tuner.restore(str(tmp_path / "sweep"), trainable)._local_tuner
+    callback = next(c for c in restored._run_config.callbacks if isinstance(c, SchedulerState))
+    assert callback.scheduler is restored._tune_config.scheduler and callback.scheduler is not scheduler

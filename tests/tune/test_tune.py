@@ -481,32 +481,48 @@ def _child_statuses(root: Path) -> dict:
     return {r.info.run_name.split()[0]: r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags}
 
 
+def _tune_saved_finished(root: Path, trial: str) -> bool:
+    """Whether Tune's newest saved experiment state (synced to trainer.storage) has the trial TERMINATED: what a
+    restore keeps. Tune's own file, read here only to time the kill: MLflow says FINISHED a moment before Tune
+    marks the trial and saves it."""
+    import json
+
+    states = sorted((root / "runs" / "ray").glob("sweep-smoke-*/experiment_state-*.json"))
+    try:
+        trials = [json.loads(t[0]) for t in json.loads(states[-1].read_text())["trial_data"]] if states else []
+    except (ValueError, KeyError, IndexError, OSError):  # being written
+        return False
+    return any(t["trial_id"].endswith(f"_{trial}") and t["status"] == "TERMINATED" for t in trials)
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """One smoke sweep for the end-to-end checks below: two two-epoch trials, one at a time, ASHA on kNN R². Its
-    driver (and its local Ray) is SIGKILLed once the first trial has finished and the second has started, and the
-    same command then resumes it: the first trial is kept, the second starts again and is judged against the first
-    trial's rung as saved with the experiment. Run as the README shows it, from the project's folder with no
-    paths.root: its store lands in <project>/runs, so the test works on a copy of the project. Tune saves the
-    experiment once a second here (TUNE_GLOBAL_CHECKPOINT_S; every 10 s or more by default), so that the kill
-    finds the first trial's end saved."""
+    driver (and its local Ray) is SIGKILLed once the first trial has finished (in MLflow and in Tune's saved state)
+    and the second has started, and the same command then resumes it: the first trial is kept, the second starts
+    again and is judged against the first trial's rung as saved with the experiment. Run as the README shows it,
+    from the project's folder with no paths.root: its store lands in <project>/runs, so the test works on a copy of
+    the project. Tune saves the experiment once a second here (TUNE_GLOBAL_CHECKPOINT_S; every 10 s or more by
+    default), so that the second trial has not reached its first rung by then."""
     root = tmp_path_factory.mktemp("sweep")
     env = {**_env(), "TUNE_GLOBAL_CHECKPOINT_S": "1"}
     cmd, cwd = _command(SMOKE, root, relative=True)
-    log = open(root.parent / f"{root.name}-first.log", "w")
-    first = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    deadline = time.monotonic() + 600
+    first_log = root.parent / f"{root.name}-first.log"
+    with first_log.open("w") as log:
+        first = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline, ready = time.monotonic() + 600, False
     try:
-        while time.monotonic() < deadline and first.poll() is None:
-            if _child_statuses(root) == {"00000": "FINISHED", "00001": "RUNNING"}:
-                break
+        while time.monotonic() < deadline and first.poll() is None and not ready:
+            ready = _child_statuses(root) == {"00000": "FINISHED", "00001": "RUNNING"}
+            ready = ready and _tune_saved_finished(root, "00000")
             time.sleep(0.5)
-        assert first.poll() is None, Path(log.name).read_text()[-3000:]
+        assert ready and first.poll() is None, first_log.read_text()[-3000:]
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
+    assert "[tune] trial 00000 done: probe_pretrained_mse=" in first_log.read_text()
     client, runs = _runs(root)
     second = next(x for x in runs if x.info.run_name.startswith("00001"))
     assert not client.get_metric_history(second.info.run_id, "knn/r2"), "killed after its first epoch's result"
