@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from pipeline.config import compose_config
+from pipeline.reproduce.ladder import budget_extra, budget_scale
 from pipeline.reproduce.runs import applicable
 from pipeline.reproduce.suites import SUITES
 from pipeline.train.prepare import run_name
@@ -28,10 +29,14 @@ def test_every_ledger_entry_is_found_under_its_current_name():
         entry = json.loads(path.read_text())
         pinned = list(entry["overrides"])
         arm = tuple(o for o in pinned if not o.startswith("seed="))
-        label = entry["label"].split(", seed ")[0]
+        label, budget = entry["label"].split(", seed ")[0], []
+        if (label, arm) not in suites_of:  # a ladder's run: "<arm>, <the budget's overrides>, seed <s>"
+            label, _, said = label.rpartition(", ")
+            budget = said.split(" ")
         suite = suites_of[(label, arm)]
-        extra = list(defaults["extra"].get(suite) or [])
-        name = run_name(compose_config([*pinned, *scale, *applicable(pinned, scale, extra)]))
+        extra = budget_extra(defaults["extra"].get(suite) or [], budget)
+        at = budget_scale(scale, budget)
+        name = run_name(compose_config([*pinned, *at, *applicable(pinned, at, extra)]))
         if name != path.stem or entry["run_name"] != name:
             lost.append(f"{path.stem} ({entry['label']}) is now {name}")
     assert not lost, lost
