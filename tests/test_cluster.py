@@ -10,6 +10,7 @@ import ray.data
 import ray.util
 
 import pipeline.cluster
+from helpers import free_port
 from pipeline.cluster import init_ray, unreachable
 
 # Ray Data's context, made on first use, names its own deprecated settings
@@ -91,13 +92,6 @@ def test_a_cluster_that_is_not_there_is_one_config_error_line(monkeypatch):
     )
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("key", ["trainer.address", "RAY_ADDRESS"])
 def test_a_cluster_that_has_gone_is_one_line_in_seconds_without_ray(monkeypatch, key):
     """A stale RAY_ADDRESS (a head stopped since) or a wrong port: a TCP connect refused past the wait says so,
@@ -107,7 +101,7 @@ def test_a_cluster_that_has_gone_is_one_line_in_seconds_without_ray(monkeypatch,
     def joined(**kw):
         raise AssertionError("ray.init was called")
 
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     monkeypatch.setattr(pipeline.cluster, "REFUSED_WAIT_S", 1.0)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", joined)
@@ -134,7 +128,7 @@ def test_an_address_something_listens_on_is_reachable(family, host):
 def test_a_head_that_starts_listening_within_the_wait_is_reachable(monkeypatch):
     """A head still starting refuses for a moment: the check waits it out (up to REFUSED_WAIT_S)."""
     monkeypatch.setattr(pipeline.cluster, "REFUSED_WAIT_S", 20.0)
-    port = _closed_port()
+    port = free_port()
     server = socket.socket()
 
     def listen_later():
@@ -153,5 +147,5 @@ def test_a_head_that_starts_listening_within_the_wait_is_reachable(monkeypatch):
 
 def test_addresses_ray_resolves_or_reaches_otherwise_are_not_checked():
     assert unreachable("no-such-host.invalid:6379")  # the resolver's reason, at once
-    for address in ("auto", "http://127.0.0.1:8265", f"ray://127.0.0.1:{_closed_port()}"):
+    for address in ("auto", "http://127.0.0.1:8265", f"ray://127.0.0.1:{free_port()}"):
         assert unreachable(address) is None, address  # Ray's to resolve; a client may go through a proxy
