@@ -17,6 +17,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pipeline.cores import cores
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
@@ -50,6 +52,10 @@ class JobError(Exception):
 def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> dict:
     """Compose conf/<config_name>.yaml with overrides into a plain, fully resolved dict."""
     overrides = list(overrides or [])
+    try:
+        cores()  # the environment's AUGSSL_CORES, which sizes the jobs' threads: a bad one stops every job here
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for o in overrides:
         if "=" not in o or o.startswith("="):
             raise ConfigError(f"malformed override {o!r}: expected key=value")

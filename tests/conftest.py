@@ -14,11 +14,15 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test`'s two workers on two cores: torch's default of a thread per core puts four busy threads on two
     # cores whenever both run torch, and OpenMP's spinning threads then slow each other down (a ResNet-50 fine-tune
-    # took 10 s in one run of the suite and 82 s in the next). One each keeps both cores busy without that. Only
-    # this process: the jobs the tests start set their own threads.
+    # took 10 s in one run of the suite and 82 s in the next). One each keeps both cores busy without that.
     import torch
 
     torch.set_num_threads(1)
+    # and the jobs the tests start: each worker's share of the cores (pipeline/cores.py), which sizes the threads
+    # a job leaves to the machine. At a thread per core, a 1-worker job beside the other pytest worker's busy
+    # process trained 20 times slower for 4 times the CPU (OpenMP's threads spinning for a descheduled peer)
+    share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("AUGSSL_CORES", str(max(1, share)))
 
 # A folder whose tests share a package-scoped fixture (tests/infra: one multi-node cluster) is one unit of work, so
 # that one worker starts it; every other file is a unit of its own (what --dist loadfile does).

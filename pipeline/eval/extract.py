@@ -30,6 +30,7 @@ from pipeline.augment.torch_exec import decode_rgb
 from pipeline.augment.view_makers import class_labels
 from pipeline.cluster import alive_nodes, cluster_summary, describe, workers_that_fit
 from pipeline.config import ConfigError
+from pipeline.cores import cores
 from pipeline.data.formats import IMAGE_EXTS
 from pipeline.data.manifest import read_manifest
 from pipeline.data.reader import train_dataset
@@ -206,7 +207,7 @@ def extract_split(
     total = int(manifest["num_samples"])
     actors, bundle = actor_plan(actors, resources)
     gpus = bool(bundle.get("GPU"))
-    threads = None if gpus else max(1, (os.cpu_count() or 1) // actors)
+    threads = None if gpus else max(1, cores() // actors)
     if not ray.data.DataContext.get_current().enable_progress_bars:  # quiet (init_ray): its plan and timing lines
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # also its "progress bars disabled" notice
     state_ref = ray.put(backbone_state)
@@ -260,7 +261,7 @@ def actor_plan(actors: int | None, resources: dict[str, float] | None) -> tuple[
     gpus = int(ray.cluster_resources().get("GPU", 0))
     cpus = int(ray.cluster_resources().get("CPU", 1))
     actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 4))
-    threads = max(1, (os.cpu_count() or 1) // actors)
+    threads = max(1, cores() // actors)
     bundle = {"CPU": 0.0, "GPU": 1.0} if gpus else {"CPU": float(max(1, min(cpus // actors, threads)))}
     bundle.update({k: float(v) for k, v in (resources or {}).items()})
     return actors, bundle

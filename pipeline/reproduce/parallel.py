@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from pathlib import Path
 
 import ray.data
@@ -19,6 +18,7 @@ import torch
 
 from pipeline.cluster import init_ray
 from pipeline.config import ConfigError, compose_config, fail
+from pipeline.cores import cores
 from pipeline.reproduce import ledger
 from pipeline.reproduce.downstream import run_downstream
 from pipeline.reproduce.runs import applicable, finished_run, run_one
@@ -69,7 +69,7 @@ def train_all(
     cfg = first
     init_ray(cfg["trainer"], bool(cfg.get("verbose")), trials=concurrent)
     workers = cfg["trainer"]["num_workers"]
-    threads = max(1, (os.cpu_count() or 1) // (min(concurrent, len(todo)) * workers))
+    threads = max(1, cores() // (min(concurrent, len(todo)) * workers))
     logs = Path(cfg["paths"]["runs"]) / "reproductions"
     name = "reproductions-" + hashlib.sha1(repr(todo).encode()).hexdigest()[:10]
     _log(f"{len(todo)} run(s) to train, {concurrent} at a time as Ray Tune trials ({name}); their logs in {logs}")

@@ -23,6 +23,7 @@ from ray.experimental.tqdm_ray import tqdm
 from pipeline import checkpoint, dist
 from pipeline.augment.view_makers import build_view_maker, eval_settings
 from pipeline.build import build_method
+from pipeline.cores import cores
 from pipeline.data.reader import load_split
 from pipeline.eval.features import eval_preprocess, extract
 from pipeline.eval.knn import knn_metrics
@@ -254,7 +255,7 @@ def train_loop_per_worker(config: dict) -> None:
 
 def _set_up_worker(spec: PretrainSpec, ctx) -> torch.device:
     """Threads, the initialisation seed (identical on every rank), cuDNN and the node layout MoCo reads."""
-    threads = spec.trainer.torch_threads or (os.cpu_count() or 1) // ctx.get_local_world_size()
+    threads = spec.trainer.torch_threads or cores() // ctx.get_local_world_size()
     torch.set_num_threads(max(1, threads))
     torch.manual_seed(spec.seed)
     device = ray.train.torch.get_device()

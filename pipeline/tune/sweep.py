@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 from pipeline import mlflow_ui, tracking
 from pipeline.cluster import cluster_address, init_ray, quiet_logs
 from pipeline.config import to_yaml
+from pipeline.cores import cores
 from pipeline.fields import Checked
 from pipeline.plan import RunPlan
 from pipeline.sections import Config
@@ -89,7 +90,7 @@ def _threads(spec: SweepSpec, dims: list[Dim]) -> int:
     trials run at once than the sweep has: a one-trial sweep's workers get every core, as pretrain's do)."""
     s = spec.sweep
     concurrent = min(s.max_concurrent_trials, num_trials(dims, s.num_samples))
-    return max(1, (os.cpu_count() or 1) // (concurrent * spec.trainer["num_workers"]))
+    return max(1, cores() // (concurrent * spec.trainer["num_workers"]))
 
 
 def _run(spec: SweepSpec, argv: list[str], dims: list[Dim], plan: RunPlan, run_id: str) -> dict:

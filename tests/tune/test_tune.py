@@ -616,7 +616,7 @@ def test_threads_share_the_cores_among_the_trials_that_can_run_at_once(monkeypat
     from pipeline.tune.settings import SweepSpec
     from pipeline.tune.space import Dim
 
-    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("AUGSSL_CORES", "8")  # the cores a machine lends (pipeline/cores.py)
     cfg, _ = compose_sweep(["+sweep=smoke", "sweep.max_concurrent_trials=2", "trainer.num_workers=2"])
     spec = SweepSpec.of(Checked.of(SweepConfig, cfg))
     assert spec.trainer["num_workers"] == 2 and spec.sweep.max_concurrent_trials == 2
