@@ -20,3 +20,12 @@ def cores() -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{VARIABLE}={value}: expected an integer >= 1 (the cores this machine lends the jobs)")
     return int(value)
+
+
+def limit_torch_threads(processes: int = 1) -> None:
+    """Where AUGSSL_CORES is set, this process's torch threads: its share of those cores among `processes` on the
+    node. Unset, torch's own default (a thread per physical core) stands."""
+    if os.environ.get(VARIABLE, "").strip():
+        import torch
+
+        torch.set_num_threads(max(1, cores() // processes))

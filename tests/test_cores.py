@@ -46,3 +46,25 @@ def test_a_job_with_a_bad_value_says_so_in_one_line_and_makes_nothing(tmp_path):
         "error: AUGSSL_CORES=all: expected an integer >= 1 (the cores this machine lends the jobs)"
     ], r.stderr[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_process_takes_its_share_of_the_lent_cores_and_torchs_default_where_none_are_lent(monkeypatch):
+    import torch
+
+    from pipeline.cores import limit_torch_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.delenv("AUGSSL_CORES", raising=False)
+        limit_torch_threads()
+        assert torch.get_num_threads() == 2  # unset: left as it was
+        monkeypatch.setenv("AUGSSL_CORES", "3")
+        limit_torch_threads()
+        assert torch.get_num_threads() == 3
+        limit_torch_threads(processes=2)
+        assert torch.get_num_threads() == 1  # 3 cores over 2 processes, never below one thread
+        limit_torch_threads(processes=8)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -13,6 +13,7 @@ import re
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from detectron2.data import DatasetCatalog
 from detectron2.data.datasets import register_coco_instances
@@ -23,6 +24,7 @@ from detectron2.utils.logger import setup_logger
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from pipeline.cores import cores
 from pipeline.detect import d2_backbone  # noqa: F401  (registers the project's backbones)
 from pipeline.detect.d2_config import model_config
 from pipeline.detect.diverged import Diverged
@@ -197,6 +199,8 @@ def _train_and_test(
     main = comm.is_main_process()
     if not verbose and comm.get_world_size() > 1:  # a spawned process: the job's warning filters are not inherited
         quiet_torch_notices()
+    if device == "cpu":  # a thread per core in each of the processes would put workers x cores threads on them
+        torch.set_num_threads(max(1, cores() // comm.get_world_size()))
     if device == "cpu" and comm.get_world_size() > 1:
         # DefaultTrainer wraps the model in DDP with the local rank as a CUDA device id, which DDP refuses for a CPU
         # model; device_ids=None is DDP's CPU form. Patched in this spawned training process only.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from pipeline.config import ConfigError, JobError, cli, compose_config, fail
+from pipeline.cores import limit_torch_threads
 from pipeline.fields import Checked, Section
 from pipeline.store import Store
 
@@ -99,7 +100,9 @@ class Evaluation(Generic[T]):
         """The job's command line: --help, then compose, type and run, bad input as one `error:` line."""
         cfg = self.cli(argv, description)
         try:
-            self.run(self.job(cfg))
+            job = self.job(cfg)
+            limit_torch_threads()  # on a shared machine (AUGSSL_CORES), once the config is known good
+            self.run(job)
         except JobError as e:
             fail(str(e))
         return 0

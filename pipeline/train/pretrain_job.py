@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from pipeline.config import ConfigError, cli, fail
+from pipeline.cores import limit_torch_threads
 from pipeline.disk_space import DiskFull
 from pipeline.train.prepare import resolve
 from pipeline.train.run_lock import RunBusy
@@ -18,6 +19,7 @@ def main(argv: list[str], description: str = "") -> int:
         # heavy (Ray Train, MLflow, torch): loaded once the config has passed its checks
         from pipeline.train.launch import pretrain
 
+        limit_torch_threads()  # the driver's own torch (the probe, the logged model) on a shared machine
         pretrain(cfg, plan)
     except (ConfigError, RunBusy) as e:
         fail(str(e))
