@@ -26,8 +26,10 @@ def main(argv: list[str]) -> int:
     try:
         suite = check(cfg)
         # heavy (MLflow, the evaluations' runs): loaded once the suite has passed its checks
+        from pipeline.cores import limit_torch_threads
         from pipeline.eval.suite_run import run
 
+        limit_torch_threads()  # its steps run in this process: on a shared machine, its share of the cores
         run(suite)
     except SuiteError as e:
         fail(str(e))

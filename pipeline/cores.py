@@ -17,7 +17,7 @@ def cores() -> int:
     value = os.environ.get(VARIABLE, "").strip()
     if not value:
         return os.cpu_count() or 1
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise ValueError(f"{VARIABLE}={value}: expected an integer >= 1 (the cores this machine lends the jobs)")
     return int(value)
 

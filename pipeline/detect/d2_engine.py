@@ -200,7 +200,7 @@ def _train_and_test(
     if not verbose and comm.get_world_size() > 1:  # a spawned process: the job's warning filters are not inherited
         quiet_torch_notices()
     if device == "cpu":  # a thread per core in each of the processes would put workers x cores threads on them
-        torch.set_num_threads(max(1, cores() // comm.get_world_size()))
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), cores() // comm.get_world_size())))
     if device == "cpu" and comm.get_world_size() > 1:
         # DefaultTrainer wraps the model in DDP with the local rank as a CUDA device id, which DDP refuses for a CPU
         # model; device_ids=None is DDP's CPU form. Patched in this spawned training process only.

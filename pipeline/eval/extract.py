@@ -260,7 +260,7 @@ def actor_plan(actors: int | None, resources: dict[str, float] | None) -> tuple[
 
     gpus = int(ray.cluster_resources().get("GPU", 0))
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    actors = actors or max(1, gpus or min(4, (os.cpu_count() or 2) // 4))
+    actors = actors or max(1, gpus or min(4, cores() // 4))
     threads = max(1, cores() // actors)
     bundle = {"CPU": 0.0, "GPU": 1.0} if gpus else {"CPU": float(max(1, min(cpus // actors, threads)))}
     bundle.update({k: float(v) for k, v in (resources or {}).items()})

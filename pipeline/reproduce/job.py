@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from pipeline.config import ConfigError, cli, fail
+from pipeline.cores import limit_torch_threads
 from pipeline.reproduce import ledger
 from pipeline.reproduce.claim_specs import all_claims, load_claims
 from pipeline.reproduce.downstream import run_downstream
@@ -50,6 +51,7 @@ def main(argv: list[str], description: str = "") -> int:
         fail(f"seeds={seeds} with ledger=false: the seeded claims are judged on the runs the ledger records")
     primary, ladder = _planned(cfg["primary_seeds"], cfg["ladder"], cfg["claims_dir"], list(cfg["suites"]), seeds)
     scale, results = list(cfg["scale"]), {}
+    limit_torch_threads()  # concurrent=1 trains, probes and evaluates in this process
     # absolute: a Tune trial records its run from a working folder of Tune's
     kept = ledger.folder_for(Path(cfg["out"]).absolute()) if cfg["ledger"] else None
     plans = {
