@@ -90,9 +90,25 @@ def check_tracking(store: Store) -> None:
 
 
 def sqlite_problem(path: Path) -> str | None:
-    """Why an existing file is no usable SQLite database, or None. Opened read-only: nothing is created."""
+    """Why an existing file is no usable SQLite database, or None. Opened read-only: nothing is created. A writer
+    killed mid-transaction (a job stopped while it logged) leaves a hot journal, which a read-only connection may not
+    roll back; the database is then opened read-write, as the job's own first connection would, and rolled back to
+    its last commit (which loses nothing committed) before it is checked."""
+    problem = _check_sqlite(path, "ro")
+    if problem == _HOT_JOURNAL:
+        if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            return f"{_HOT_JOURNAL}: a killed writer's unfinished transaction, which this user cannot roll back"
+        problem = _check_sqlite(path, "rw")
+    return problem
+
+
+_HOT_JOURNAL = "attempt to write a readonly database"
+
+
+def _check_sqlite(path: Path, mode: str) -> str | None:
+    """`mode` "ro" or "rw": open the existing file that way (never "rwc": nothing is created) and check it."""
     try:
-        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=5)
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode={mode}", uri=True, timeout=5)
     except sqlite3.Error as e:
         return str(e)
     try:

@@ -228,6 +228,44 @@ def test_sqlite_store_check_reads_and_never_creates(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "good.db"]
 
 
+_KILLED_WRITER = """
+import os, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("CREATE TABLE t (x)")
+con.executemany("INSERT INTO t VALUES (?)", [("a" * 100,)] * 3000)
+con.execute("PRAGMA cache_size=2")  # the update spills to the file: its journal is hot
+con.execute("BEGIN IMMEDIATE")
+con.execute("UPDATE t SET x = 'b' || x")
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_is_healthy(tmp_path, monkeypatch):
+    """`ray job stop` of a job that was logging leaves a hot journal, which a read-only connection may not roll back
+    ('attempt to write a readonly database'; CI once refused the next job's sweep for it): the check rolls it back to
+    the last commit, as the job's own first connection would."""
+    import subprocess
+    import sys
+
+    from pipeline import locations
+
+    db = tmp_path / "mlflow.db"
+    subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(db)], check=False)
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as ro:  # what the read-only check alone met
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.execute("SELECT count(*) FROM t").fetchone()
+    ro.close()
+    monkeypatch.setattr(locations.os, "access", lambda *a: False)  # a store this user may not write
+    assert "cannot roll back" in locations.sqlite_problem(db)
+    monkeypatch.undo()
+    assert locations.sqlite_problem(db) is None
+    assert not (tmp_path / "mlflow.db-journal").exists()
+    with sqlite3.connect(db) as con:  # the committed rows, not the killed update
+        assert con.execute("SELECT count(*), min(x) FROM t").fetchone() == (3000, "a" * 100)
+    con.close()
+
+
 def test_empty_dataset_is_refused(tmp_path):
     from pipeline.data.shards import write_split
 
