@@ -267,10 +267,11 @@ def ladder_section(ladder: Ladder, rs: Sequence[Rung], scale: Sequence[str], rep
         f"Scale ladder of `{c.id}` ({c.variant} vs {c.baseline}, {c.metric}{', log ratio' if log else ''}): both "
         f"arms at each budget (its overrides on top of the scale `{' '.join(scale)}`), seeds 0..{ladder.seeds - 1}, "
         "no downstream steps. Each budget is judged alone (verdict_table.judge_claim, without the Claims table's "
-        "Holm adjustment). CPU-minutes: the runs' recorded `minutes`, each run's wall-clock time on the machine "
-        "that made it.",
+        "Holm adjustment). Compute is the optimiser steps per run (one architecture and batch size: compute is "
+        "proportional to them); the wall-clock minutes are the runs' recorded `minutes`, which depend on what else "
+        "the machine ran beside each run, so they are not the axis.",
         "",
-        "| budget | steps per run | CPU-minutes (runs; per run) | difference, variant − baseline (95 %) | verdict |",
+        "| budget | steps per run | wall-clock minutes (runs; per run) | difference, variant − baseline (95 %) | verdict |",
         "| --- | --- | --- | --- | --- |",
     ]
     for r in rs:

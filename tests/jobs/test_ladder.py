@@ -179,7 +179,7 @@ def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothin
     """The smoke suite's made-up claim at three budgets, two seeds each, all recorded; the command (seeds=2, the
     scale at 2 epochs: the middle budget's runs are the suite's own; primary_seeds=3) trains nothing, judges the
     primary claim on three seeds and writes the Ladder section:
-    a row per budget with its steps, CPU-minutes, the paired difference (log ratio) and verdict, the plot, and the
+    a row per budget with its steps, wall-clock minutes, the paired difference (log ratio) and verdict, the plot, and the
     sentence computed from them."""
     scale, out = [*_scale(tmp_path), "train.epochs=2"], tmp_path / "docs" / "reproductions.md"
     kept = ledger.folder_for(out)
