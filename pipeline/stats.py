@@ -54,6 +54,19 @@ def differences(variant: Mapping[int, float], baseline: Mapping[int, float]) -> 
     return [variant[s] - baseline[s] for s in sorted(set(variant) & set(baseline))]
 
 
+def welch_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> tuple[Interval, float]:
+    """mean(b) − mean(a) of two independent samples, with Welch's t interval and two-sided p (nan where either has
+    fewer than two values or neither any spread). Independent, not paired: for two separately trained sets of runs
+    (a ladder's budgets), where seed s of one shares nothing with seed s of the other after the first step."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    mean = float(y.mean() - x.mean()) if len(x) and len(y) else math.nan
+    if len(x) < 2 or len(y) < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return Interval(mean, math.nan, math.nan, len(x) + len(y)), math.nan
+    t = stats.ttest_ind(y, x, equal_var=False)
+    ci = t.confidence_interval(level)
+    return Interval(mean, float(ci.low), float(ci.high), len(x) + len(y)), float(t.pvalue)
+
+
 def paired_difference(variant: Mapping[int, float], baseline: Mapping[int, float], level: float = LEVEL) -> Interval:
     """The mean per-seed difference variant − baseline and its paired t interval."""
     return mean_interval(differences(variant, baseline), level)

@@ -240,7 +240,7 @@ def run_seeds(
         runs = []
         for label in labels:
             args = (
-                label,
+                f"{label}, seed {s}" if seeds > 1 else label,
                 [*overrides[label], *pinned(s, seeds)],
                 scale,
                 extra,

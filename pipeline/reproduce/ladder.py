@@ -1,7 +1,7 @@
 """A scale ladder (issue #51): one declared claim's two arms trained at a few budgets (each budget's overrides on top
 of the report's scale), at seeds 0..n-1 each, recorded in the ledger beside the report as every other run is; the
-report's `## Ladder` section: a row per budget (its steps, the CPU-minutes of its runs, the paired difference with
-its 95 % interval and the verdict, each budget judged alone by verdict_table.judge_claim), the difference plotted
+report's `## Ladder` section: a row per budget (its steps, the wall-clock minutes of its runs, the paired difference
+with its 95 % interval and the verdict, each budget judged alone by verdict_table.judge_claim), the difference plotted
 against compute, and one sentence computed from the numbers: does the gap open or close as the budget grows.
 
 Pure planning and drawing: which runs a ladder asks for, and what its section says of their results; the runs are
@@ -165,17 +165,17 @@ def rungs(
 
 def _x(rs: Sequence[Rung]) -> tuple[list[float], str]:
     """The compute axis: optimiser steps per run (one architecture and batch: compute is proportional to them), or
-    CPU-minutes per run where a rung's steps are not known. Not minutes first: they are wall-clock time on whatever
-    machine and beside whatever concurrent run made each one (the ledger's runs of one config vary 2x)."""
+    wall-clock minutes per run where a rung's steps are not known. Not minutes first: they are wall-clock time on
+    whatever machine and beside whatever concurrent run made each one (the ledger's runs of one config vary 2x)."""
     if all(r.steps for r in rs):
         return [float(r.steps or 0) for r in rs], "steps per run"
-    return [r.per_run if r.per_run > 0 else math.nan for r in rs], "CPU-minutes per run"
+    return [r.per_run if r.per_run > 0 else math.nan for r in rs], "wall-clock minutes per run"
 
 
 def trend(rs: Sequence[Rung], direction: int) -> str:
     """One sentence from the numbers: does the gap (|variant − baseline|) open or close as the budget grows: the
     least-squares slope of |difference| against log2 of the compute, the side of 0 the largest budget's difference
-    lies on, and whether the smallest and largest budgets' 95 % intervals overlap."""
+    lies on, and whether the largest budget's difference differs from the smallest's beyond the seeds' noise."""
     judged = [r for r in rs if r.row is not None]
     xs, unit = _x(judged)
     points = sorted(((x, r) for x, r in zip(xs, judged) if x > 0), key=lambda p: p[0])
@@ -191,19 +191,27 @@ def trend(rs: Sequence[Rung], direction: int) -> str:
     side = direction * b.mean
     where = "on the paper's side of 0" if side > 0 else "against the paper's direction" if side < 0 else "at 0"
     crossed = " (it changes sign)" if a.mean * b.mean < 0 else ""
-    if _interval(a) and _interval(b):
-        apart = not (a.low <= b.high and b.low <= a.high)
-        noise = (
-            "the two ends' 95 % intervals do not overlap"
-            if apart
-            else "the two ends' 95 % intervals overlap, so the change lies within the seeds' noise"
-        )
-    else:
-        noise = "an end has no interval (fewer than two seeds or no spread), so the change cannot be told from noise"
     return (
         f"The gap {word} with the budget: |difference| {fmt(abs(a.mean))} at {lo.budget} and {fmt(abs(b.mean))} at "
         f"{hi.budget}{crossed} (least-squares slope {slope:+.3g} per doubling of {unit}), {where} at the largest "
-        f"budget; {noise}."
+        f"budget; {_ends(lo, hi)}."
+    )
+
+
+def _ends(lo: Rung, hi: Rung) -> str:
+    """Whether the difference at the largest budget differs from the smallest's by more than the seeds' noise:
+    Welch's t on the two rungs' per-seed differences (separate runs: not paired by seed), one test, unadjusted."""
+    from pipeline.stats import welch_difference
+
+    d_lo, d_hi = lo.row.diffs(), hi.row.diffs()  # type: ignore[union-attr]
+    change, p = welch_difference(d_lo, d_hi)
+    if p != p:
+        return "an end has fewer than two seeds or no spread, so the change cannot be told from noise"
+    said = "beyond the seeds' noise" if p < 0.05 else "within the seeds' noise"
+    return (
+        f"the difference changes by {fmt(change.mean)} [{fmt(change.low)}, {fmt(change.high)}] from the smallest "
+        f"budget to the largest (Welch's t on the per-seed differences, {len(d_lo)} and {len(d_hi)} seeds: "
+        f"p = {p:.2g}), {said}"
     )
 
 
@@ -259,6 +267,18 @@ def ladder_png(rs: Sequence[Rung], claim: Claim, path: Path) -> Path:
     return path
 
 
+def _downstream(ladder: Ladder, scale: Sequence[str]) -> str:
+    """What the section says of its runs' downstream steps: none were trained for the ladder, but a budget equal to
+    the scale is the suites' own runs, which ran them (after the probe, the one metric the ladder reads)."""
+    own = [" ".join(b) for b in ladder.budgets if budget_scale(scale, b) == list(scale)]
+    if not own:
+        return "trained without downstream steps"
+    return (
+        f"trained without downstream steps, but for `{'`, `'.join(own)}`: the scale's own budget, whose runs are the "
+        "suite's own (with the suite's downstream steps where it ran any, after the probe the ladder reads)"
+    )
+
+
 def ladder_section(ladder: Ladder, rs: Sequence[Rung], scale: Sequence[str], report: Path) -> list[str]:
     """The report's `## Ladder` section (its plot written to img/ beside `report`)."""
     c = ladder.claim
@@ -266,12 +286,13 @@ def ladder_section(ladder: Ladder, rs: Sequence[Rung], scale: Sequence[str], rep
     lines = [
         f"Scale ladder of `{c.id}` ({c.variant} vs {c.baseline}, {c.metric}{', log ratio' if log else ''}): both "
         f"arms at each budget (its overrides on top of the scale `{' '.join(scale)}`), seeds 0..{ladder.seeds - 1}, "
-        "no downstream steps. Each budget is judged alone (verdict_table.judge_claim, without the Claims table's "
-        "Holm adjustment). Compute is the optimiser steps per run (one architecture and batch size: compute is "
+        f"{_downstream(ladder, scale)}. Each budget is judged alone (verdict_table.judge_claim, without the Claims "
+        "table's Holm adjustment). Compute is the optimiser steps per run (one architecture and batch size: compute is "
         "proportional to them); the wall-clock minutes are the runs' recorded `minutes`, which depend on what else "
         "the machine ran beside each run, so they are not the axis.",
         "",
-        "| budget | steps per run | wall-clock minutes (runs; per run) | difference, variant − baseline (95 %) | verdict |",
+        "| budget | steps per run | wall-clock minutes (runs; per run) | difference, variant − baseline (95 %) "
+        "| verdict |",
         "| --- | --- | --- | --- | --- |",
     ]
     for r in rs:

@@ -70,6 +70,7 @@ def record(folder: Path | None, run: dict, downstream: dict[str, list[str]]) -> 
         "run_name": name,
         **{k: run.get(k) for k in KEPT},
         "overrides": run["overrides"],
+        "scale": run["scale"],
         "extra": run["extra"],
         "downstream": {
             job: {"args": list(args), "results": (run.get("downstream") or {}).get(job) or {}}

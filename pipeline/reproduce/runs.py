@@ -94,7 +94,8 @@ def run_one(
         )
     out["run_name"] = cfg["run"]["name"]
     out["curves"] = Path(cfg["paths"]["runs"]) / "curves" / f"{cfg['run']['name']}.png"
-    out["label"], out["overrides"], out["extra"] = label, overrides, extra
+    # what the ledger keeps of it: `python jobs/pretrain.py <overrides> <scale> <extra>` trains it again
+    out["label"], out["overrides"], out["scale"], out["extra"] = label, overrides, list(scale), extra
     # the downstream jobs use the run's own store and folders
     out["store"] = [
         *(f"paths.{k}={v}" for k, v in cfg["paths"].items()),

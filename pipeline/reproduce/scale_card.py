@@ -23,7 +23,7 @@ class OurScale:
     steps: int
     backbone: str  # as the config builds it ("resnet18, width 16, CIFAR stem")
     params_m: float
-    cpu_minutes: float  # the suite's recorded runs, all seeds and arms, on the machine that made them
+    cpu_minutes: float  # the suite's recorded runs' minutes, all seeds and arms, on the machine that made them
 
 
 def backbone_params(model: Mapping) -> int:
@@ -88,7 +88,8 @@ def card(rows: Sequence[ClaimRow], ours: Mapping[str, OurScale], machine: str) -
             lines.append(
                 f"| ours: suite `{suite}` | {o.data} | {o.train_images:,} | {o.image_size} | {o.epochs} | "
                 f"{o.batch_size} | {o.steps:,} (the paper sees {_n(ratio)}× the images) | {o.backbone} "
-                f"({o.params_m:.2f} M) | {o.cpu_minutes:,.0f} CPU-minutes over every arm and seed, {machine} |"
+                f"({o.params_m:.2f} M) | at least {o.cpu_minutes:,.0f} wall-clock minutes over every arm and seed "
+                f"(a run resumed from its checkpoint records its last part only), {machine} |"
             )
     if unset:
         lines += ["", f"No paper setting in conf/paper_scale.yaml for: {', '.join(sorted(unset))}."]

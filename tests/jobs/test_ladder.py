@@ -35,7 +35,7 @@ def _record(kept, label, overrides, scale, mse, minutes=1.0):
     pretrained = {**{f"mse_{t}": mse for t in TARGETS}, **{f"r2_{t}": 0.5 for t in TARGETS}}
     probe = {"pretrained": pretrained, "random": {**pretrained, **{f"mse_{t}": 1.0 for t in TARGETS}}}
     run = {"run_name": name, "label": label, "run_id": None, "minutes": minutes, "probe": probe}
-    ledger.record(kept, {**run, "overrides": overrides, "extra": [], "downstream": {}}, {})
+    ledger.record(kept, {**run, "overrides": overrides, "scale": scale, "extra": [], "downstream": {}}, {})
 
 
 def _no_training(monkeypatch):
@@ -120,7 +120,7 @@ def test_a_primary_claim_is_judged_on_all_its_seeds_and_the_others_on_the_seeds_
             name = run_name(compose_config([*overrides, f"seed={s}", *scale]))
             probe = {"pretrained": {"top1": top1}, "random": {"top1": 0.2}}
             run = {"run_name": name, "label": label, "run_id": None, "minutes": 1.0, "probe": probe}
-            ledger.record(kept, {**run, "overrides": overrides, "extra": []}, {})
+            ledger.record(kept, {**run, "overrides": overrides, "scale": scale, "extra": []}, {})
     rows, commands, arms = judged_claims(kept, ["clsa"], 2, scale, {}, {}, ["seeds=2"], root)
     n = {r.claim.id: r.verdict.diff.n for r in rows}
     assert n == {"clsa-made-up": 4, "clsa-star-made-up": 2}
@@ -150,6 +150,19 @@ def _rung(claim, budget, minutes, logs, seeds=3):
     )
 
 
+def _ends_said(lo: list[float], hi: list[float], word: str) -> str:
+    """The trend sentence's end, computed here from scipy: Welch's t on the two ends' per-seed log ratios."""
+    t = st.ttest_ind(hi, lo, equal_var=False)
+    ci = t.confidence_interval(0.95)
+    change = sum(hi) / len(hi) - sum(lo) / len(lo)
+    assert (t.pvalue < 0.05) == (word == "beyond")
+    return (
+        f"the difference changes by {change:.4g} [{ci.low:.4g}, {ci.high:.4g}] from the smallest budget to the "
+        f"largest (Welch's t on the per-seed differences, {len(lo)} and {len(hi)} seeds: p = {t.pvalue:.2g}), "
+        f"{word} the seeds' noise."
+    )
+
+
 def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
     (claim,) = load_claims("smoke", smoke_claims(tmp_path / "claims"))  # MSE: lower is better, log ratios
     opens = [
@@ -160,7 +173,7 @@ def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
     said = trend(opens, claim.direction)
     assert said.startswith("The gap opens with the budget: |difference| 0.011 at train.epochs=1 and 0.3 at ")
     assert "per doubling of steps per run), on the paper's side of 0 at the largest budget; " in said
-    assert said.endswith("the two ends' 95 % intervals do not overlap.")
+    assert said.endswith(_ends_said([-0.010, -0.012, -0.011], [-0.30, -0.31, -0.29], "beyond"))
     # over log2 of 10, 20 and 40 steps per run, printed to three digits
     slope = float(re.search(r"least-squares slope ([-+0-9.e]+) per doubling", said)[1])
     assert slope == pytest.approx(st.linregress([0, 1, 2], [0.011, 0.1, 0.3]).slope, abs=1e-3)
@@ -171,7 +184,9 @@ def test_the_gap_opens_or_closes_as_the_numbers_say(tmp_path):
     said = trend(closes, claim.direction)
     assert said.startswith("The gap closes with the budget: |difference| 0.2333 at train.epochs=1 and 0.02 at ")
     assert "(it changes sign)" in said and "against the paper's direction at the largest budget" in said
-    assert said.endswith("the two ends' 95 % intervals overlap, so the change lies within the seeds' noise.")
+    assert said.endswith(_ends_said([-0.3, 0.1, -0.5], [0.05, -0.02, 0.03], "within"))
+    flat = [_rung(claim, "train.epochs=1", 1.0, [-0.1] * 3), _rung(claim, "train.epochs=4", 4.0, [0.0] * 3)]
+    assert trend(flat, claim.direction).endswith("so the change cannot be told from noise.")
     assert trend(closes[:1], claim.direction).startswith("Fewer than two budgets")
 
 
@@ -179,8 +194,8 @@ def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothin
     """The smoke suite's made-up claim at three budgets, two seeds each, all recorded; the command (seeds=2, the
     scale at 2 epochs: the middle budget's runs are the suite's own; primary_seeds=3) trains nothing, judges the
     primary claim on three seeds and writes the Ladder section:
-    a row per budget with its steps, wall-clock minutes, the paired difference (log ratio) and verdict, the plot, and the
-    sentence computed from them."""
+    a row per budget with its steps, wall-clock minutes, the paired difference (log ratio) and verdict, the plot, and
+    the sentence computed from them."""
     scale, out = [*_scale(tmp_path), "train.epochs=2"], tmp_path / "docs" / "reproductions.md"
     kept = ledger.folder_for(out)
     gaps = {1: [-0.02, -0.03], 2: [-0.2, -0.25], 4: [-0.5, -0.6]}  # log ratio per seed, by epochs
@@ -207,6 +222,7 @@ def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothin
     (claim,) = [ln for ln in text.splitlines() if ln.startswith("| `smoke-tau`: SimCLR, τ=0.2 vs SimCLR | primary |")]
     assert "| ok | reproduced, smaller than the paper's gain (3 seeds; " in claim, claim  # on all three seeds
     assert "Scale ladder of `smoke-tau` (SimCLR, τ=0.2 vs SimCLR, probe MSE m, log ratio)" in section
+    assert "seeds 0..1, trained without downstream steps, but for `train.epochs=2`: the scale's own budget" in section
     # each budget judged alone: the two small ones' intervals exclude the paper's halving (log 0.5), the largest's not
     verdicts = {1: "excludes the paper's gain", 2: "excludes the paper's gain", 4: "inconclusive"}
     for epochs, logs in gaps.items():
@@ -218,7 +234,7 @@ def test_the_ladder_section_comes_from_a_ledger_holding_every_budget_with_nothin
         assert row in section, section
     (said,) = [ln for ln in section.splitlines() if ln.startswith("The gap ")]
     assert said.startswith("The gap opens with the budget: |difference| 0.025 at train.epochs=1 and 0.55 at ")
-    assert said.endswith("the two ends' 95 % intervals overlap, so the change lies within the seeds' noise.")
+    assert said.endswith(_ends_said(gaps[1], gaps[4], "within")), said
     assert "![smoke-tau: the difference against compute](img/reproductions-ladder-smoke-tau.png)" in section
     assert (out.parent / "img" / "reproductions-ladder-smoke-tau.png").stat().st_size > 10_000
     # a command that did not run the ladder (here: one that wrote only the sweeps) keeps the section as it was

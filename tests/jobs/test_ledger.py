@@ -24,6 +24,7 @@ def _run(tmp_path, name="mocov2-photos-0123456789", detect=True, random=True):
         "minutes": 12.5,
         "probe": {"pretrained": {"top1": np.float64(0.61)}, "random": {"top1": 0.3}},
         "overrides": ["method=mocov2", "data=photos", "seed=1"],
+        "scale": ["train.epochs=2"],
         "extra": [],
         "downstream": downstream,
         "curves": curves,
@@ -37,7 +38,7 @@ def test_a_recorded_run_reads_back_as_it_was_with_its_curves(tmp_path):
     run = _run(tmp_path)
     ledger.record(folder, run, DOWNSTREAM)
     entry = ledger.find(folder, run["run_name"], DOWNSTREAM, baseline=True)
-    assert entry is not None and entry["overrides"] == run["overrides"]
+    assert entry is not None and (entry["overrides"], entry["scale"]) == (run["overrides"], run["scale"])
     back = ledger.as_result(folder, entry)
     assert back["probe"] == {"pretrained": {"top1": 0.61}, "random": {"top1": 0.3}}
     assert back["downstream"]["finetune"] == {"pretrained": {"top1": 0.5}, "random": {"top1": 0.25}}
@@ -123,10 +124,12 @@ def test_the_claims_table_judges_every_shown_suite_on_the_runs_its_ledger_holds(
                 "random": {f"mse_{t}": 0.5 for t in ("m", "b", "sigma", "f_r")},
             }
             run = {"run_name": name, "label": label, "run_id": None, "minutes": 1.0, "probe": probe}
-            ledger.record(kept, {**run, "overrides": overrides, "extra": [], "downstream": {}}, {})
+            ledger.record(kept, {**run, "overrides": overrides, "scale": scale, "extra": [], "downstream": {}}, {})
     (label, overrides), _ = SUITES["co2"]
     name = run_name(compose_config([*overrides, "seed=0", *scale]))
-    ledger.record(kept, {"run_name": name, "label": label, "probe": {}, "overrides": [], "extra": []}, {})
+    ledger.record(
+        kept, {"run_name": name, "label": label, "probe": {}, "overrides": [], "scale": scale, "extra": []}, {}
+    )
 
     root = smoke_claims(tmp_path / "claims")
     argv = ["suites=[smoke]", "seeds=3", "sweeps=[]"]

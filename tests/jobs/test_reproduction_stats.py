@@ -19,6 +19,7 @@ from pipeline.stats import (
     paired_difference,
     seeds_needed,
     verdict,
+    welch_difference,
 )
 
 
@@ -36,6 +37,24 @@ def test_the_interval_is_the_student_t_interval(x):
     low, high = _t_interval(x)
     assert got.n == len(x) and got.mean == pytest.approx(np.mean(x))
     assert (got.low, got.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+
+
+@pytest.mark.parametrize(
+    "a,b", [([0.1, 0.3, 0.2], [0.5, 0.9, 0.6, 0.8]), ([-4.1, -1.0, -6.2, -3.3, -8.8], [-0.2, 0.4])]
+)
+def test_welchs_interval_and_p_from_their_definition(a, b):
+    """mean(b) − mean(a) ± t(0.975, ν) · √(s_a²/n_a + s_b²/n_b), ν by Welch–Satterthwaite; p two-sided."""
+    got, p = welch_difference(a, b)
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    nu = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    d = np.mean(b) - np.mean(a)
+    half = st.t.ppf(0.975, nu) * math.sqrt(va + vb)
+    assert got.mean == pytest.approx(d) and got.n == len(a) + len(b)
+    assert (got.low, got.high) == (pytest.approx(d - half, rel=1e-9), pytest.approx(d + half, rel=1e-9))
+    assert p == pytest.approx(2 * st.t.sf(abs(d) / math.sqrt(va + vb), nu), rel=1e-9)
+    one, p1 = welch_difference([0.2], b)  # one value: no interval, no p
+    flat, p2 = welch_difference([0.1, 0.1], [0.2, 0.2])  # no spread at all
+    assert math.isnan(p1) and math.isnan(one.low) and math.isnan(p2) and flat.mean == pytest.approx(0.1)
 
 
 def test_a_consistent_gain_excludes_zero_and_the_paper_direction_decides_the_verdict():

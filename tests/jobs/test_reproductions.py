@@ -221,6 +221,7 @@ def _seeded_run(label: str, top1: float, ap: float, seed: int) -> dict:
     return {
         "label": label,
         "overrides": ["method=mocov2", "data=photos", f"seed={seed}"],
+        "scale": [],
         "extra": [],
         "run_id": None,
         "minutes": 1.0,

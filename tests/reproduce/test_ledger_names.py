@@ -39,4 +39,11 @@ def test_every_ledger_entry_is_found_under_its_current_name():
         name = run_name(compose_config([*pinned, *at, *applicable(pinned, at, extra)]))
         if name != path.stem or entry["run_name"] != name:
             lost.append(f"{path.stem} ({entry['label']}) is now {name}")
+        # the entry alone says how to train it again (`python jobs/pretrain.py <overrides> <scale> <extra>`),
+        # and its label names its seed
+        if run_name(compose_config([*pinned, *entry["scale"], *entry["extra"]])) != path.stem:
+            lost.append(f"{path.stem}: its own overrides, scale and extra name another run")
+        seed = [o.split("=", 1)[1] for o in pinned if o.startswith("seed=")]
+        if seed and not entry["label"].endswith(f", seed {seed[0]}"):
+            lost.append(f"{path.stem}: its label {entry['label']!r} does not name seed {seed[0]}")
     assert not lost, lost
