@@ -96,13 +96,20 @@ def sqlite_problem(path: Path) -> str | None:
     its last commit (which loses nothing committed) before it is checked."""
     problem = _check_sqlite(path, "ro")
     if problem == _HOT_JOURNAL:
-        if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        real = path.resolve()  # the journal lies beside the file a link points to
+        if not (os.access(real, os.W_OK) and os.access(real.parent, os.W_OK)):
             return f"{_HOT_JOURNAL}: a killed writer's unfinished transaction, which this user cannot roll back"
         problem = _check_sqlite(path, "rw")
     return problem
 
 
 _HOT_JOURNAL = "attempt to write a readonly database"
+
+
+def _hot_journal(e: sqlite3.Error) -> bool:
+    """A read-only connection met a hot journal (SQLITE_READONLY_ROLLBACK; Python < 3.11 names no code: its text)."""
+    name = getattr(e, "sqlite_errorname", None)
+    return name == "SQLITE_READONLY_ROLLBACK" if name else str(e) == _HOT_JOURNAL
 
 
 def _check_sqlite(path: Path, mode: str) -> str | None:
@@ -119,7 +126,7 @@ def _check_sqlite(path: Path, mode: str) -> str | None:
     except sqlite3.OperationalError as e:
         if "locked" in str(e) or "busy" in str(e):
             return None  # a job is writing it right now: healthy
-        return str(e)
+        return _HOT_JOURNAL if _hot_journal(e) else str(e)
     except sqlite3.DatabaseError as e:
         return str(e)
     finally:

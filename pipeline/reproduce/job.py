@@ -167,7 +167,7 @@ def run_ladder(
             got = run_one(name, r.overrides, r.scale, r.extra, kept)
             ledger.record(kept, got, {})
         results.append(got)
-    return ladder_section(ladder, rungs(ladder, runs, results, arms), scale, out)
+    return ladder_section(ladder, rungs(ladder, runs, results, arms), scale, out, extra)
 
 
 def _claims(

@@ -201,13 +201,13 @@ def trend(rs: Sequence[Rung], direction: int) -> str:
 def _ends(lo: Rung, hi: Rung) -> str:
     """Whether the difference at the largest budget differs from the smallest's by more than the seeds' noise:
     Welch's t on the two rungs' per-seed differences (separate runs: not paired by seed), one test, unadjusted."""
-    from pipeline.stats import welch_difference
+    from pipeline.stats import LEVEL, welch_difference
 
     d_lo, d_hi = lo.row.diffs(), hi.row.diffs()  # type: ignore[union-attr]
     change, p = welch_difference(d_lo, d_hi)
     if p != p:
         return "an end has fewer than two seeds or no spread, so the change cannot be told from noise"
-    said = "beyond the seeds' noise" if p < 0.05 else "within the seeds' noise"
+    said = "beyond the seeds' noise" if p < 1 - LEVEL else "within the seeds' noise"
     return (
         f"the difference changes by {fmt(change.mean)} [{fmt(change.low)}, {fmt(change.high)}] from the smallest "
         f"budget to the largest (Welch's t on the per-seed differences, {len(d_lo)} and {len(d_hi)} seeds: "
@@ -267,10 +267,15 @@ def ladder_png(rs: Sequence[Rung], claim: Claim, path: Path) -> Path:
     return path
 
 
-def _downstream(ladder: Ladder, scale: Sequence[str]) -> str:
-    """What the section says of its runs' downstream steps: none were trained for the ladder, but a budget equal to
-    the scale is the suites' own runs, which ran them (after the probe, the one metric the ladder reads)."""
-    own = [" ".join(b) for b in ladder.budgets if budget_scale(scale, b) == list(scale)]
+def _downstream(ladder: Ladder, scale: Sequence[str], extra: Sequence[str]) -> str:
+    """What the section says of its runs' downstream steps: none were trained for the ladder, but a budget that
+    changes neither the scale nor the suite's `extra` overrides is the suite's own runs, which may have run them
+    (after the probe, the one metric the ladder reads)."""
+    own = [
+        " ".join(b)
+        for b in ladder.budgets
+        if budget_scale(scale, b) == list(scale) and budget_extra(extra, b) == list(extra)
+    ]
     if not own:
         return "trained without downstream steps"
     return (
@@ -279,17 +284,20 @@ def _downstream(ladder: Ladder, scale: Sequence[str]) -> str:
     )
 
 
-def ladder_section(ladder: Ladder, rs: Sequence[Rung], scale: Sequence[str], report: Path) -> list[str]:
-    """The report's `## Ladder` section (its plot written to img/ beside `report`)."""
+def ladder_section(
+    ladder: Ladder, rs: Sequence[Rung], scale: Sequence[str], report: Path, extra: Sequence[str] = ()
+) -> list[str]:
+    """The report's `## Ladder` section (its plot written to img/ beside `report`; `extra`: the claim's suite's
+    extra overrides)."""
     c = ladder.claim
     log = any(r.row is not None and r.row.log for r in rs)
     lines = [
         f"Scale ladder of `{c.id}` ({c.variant} vs {c.baseline}, {c.metric}{', log ratio' if log else ''}): both "
         f"arms at each budget (its overrides on top of the scale `{' '.join(scale)}`), seeds 0..{ladder.seeds - 1}, "
-        f"{_downstream(ladder, scale)}. Each budget is judged alone (verdict_table.judge_claim, without the Claims "
-        "table's Holm adjustment). Compute is the optimiser steps per run (one architecture and batch size: compute is "
-        "proportional to them); the wall-clock minutes are the runs' recorded `minutes`, which depend on what else "
-        "the machine ran beside each run, so they are not the axis.",
+        f"{_downstream(ladder, scale, extra)}. Each budget is judged alone (verdict_table.judge_claim, without the "
+        "Claims table's Holm adjustment). Compute is the optimiser steps per run (one architecture and batch size: "
+        "compute is proportional to them); the wall-clock minutes are the runs' recorded `minutes`, which depend on "
+        "what else the machine ran beside each run, so they are not the axis.",
         "",
         "| budget | steps per run | wall-clock minutes (runs; per run) | difference, variant − baseline (95 %) "
         "| verdict |",

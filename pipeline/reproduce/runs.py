@@ -50,7 +50,7 @@ def recorded(
     if say:
         print(f"[reproductions] {label}: run {name} recorded in {kept / name}.json; reusing its results", flush=True)
     out = ledger.as_result(kept, entry)
-    out.update(run_name=name, label=label, overrides=overrides, extra=extra, store=[])
+    out.update(run_name=name, label=label, overrides=overrides, scale=list(scale), extra=extra, store=[])
     return out
 
 

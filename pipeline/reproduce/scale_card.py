@@ -40,7 +40,8 @@ def our_scale(suite: str, scale: Sequence[str], arms: Mapping[str, Mapping[int, 
     images = int((data.get("generate") or {}).get("n_train") or 0)
     per_epoch = images // train["batch_size"]  # full batches (pipeline/train/prepare.py drops the last)
     stem = ", CIFAR stem" if model.get("cifar_stem") and not str(model["backbone"]).startswith("vit") else ""
-    minutes = sum(float(run.get("minutes") or 0.0) for runs in arms.values() for run in runs.values())
+    recorded = (float(run.get("minutes") or 0.0) for runs in arms.values() for run in runs.values())
+    minutes = sum(m for m in recorded if m == m)  # a nan (no time recorded) counts as none
     return OurScale(
         data=data["name"],
         train_images=images,

@@ -294,3 +294,15 @@ def test_a_budget_wins_over_the_suites_extra_overrides_of_the_same_key():
     per_epoch = base["data"]["generate"]["n_train"] // base["train"]["batch_size"]
     got = [r.steps for r in rungs(ladder, runs, [{"minutes": 1.0} for _ in runs], SUITES["co2"])]
     assert got == [6 * per_epoch, 24 * per_epoch]
+
+
+def test_only_a_budget_changing_neither_the_scale_nor_the_suites_extra_is_called_the_suites_own_runs():
+    from pipeline.reproduce.ladder import Ladder, _downstream
+
+    (claim,) = [c for c in load_claims("co2") if c.id == "co2-linear"]
+    ladder = Ladder(claim, (("train.epochs=6",), ("train.epochs=12",), ("eval.knn.every=2",)), 2)
+    scale = ["train.epochs=12", "eval.knn.every=4"]
+    said = _downstream(ladder, scale, ["plugin.co2.alpha=2"])
+    assert said.startswith("trained without downstream steps, but for `train.epochs=12`: the scale's own budget")
+    # a suite whose extra sets the budget's key: the budget's runs drop it, so they are not the suite's runs
+    assert _downstream(ladder, scale, ["train.epochs=3"]) == "trained without downstream steps"

@@ -41,7 +41,9 @@ def test_every_ledger_entry_is_found_under_its_current_name():
             lost.append(f"{path.stem} ({entry['label']}) is now {name}")
         # the entry alone says how to train it again (`python jobs/pretrain.py <overrides> <scale> <extra>`),
         # and its label names its seed
-        if run_name(compose_config([*pinned, *entry["scale"], *entry["extra"]])) != path.stem:
+        if "scale" not in entry:
+            lost.append(f"{path.stem}: no scale recorded (an entry from before the scale was kept: migrate it)")
+        elif run_name(compose_config([*pinned, *entry["scale"], *entry["extra"]])) != path.stem:
             lost.append(f"{path.stem}: its own overrides, scale and extra name another run")
         seed = [o.split("=", 1)[1] for o in pinned if o.startswith("seed=")]
         if seed and not entry["label"].endswith(f", seed {seed[0]}"):
