@@ -36,15 +36,15 @@ def test_every_ledger_entry_is_found_under_its_current_name():
         suite = suites_of[(label, arm)]
         extra = budget_extra(defaults["extra"].get(suite) or [], budget)
         at = budget_scale(scale, budget)
-        name = run_name(compose_config([*pinned, *at, *applicable(pinned, at, extra)]))
+        extra = applicable(pinned, at, extra)
+        name = run_name(compose_config([*pinned, *at, *extra]))
         if name != path.stem or entry["run_name"] != name:
             lost.append(f"{path.stem} ({entry['label']}) is now {name}")
-        # the entry alone says how to train it again (`python jobs/pretrain.py <overrides> <scale> <extra>`),
-        # and its label names its seed
-        if "scale" not in entry:
-            lost.append(f"{path.stem}: no scale recorded (an entry from before the scale was kept: migrate it)")
-        elif run_name(compose_config([*pinned, *entry["scale"], *entry["extra"]])) != path.stem:
-            lost.append(f"{path.stem}: its own overrides, scale and extra name another run")
+        # the entry alone says how to train it again (`python jobs/pretrain.py <overrides> <scale> <extra>`): its
+        # recorded scale and extra are the ones that name it, and its label names its seed
+        if (entry.get("scale"), entry["extra"]) != (at, extra):
+            said = f"scale {entry.get('scale')} and extra {entry['extra']}"
+            lost.append(f"{path.stem}: recorded {said}, where {at} and {extra} name it")
         seed = [o.split("=", 1)[1] for o in pinned if o.startswith("seed=")]
         if seed and not entry["label"].endswith(f", seed {seed[0]}"):
             lost.append(f"{path.stem}: its label {entry['label']!r} does not name seed {seed[0]}")
