@@ -23,7 +23,7 @@ class OurScale:
     steps: int
     backbone: str  # as the config builds it ("resnet18, width 16, CIFAR stem")
     params_m: float
-    cpu_minutes: float  # the suite's recorded runs' minutes, all seeds and arms, on the machine that made them
+    wall_minutes: float  # the suite's recorded runs' wall-clock minutes, all seeds and arms (a lower bound)
 
 
 def backbone_params(model: Mapping) -> int:
@@ -51,7 +51,7 @@ def our_scale(suite: str, scale: Sequence[str], arms: Mapping[str, Mapping[int, 
         steps=int(train["epochs"]) * per_epoch,
         backbone=f"{model['backbone']}, width {model['width']}{stem}",
         params_m=backbone_params(model) / 1e6,
-        cpu_minutes=minutes,
+        wall_minutes=minutes,
     )
 
 
@@ -89,7 +89,7 @@ def card(rows: Sequence[ClaimRow], ours: Mapping[str, OurScale], machine: str) -
             lines.append(
                 f"| ours: suite `{suite}` | {o.data} | {o.train_images:,} | {o.image_size} | {o.epochs} | "
                 f"{o.batch_size} | {o.steps:,} (the paper sees {_n(ratio)}× the images) | {o.backbone} "
-                f"({o.params_m:.2f} M) | at least {o.cpu_minutes:,.0f} wall-clock minutes over every arm and seed "
+                f"({o.params_m:.2f} M) | at least {o.wall_minutes:,.0f} wall-clock minutes over every arm and seed "
                 f"(a run resumed from its checkpoint records its last part only), {machine} |"
             )
     if unset:
