@@ -27,6 +27,7 @@ backbone under the same probe. A finished sweep is read back, not run again.
 
 A run whose exact configuration already finished in the MLflow store (same run name: the config hash) is not
 trained again: its logged probe results are read back, so an interrupted reproduction resumes where it stopped.
+`stop_after_minutes=360` bounds one call: no training starts after 6 hours, and the same command goes on from there.
 """
 
 import sys

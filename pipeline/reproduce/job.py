@@ -14,9 +14,10 @@ from pipeline.reproduce.claim_specs import all_claims, load_claims
 from pipeline.reproduce.downstream import run_downstream
 from pipeline.reproduce.ladder import Ladder, ladder_runs, ladder_section, parse_ladder, rungs
 from pipeline.reproduce.report import report_sections, write_report
-from pipeline.reproduce.runs import recorded, run_one
+from pipeline.reproduce.runs import applicable, recorded, run_one
 from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
 from pipeline.reproduce.sweeps import run_sweep_for_report
+from pipeline.reproduce.time_limit import TimeLimit, TimeUp, parse_limit
 from pipeline.tune.settings import check_sweep, compose_sweep
 from pipeline.tune.space import parse_space
 
@@ -50,6 +51,12 @@ def main(argv: list[str], description: str = "") -> int:
     if seeds > 1 and not cfg["ledger"]:  # the claims are judged on the ledger's runs
         fail(f"seeds={seeds} with ledger=false: the seeded claims are judged on the runs the ledger records")
     primary, ladder = _planned(cfg["primary_seeds"], cfg["ladder"], cfg["claims_dir"], list(cfg["suites"]), seeds)
+    try:
+        limit = TimeLimit(parse_limit(cfg["stop_after_minutes"]))
+    except ValueError as e:
+        fail(str(e))
+    if limit.minutes is not None and not cfg["ledger"]:  # the next call goes on from the ledger
+        fail(f"stop_after_minutes={limit.minutes:g} with ledger=false: the next call goes on from the ledger's runs")
     scale, results = list(cfg["scale"]), {}
     limit_torch_threads()  # concurrent=1 trains, probes and evaluates in this process
     # absolute: a Tune trial records its run from a working folder of Tune's
@@ -58,29 +65,32 @@ def main(argv: list[str], description: str = "") -> int:
         suite: seed_plan([label for label, _ in SUITES[suite]], seeds, cfg["primary_seeds"], primary.get(suite, ()))
         for suite in cfg["suites"]
     }
-    if concurrent > 1:
-        jobs = [
-            (
-                f"{label}, seed {s}" if seeds > 1 else label,
-                [*dict(SUITES[suite])[label], *pinned(s, seeds)],
-                scale,
-                list(cfg["extra"].get(suite) or []),
-                s == 0 and label == SUITES[suite][0][0],
-            )
-            # seed by seed across the suites (a stable sort keeps each seed's suites and arms in order)
-            for suite, label, s in sorted(
-                ((su, la, s) for su in cfg["suites"] for la, s in plans[su]), key=lambda j: j[2]
-            )
-        ]
-        train_missing(jobs, concurrent, kept, downstream)  # below, every run is found finished and read back
-    for suite in cfg["suites"]:
-        extra = list(cfg["extra"].get(suite) or [])
-        seeded = run_seeds(suite, seeds, scale, extra, downstream, kept, plans[suite])
-        results[suite] = [arm[0] for arm in seeded.values()]  # seed 0: the per-run tables
-    ladder_lines = None
-    if ladder is not None and seeds > 1 and ladder.claim.suite in cfg["suites"]:
-        extra = list(cfg["extra"].get(ladder.claim.suite) or [])
-        ladder_lines = run_ladder(ladder, scale, extra, concurrent, kept, Path(cfg["out"]))
+    jobs = suite_jobs(plans, seeds, scale, dict(cfg["extra"]))
+    if ladder is not None and not (seeds > 1 and ladder.claim.suite in cfg["suites"]):
+        ladder = None
+    if limit.minutes is not None:
+        _log(
+            f"{_left(jobs, ladder, scale, dict(cfg['extra']), kept, downstream)} run(s) to train; no training starts "
+            f"after {limit.minutes:g} minutes (stop_after_minutes)"
+        )
+    try:
+        if concurrent > 1:
+            train_missing(jobs, concurrent, kept, downstream, limit)  # below, every run is found finished, read back
+        for suite in cfg["suites"]:
+            extra = list(cfg["extra"].get(suite) or [])
+            seeded = run_seeds(suite, seeds, scale, extra, downstream, kept, plans[suite], limit)
+            results[suite] = [arm[0] for arm in seeded.values()]  # seed 0: the per-run tables
+        ladder_lines = None
+        if ladder is not None:
+            extra = list(cfg["extra"].get(ladder.claim.suite) or [])
+            ladder_lines = run_ladder(ladder, scale, extra, concurrent, kept, Path(cfg["out"]), limit)
+    except TimeUp as e:  # nothing lost: the ledger keeps the finished runs, a stopped one resumes from its checkpoint
+        left = _left(jobs, ladder, scale, dict(cfg["extra"]), kept, downstream)
+        _log(
+            f"{e}: {left} run(s) left to train; the report is written once every run is done: run the same command "
+            "again to go on"
+        )
+        return 0
     sweeps = [run_sweep_for_report(name, sweep_args[name]) for name in cfg["sweeps"]]
     out, claims, judged = Path(cfg["out"]), [], None
     if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
@@ -89,6 +99,43 @@ def main(argv: list[str], description: str = "") -> int:
         )
     write_report(results, scale, out, sweeps, downstream, judged, claims, seeds, ladder_lines)
     return 0
+
+
+def _log(msg: str) -> None:
+    print(f"[reproductions] {msg}", flush=True)
+
+
+def suite_jobs(
+    plans: dict[str, list[tuple[str, int]]], seeds: int, scale: list[str], extra: dict
+) -> list[tuple[str, list[str], list[str], list[str], bool]]:
+    """Every run the suites' `plans` ask for as (label, overrides, scale, extra, whether it carries the suite's
+    random-init baseline), seed by seed across the suites (a stable sort keeps each seed's suites and arms in order)."""
+    ordered = sorted(((su, la, s) for su, plan in plans.items() for la, s in plan), key=lambda j: j[2])
+    return [
+        (
+            f"{label}, seed {s}" if seeds > 1 else label,
+            [*dict(SUITES[suite])[label], *pinned(s, seeds)],
+            scale,
+            list(extra.get(suite) or []),
+            s == 0 and label == SUITES[suite][0][0],
+        )
+        for suite, label, s in ordered
+    ]
+
+
+def _left(jobs: list, ladder: Ladder | None, scale: list[str], extra: dict, kept: Path | None, downstream: dict) -> int:
+    """How many of the suites' `jobs` and the ladder's runs the ledger `kept` does not hold complete (a run two
+    suites share, counted once)."""
+    runs = [(*j[:4], downstream, j[4]) for j in jobs]
+    if ladder is not None:
+        named = ladder_named(ladder, scale, list(extra.get(ladder.claim.suite) or []))
+        runs += [(name, r.overrides, r.scale, r.extra, {}, False) for name, r in named]
+    missing = {
+        (tuple(o), tuple(s), tuple(applicable(o, s, e)))
+        for label, o, s, e, down, base in runs
+        if recorded(label, o, s, e, kept, down, base, say=False) is None
+    }
+    return len(missing)
 
 
 def claims_root(claims: str) -> Path:
@@ -139,35 +186,57 @@ def train_missing(
     concurrent: int,
     kept: Path | None,
     downstream: dict,
+    limit: TimeLimit | None = None,
 ) -> list[tuple[str, list[str], list[str], list[str], bool]]:
     """The jobs (parallel.train_all's) not recorded complete in the ledger `kept`, trained `concurrent` at a time as
-    Ray Tune trials; Ray loads only where one is left. Returns them."""
+    Ray Tune trials; Ray loads only where one is left. Returns them. With a `limit`, Tune stops the trials when it is
+    reached (each resumes from its checkpoint next time), and TimeUp is raised where a job is left unrecorded."""
     todo = [j for j in jobs if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
     if todo:
         from pipeline.reproduce.parallel import train_all  # Ray: loaded when runs are trained, not when checked
 
-        train_all(todo, concurrent, kept, downstream)
+        if limit is not None:
+            limit.check(f"{len(todo)} run(s) as Tune trials")
+        budget = None if limit is None else max(1.0, limit.left_s())  # Tune reads 0 as no budget at all
+        train_all(todo, concurrent, kept, downstream, budget)
+        left = [j for j in todo if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
+        if limit is not None and left and limit.reached():
+            raise TimeUp(f"stop_after_minutes={limit.minutes:g} reached while {len(left)} Tune trial(s) trained")
     return todo
 
 
+def ladder_named(ladder: Ladder, scale: list[str], extra: list[str]) -> list:
+    """The ladder's runs (ladder.ladder_runs), each with its label: arm, budget and seed."""
+    runs = ladder_runs(ladder, SUITES[ladder.claim.suite], scale, extra)
+    return [(f"{r.label}, {' '.join(ladder.budgets[r.budget])}, seed {r.seed}", r) for r in runs]
+
+
 def run_ladder(
-    ladder: Ladder, scale: list[str], extra: list[str], concurrent: int, kept: Path | None, out: Path
+    ladder: Ladder,
+    scale: list[str],
+    extra: list[str],
+    concurrent: int,
+    kept: Path | None,
+    out: Path,
+    limit: TimeLimit | None = None,
 ) -> list[str]:
     """The ladder's runs (no downstream steps), each read from the ledger or trained through run_one and recorded
-    there; returns the report's Ladder section."""
-    arms = SUITES[ladder.claim.suite]
-    runs = ladder_runs(ladder, arms, scale, extra)
-    named = [(f"{r.label}, {' '.join(ladder.budgets[r.budget])}, seed {r.seed}", r) for r in runs]
+    there; returns the report's Ladder section. TimeUp before a run would train past the `limit`."""
+    named = ladder_named(ladder, scale, extra)
+    runs = [r for _, r in named]
     if concurrent > 1:
-        train_missing([(name, r.overrides, r.scale, r.extra, False) for name, r in named], concurrent, kept, {})
+        jobs = [(name, r.overrides, r.scale, r.extra, False) for name, r in named]
+        train_missing(jobs, concurrent, kept, {}, limit)
     results = []
     for name, r in named:
         got = recorded(name, r.overrides, r.scale, r.extra, kept)
         if got is None:
+            if limit is not None:
+                limit.check(name)
             got = run_one(name, r.overrides, r.scale, r.extra, kept)
             ledger.record(kept, got, {})
         results.append(got)
-    return ladder_section(ladder, rungs(ladder, runs, results, arms), scale, out, extra)
+    return ladder_section(ladder, rungs(ladder, runs, results, SUITES[ladder.claim.suite]), scale, out, extra)
 
 
 def _claims(
@@ -226,20 +295,20 @@ def run_seeds(
     downstream: dict,
     kept: Path | None = None,
     plan: Sequence[tuple[str, int]] | None = None,
+    limit: TimeLimit | None = None,
 ) -> dict[str, dict]:
     """The suite's (arm, seed) pairs of `plan` (seed_plan's; by default every arm at seeds 0..seeds-1), seed=s: the
     same data order and initialisation for every arm, a seed's arms together so that an interrupted run leaves whole
     pairs; returns label -> {seed: results}. One seed is the suite as it always ran (no seed= added: the same runs,
     reused). Each run done is recorded in the ledger folder `kept` (pipeline.reproduce.ledger), and a run recorded
-    there is read from it."""
+    there is read from it. With a `limit`, TimeUp where it is reached before a seed with a run to train."""
     arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
     plan = seed_plan(list(arms), seeds, 0, ()) if plan is None else plan
     first, overrides = SUITES[suite][0][0], dict(SUITES[suite])
     for s in sorted({s for _, s in plan}):
         labels = [label for label, seed in plan if seed == s]
-        runs = []
-        for label in labels:
-            args = (
+        every = [
+            (
                 f"{label}, seed {s}" if seeds > 1 else label,
                 [*overrides[label], *pinned(s, seeds)],
                 scale,
@@ -248,7 +317,12 @@ def run_seeds(
                 downstream,
                 s == 0 and label == first,
             )
-            runs.append(recorded(*args) or run_one(*args))
+            for label in labels
+        ]
+        found = [recorded(*args) for args in every]
+        if limit is not None and None in found:  # a seed's arms train together: an interrupted seed leaves none
+            limit.check(f"{suite}'s seed {s}")
+        runs = [got or run_one(*args) for got, args in zip(found, every)]
         run_downstream(runs, downstream, random_baseline=s == 0, done=lambda r: ledger.record(kept, r, downstream))
         for label, r in zip(labels, runs):
             arms[label][s] = r

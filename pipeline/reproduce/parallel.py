@@ -37,12 +37,14 @@ def train_all(
     concurrent: int,
     kept: Path | None = None,
     downstream: dict[str, list[str]] | None = None,
+    time_budget_s: float | None = None,
 ) -> None:
     """Train the runs of `jobs` (label, overrides, scale, extra, whether it carries the suite's random-init
     baseline) that have not finished, and are not recorded complete in the ledger folder `kept`, `concurrent` at a
     time. With a ledger, each trial also runs its run's `downstream` steps and records it there, so that those
     steps run side by side too and a killed driver loses no finished run. Fails with one line naming every run whose
-    trial failed (their logs beside them)."""
+    trial failed (their logs beside them). `time_budget_s`: Tune stops every trial then (stop_after_minutes); a
+    stopped run resumes from its last checkpoint when it is trained again."""
     todo: list[tuple[str, list[str], list[str], list[str], bool]] = []
     names: set[str] = set()
     first: dict = {}  # the first run to train's config: where the logs go, the workers per run
@@ -82,7 +84,7 @@ def train_all(
     tuner = ray.tune.Tuner(
         trainable,
         param_space={"job": ray.tune.grid_search(list(range(len(todo))))},
-        tune_config=ray.tune.TuneConfig(max_concurrent_trials=concurrent),
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=concurrent, time_budget_s=time_budget_s),
         run_config=ray.tune.RunConfig(name=name, storage_path=cfg["trainer"]["storage"], verbose=0),
     )
     results = tuner.fit()

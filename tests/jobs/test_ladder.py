@@ -1,6 +1,7 @@
 """Issue #51 in jobs/reproductions.py: the primary claims' arms at more seeds than the rest (primary_seeds), and one
 claim's scale ladder (pipeline/reproduce/ladder.py), its Ladder section built from the ledger with nothing trained;
-both keys' bad values answered in one line."""
+the wall-clock limit a call runs under (stop_after_minutes, pipeline/reproduce/time_limit.py); bad values of these
+keys answered in one line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pipeline.reproduce.claim_specs import load_claims
 from pipeline.reproduce.ladder import Rung, budget_scale, parse_ladder, rungs, trend
 from pipeline.reproduce.runs import applicable
 from pipeline.reproduce.suites import SUITES
+from pipeline.reproduce.time_limit import TimeLimit, TimeUp, parse_limit
 from pipeline.reproduce.verdict_table import judge_claim
 from pipeline.train.prepare import run_name
 
@@ -306,3 +308,113 @@ def test_only_a_budget_changing_neither_the_scale_nor_the_suites_extra_is_called
     assert said.startswith("trained without downstream steps, but for `train.epochs=12`: the scale's own budget")
     # a suite whose extra sets the budget's key: the budget's runs drop it, so they are not the suite's runs
     assert _downstream(ladder, scale, ["train.epochs=3"]) == "trained without downstream steps"
+
+
+@pytest.mark.parametrize("value", [0, -5, True, "'6h'"])
+def test_a_bad_time_limit_fails_in_one_line_before_anything_runs(value, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        job.main(["suites=[]", "sweeps=[]", "seeds=2", f"stop_after_minutes={value}"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: stop_after_minutes=") and len(err.splitlines()) == 1, err
+    assert "expected null or a number of minutes > 0" in err
+    with pytest.raises(SystemExit):  # the next call goes on from the ledger: a limit without one is refused
+        job.main(["suites=[]", "sweeps=[]", "stop_after_minutes=60", "ledger=false"])
+    assert "with ledger=false: the next call goes on from the ledger's runs" in capsys.readouterr().err
+
+
+def test_the_time_limit_counts_wall_clock_minutes_from_the_command_start():
+    now = [100.0]
+    limit = TimeLimit(1.5, clock=lambda: now[0])
+    assert limit.left_s() == 90.0 and not limit.reached()
+    limit.check("a run")  # time left: nothing raised
+    now[0] += 89.5
+    assert limit.left_s() == 0.5
+    now[0] += 1.0
+    assert limit.left_s() == 0.0 and limit.reached()
+    with pytest.raises(TimeUp, match=r"stop_after_minutes=1.5 reached before a run"):
+        limit.check("a run")
+    assert TimeLimit(None).left_s() is None and not TimeLimit(None).reached()
+    assert parse_limit(None) is None and parse_limit(360) == 360.0 and parse_limit(0.5) == 0.5
+
+
+def _seed0_recorded(tmp_path):
+    """The smoke suite's two arms at seed 0 in the ledger; seed 1 not yet."""
+    scale, kept = _scale(tmp_path), tmp_path / "docs" / "reproductions_runs"
+    (base, ov0), (variant, ov1) = SUITES["smoke"]
+    _record(kept, base, [*ov0, "seed=0"], scale, 0.1)
+    _record(kept, variant, [*ov1, "seed=0"], scale, 0.08)
+    return scale, kept
+
+
+def test_a_reached_limit_stops_before_the_next_seeds_runs_and_the_report(tmp_path, monkeypatch, capsys):
+    """One process (concurrent=1): seed 0 is read from the ledger; the limit, reached by then, stops the command
+    before seed 1's runs train and before the report, saying how many runs are left; it exits 0 (nothing failed).
+    Without the limit the same command goes on to train seed 1."""
+    scale, kept = _seed0_recorded(tmp_path)
+    out = kept.parent / "reproductions.md"
+    _no_training(monkeypatch)
+    argv = ["suites=[smoke]", "seeds=2", "sweeps=[]", "downstream=null", f"out={out}", "primary_seeds=0"]
+    argv += [f"claims_dir={smoke_claims(tmp_path / 'claims')}", "ladder=null"]
+    argv += ["scale=[" + ",".join(f"'{o}'" for o in scale) + "]"]
+    assert job.main([*argv, "stop_after_minutes=1e-9"]) == 0
+    said = capsys.readouterr().out
+    assert "[reproductions] 2 run(s) to train; no training starts after 1e-09 minutes (stop_after_minutes)" in said
+    assert "stop_after_minutes=1e-09 reached before smoke's seed 1: 2 run(s) left to train; the report is" in said
+    assert said.count("; reusing its results") == 2 and not out.exists()
+    with pytest.raises(AssertionError, match="trained: .'SimCLR, seed 1',"):  # no limit: seed 1 trains
+        job.main(argv)
+
+
+def test_tune_trials_get_the_time_left_and_a_limit_reached_with_runs_unrecorded_stops(tmp_path, monkeypatch):
+    scale, kept = _seed0_recorded(tmp_path)
+    (base, ov0), (variant, ov1) = SUITES["smoke"]
+    jobs = [(label, [*ov, f"seed={s}"], scale, [], False) for s in (0, 1) for label, ov in SUITES["smoke"]]
+    now, given = [0.0], []
+
+    def train_all(todo, concurrent, kept_, downstream, budget):  # Tune ran to its budget: one run recorded of two
+        given.append((len(todo), budget))
+        now[0] += 600
+        _record(kept, base, [*ov0, "seed=1"], scale, 0.1)
+
+    monkeypatch.setitem(sys.modules, "pipeline.reproduce.parallel", types.SimpleNamespace(train_all=train_all))
+    with pytest.raises(TimeUp, match=r"stop_after_minutes=10 reached while 1 Tune trial\(s\) trained"):
+        job.train_missing(jobs, 2, kept, {}, TimeLimit(10, clock=lambda: now[0]))
+    assert given == [(2, 600.0)]  # seed 1's two runs, and the whole 10 minutes
+    # every run recorded by the time the limit is reached: nothing left, so the report goes on
+    monkeypatch.setattr(
+        sys.modules["pipeline.reproduce.parallel"],
+        "train_all",
+        lambda *a: _record(kept, variant, [*ov1, "seed=1"], scale, 0.08),
+    )
+    assert job.train_missing(jobs, 2, kept, {}, TimeLimit(10, clock=lambda: now[0])) == jobs[3:]
+    with pytest.raises(TimeUp, match="reached before 1 run"):  # spent before Tune starts: no trial at all
+        job.train_missing(jobs[:1] + [(variant, [*ov1, "seed=2"], scale, [], False)], 2, kept, {}, TimeLimit(1e-9))
+
+
+def test_train_all_hands_the_time_left_to_tune_as_its_time_budget(tmp_path, monkeypatch):
+    """parallel.train_all's Tuner gets stop_after_minutes' seconds left as TuneConfig.time_budget_s (Tune then stops
+    every trial); without a limit, none. Ray itself is not started: the Tuner is a stand-in that keeps its config."""
+    from pipeline.reproduce import parallel
+
+    kept: list = []
+
+    class Tuner:
+        def __init__(self, trainable, param_space, tune_config, run_config):
+            kept.append(tune_config)
+
+        def fit(self):
+            return []
+
+    monkeypatch.setattr(parallel, "resolve", lambda cfg: cfg["run"].__setitem__("name", run_name(cfg)))
+    monkeypatch.setattr(parallel, "finished_run", lambda store, name: None)
+    monkeypatch.setattr(parallel, "init_ray", lambda *a, **k: None)
+    monkeypatch.setattr(parallel.ray.tune, "with_parameters", lambda f, **k: f)
+    monkeypatch.setattr(parallel.ray.tune, "with_resources", lambda f, r: f)
+    monkeypatch.setattr(parallel.ray.tune, "Tuner", Tuner)
+    (label, overrides), _ = SUITES["smoke"]
+    jobs = [(label, [*overrides, "seed=0"], _scale(tmp_path), [], False)]
+    parallel.train_all(jobs, 2, None, {}, 600.0)
+    parallel.train_all(jobs, 2, None, {})
+    assert [c.time_budget_s for c in kept] == [600.0, None]
+    assert all(isinstance(c, parallel.ray.tune.TuneConfig) and c.max_concurrent_trials == 2 for c in kept)
