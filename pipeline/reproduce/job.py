@@ -197,11 +197,12 @@ def train_missing(
 
         if limit is not None:
             limit.check(f"{len(todo)} run(s) as Tune trials")
-        budget = None if limit is None else max(1.0, limit.left_s())  # Tune reads 0 as no budget at all
+        left_s = None if limit is None else limit.left_s()
+        budget = None if left_s is None else max(1.0, left_s)  # Tune reads 0 as no budget at all
         train_all(todo, concurrent, kept, downstream, budget)
         left = [j for j in todo if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
         if limit is not None and left and limit.reached():
-            raise TimeUp(f"stop_after_minutes={limit.minutes:g} reached while {len(left)} Tune trial(s) trained")
+            raise TimeUp(f"stop_after_minutes={limit.minutes:g} reached with {len(left)} Tune trial(s) unfinished")
     return todo
 
 

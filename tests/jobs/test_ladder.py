@@ -378,9 +378,11 @@ def test_tune_trials_get_the_time_left_and_a_limit_reached_with_runs_unrecorded_
         _record(kept, base, [*ov0, "seed=1"], scale, 0.1)
 
     monkeypatch.setitem(sys.modules, "pipeline.reproduce.parallel", types.SimpleNamespace(train_all=train_all))
-    with pytest.raises(TimeUp, match=r"stop_after_minutes=10 reached while 1 Tune trial\(s\) trained"):
+    with pytest.raises(TimeUp, match=r"stop_after_minutes=10 reached with 1 Tune trial\(s\) unfinished"):
         job.train_missing(jobs, 2, kept, {}, TimeLimit(10, clock=lambda: now[0]))
     assert given == [(2, 600.0)]  # seed 1's two runs, and the whole 10 minutes
+    job.train_missing(jobs, 2, kept, {}, TimeLimit(None))  # no limit: no time budget for Tune
+    assert given[1] == (1, None)
     # every run recorded by the time the limit is reached: nothing left, so the report goes on
     monkeypatch.setattr(
         sys.modules["pipeline.reproduce.parallel"],
