@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from pipeline.config import ConfigError, cli, fail
+from pipeline.config import ConfigError, cli, compose_config, fail
 from pipeline.cores import limit_torch_threads
 from pipeline.reproduce import ledger
 from pipeline.reproduce.claim_specs import all_claims, load_claims
@@ -17,7 +17,8 @@ from pipeline.reproduce.report import report_sections, write_report
 from pipeline.reproduce.runs import applicable, recorded, run_one
 from pipeline.reproduce.suites import PAPER_SWEEPS, SUITES
 from pipeline.reproduce.sweeps import run_sweep_for_report
-from pipeline.reproduce.time_limit import TimeLimit, TimeUp, parse_limit
+from pipeline.reproduce.time_limit import STOPPED, TimeLimit, TimeUp, parse_limit
+from pipeline.train.prepare import run_name
 from pipeline.tune.settings import check_sweep, compose_sweep
 from pipeline.tune.space import parse_space
 
@@ -70,9 +71,10 @@ def main(argv: list[str], description: str = "") -> int:
         ladder = None
     if limit.minutes is not None:
         _log(
-            f"{_left(jobs, ladder, scale, dict(cfg['extra']), kept, downstream)} run(s) to train; no training starts "
-            f"after {limit.minutes:g} minutes (stop_after_minutes)"
+            f"{_left(jobs, ladder, scale, dict(cfg['extra']), kept, downstream)} run(s) not yet in the ledger; no "
+            f"training starts after {limit.minutes:g} minutes (stop_after_minutes)"
         )
+    sweeps: list[dict] = []
     try:
         if concurrent > 1:
             train_missing(jobs, concurrent, kept, downstream, limit)  # below, every run is found finished, read back
@@ -84,14 +86,17 @@ def main(argv: list[str], description: str = "") -> int:
         if ladder is not None:
             extra = list(cfg["extra"].get(ladder.claim.suite) or [])
             ladder_lines = run_ladder(ladder, scale, extra, concurrent, kept, Path(cfg["out"]), limit)
-    except TimeUp as e:  # nothing lost: the ledger keeps the finished runs, a stopped one resumes from its checkpoint
+        for name in cfg["sweeps"]:  # a sweep, once started, runs to its end (a stopped one: Tune restores it)
+            limit.check(f"sweep {name}")
+            sweeps.append(run_sweep_for_report(name, sweep_args[name]))
+    except TimeUp as e:  # the ledger keeps every finished run; on the same store a stopped one resumes
         left = _left(jobs, ladder, scale, dict(cfg["extra"]), kept, downstream)
+        rest = list(cfg["sweeps"])[len(sweeps) :]
         _log(
-            f"{e}: {left} run(s) left to train; the report is written once every run is done: run the same command "
-            "again to go on"
+            f"{e}: {left} run(s) not yet in the ledger{f' and the sweeps {rest}' if rest else ''}; the report is "
+            f"written once all are done: run the same command again to go on (exit {STOPPED})"
         )
-        return 0
-    sweeps = [run_sweep_for_report(name, sweep_args[name]) for name in cfg["sweeps"]]
+        return STOPPED
     out, claims, judged = Path(cfg["out"]), [], None
     if seeds > 1 and kept is not None:  # every suite the report shows, this command's and those kept from before
         claims, judged = _claims(
@@ -124,17 +129,20 @@ def suite_jobs(
 
 
 def _left(jobs: list, ladder: Ladder | None, scale: list[str], extra: dict, kept: Path | None, downstream: dict) -> int:
-    """How many of the suites' `jobs` and the ladder's runs the ledger `kept` does not hold complete (a run two
-    suites share, counted once)."""
+    """How many of the suites' `jobs` and the ladder's runs the ledger `kept` does not hold complete, by run name
+    (a run two suites share counts once; one finished in MLflow but without its downstream steps counts)."""
     runs = [(*j[:4], downstream, j[4]) for j in jobs]
     if ladder is not None:
         named = ladder_named(ladder, scale, list(extra.get(ladder.claim.suite) or []))
         runs += [(name, r.overrides, r.scale, r.extra, {}, False) for name, r in named]
-    missing = {
-        (tuple(o), tuple(s), tuple(applicable(o, s, e)))
-        for label, o, s, e, down, base in runs
-        if recorded(label, o, s, e, kept, down, base, say=False) is None
-    }
+    missing = set()
+    for label, overrides, at, more, down, baseline in runs:
+        try:
+            name = run_name(compose_config([*overrides, *at, *applicable(overrides, at, more)]))
+        except ConfigError as e:
+            fail(f"{label}: {e}")
+        if ledger.find(kept, name, down, baseline) is None:
+            missing.add(name)
     return len(missing)
 
 
@@ -189,19 +197,19 @@ def train_missing(
     limit: TimeLimit | None = None,
 ) -> list[tuple[str, list[str], list[str], list[str], bool]]:
     """The jobs (parallel.train_all's) not recorded complete in the ledger `kept`, trained `concurrent` at a time as
-    Ray Tune trials; Ray loads only where one is left. Returns them. With a `limit`, Tune stops the trials when it is
-    reached (each resumes from its checkpoint next time), and TimeUp is raised where a job is left unrecorded."""
+    Ray Tune trials; Ray loads only where one is left. Returns them. Under a `limit`, Tune stops every trial when it
+    is reached (on the same store each resumes from its checkpoint next time), and TimeUp is raised where a job is
+    left unrecorded."""
+    limit = limit or TimeLimit(None)
     todo = [j for j in jobs if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
     if todo:
+        limit.check(f"{len(todo)} run(s) as Tune trials")
         from pipeline.reproduce.parallel import train_all  # Ray: loaded when runs are trained, not when checked
 
-        if limit is not None:
-            limit.check(f"{len(todo)} run(s) as Tune trials")
-        left_s = None if limit is None else limit.left_s()
-        budget = None if left_s is None else max(1.0, left_s)  # Tune reads 0 as no budget at all
-        train_all(todo, concurrent, kept, downstream, budget)
+        left_s = limit.left_s()
+        train_all(todo, concurrent, kept, downstream, None if left_s is None else max(1.0, left_s))  # 0: no budget
         left = [j for j in todo if recorded(*j[:4], kept, downstream, j[4], say=False) is None]
-        if limit is not None and left and limit.reached():
+        if left and limit.reached():
             raise TimeUp(f"stop_after_minutes={limit.minutes:g} reached with {len(left)} Tune trial(s) unfinished")
     return todo
 
@@ -222,7 +230,8 @@ def run_ladder(
     limit: TimeLimit | None = None,
 ) -> list[str]:
     """The ladder's runs (no downstream steps), each read from the ledger or trained through run_one and recorded
-    there; returns the report's Ladder section. TimeUp before a run would train past the `limit`."""
+    there; returns the report's Ladder section. TimeUp before a run would start training past the `limit`."""
+    limit = limit or TimeLimit(None)
     named = ladder_named(ladder, scale, extra)
     runs = [r for _, r in named]
     if concurrent > 1:
@@ -232,8 +241,7 @@ def run_ladder(
     for name, r in named:
         got = recorded(name, r.overrides, r.scale, r.extra, kept)
         if got is None:
-            if limit is not None:
-                limit.check(name)
+            limit.check(name)
             got = run_one(name, r.overrides, r.scale, r.extra, kept)
             ledger.record(kept, got, {})
         results.append(got)
@@ -302,7 +310,10 @@ def run_seeds(
     same data order and initialisation for every arm, a seed's arms together so that an interrupted run leaves whole
     pairs; returns label -> {seed: results}. One seed is the suite as it always ran (no seed= added: the same runs,
     reused). Each run done is recorded in the ledger folder `kept` (pipeline.reproduce.ledger), and a run recorded
-    there is read from it. With a `limit`, TimeUp where it is reached before a seed with a run to train."""
+    there is read from it. Under a `limit`, TimeUp where it is reached before a run would start training: a run under
+    way finishes; a seed's arms that finished before it wait in MLflow (read back, their downstream steps run and
+    recorded, by the next call on the same store)."""
+    limit = limit or TimeLimit(None)
     arms: dict[str, dict] = {label: {} for label, _ in SUITES[suite]}
     plan = seed_plan(list(arms), seeds, 0, ()) if plan is None else plan
     first, overrides = SUITES[suite][0][0], dict(SUITES[suite])
@@ -320,10 +331,12 @@ def run_seeds(
             )
             for label in labels
         ]
-        found = [recorded(*args) for args in every]
-        if limit is not None and None in found:  # a seed's arms train together: an interrupted seed leaves none
-            limit.check(f"{suite}'s seed {s}")
-        runs = [got or run_one(*args) for got, args in zip(found, every)]
+        runs = []
+        for args in every:
+            got = recorded(*args)
+            if got is None:
+                limit.check(args[0])
+            runs.append(got or run_one(*args))
         run_downstream(runs, downstream, random_baseline=s == 0, done=lambda r: ledger.record(kept, r, downstream))
         for label, r in zip(labels, runs):
             arms[label][s] = r

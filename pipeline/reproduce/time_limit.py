@@ -1,23 +1,29 @@
 """A reproduction's wall-clock limit (the `stop_after_minutes` key). A seeded reproduction of every suite trains for
 longer than one sitting of most machines (a CI job's hours, a spot node's lease, a night); with a limit, the command
-starts no training once the limit is reached and stops before the report, saying how many runs are left. The same
-command then goes on where it stopped: the ledger keeps every finished run, and a run stopped midway resumes from its
-last checkpoint. A large reproduction thus runs as a series of bounded calls."""
+starts no run or sweep once the limit is reached (one under way finishes; Tune trials are stopped at it), stops
+before the report, says what is left, and exits STOPPED. The same command then goes on where it stopped: the ledger
+keeps every finished run, on any machine; a run stopped midway resumes from its last checkpoint where the store and
+checkpoints (paths.root) are kept between calls, and starts again where they are not. A large reproduction thus runs
+as a series of bounded calls."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+STOPPED = 75  # sysexits.h's EX_TEMPFAIL: not failed, not done; run the same command again
+
 
 class TimeUp(Exception):
-    """The limit was reached before every run had trained: nothing is lost, the same command goes on."""
+    """The limit was reached before every run had trained: the same command goes on."""
 
 
 def parse_limit(value: object) -> float | None:
     """The key's minutes, or None for no limit; ValueError (one line) for anything else."""
-    ok = value is None or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = value is None or (number and math.isfinite(value) and value > 0)
     if not ok:
         raise ValueError(f"stop_after_minutes={value!r:.60}: expected null or a number of minutes > 0")
     return None if value is None else float(value)

@@ -20,7 +20,7 @@ from pipeline.reproduce.claim_specs import load_claims
 from pipeline.reproduce.ladder import Rung, budget_scale, parse_ladder, rungs, trend
 from pipeline.reproduce.runs import applicable
 from pipeline.reproduce.suites import SUITES
-from pipeline.reproduce.time_limit import TimeLimit, TimeUp, parse_limit
+from pipeline.reproduce.time_limit import STOPPED, TimeLimit, TimeUp, parse_limit
 from pipeline.reproduce.verdict_table import judge_claim
 from pipeline.train.prepare import run_name
 
@@ -310,7 +310,7 @@ def test_only_a_budget_changing_neither_the_scale_nor_the_suites_extra_is_called
     assert _downstream(ladder, scale, ["train.epochs=3"]) == "trained without downstream steps"
 
 
-@pytest.mark.parametrize("value", [0, -5, True, "'6h'"])
+@pytest.mark.parametrize("value", [0, -5, True, "'6h'", "inf"])
 def test_a_bad_time_limit_fails_in_one_line_before_anything_runs(value, monkeypatch, capsys):
     _no_training(monkeypatch)
     with pytest.raises(SystemExit) as e:
@@ -347,23 +347,50 @@ def _seed0_recorded(tmp_path):
     return scale, kept
 
 
-def test_a_reached_limit_stops_before_the_next_seeds_runs_and_the_report(tmp_path, monkeypatch, capsys):
+def _argv(tmp_path, scale, out, *more):
+    argv = ["suites=[smoke]", "seeds=2", "sweeps=[]", "downstream=null", f"out={out}", "primary_seeds=0", *more]
+    argv += [f"claims_dir={smoke_claims(tmp_path / 'claims')}", "scale=[" + ",".join(f"'{o}'" for o in scale) + "]"]
+    return argv
+
+
+def test_a_reached_limit_stops_before_the_next_run_and_the_report(tmp_path, monkeypatch, capsys):
     """One process (concurrent=1): seed 0 is read from the ledger; the limit, reached by then, stops the command
-    before seed 1's runs train and before the report, saying how many runs are left; it exits 0 (nothing failed).
-    Without the limit the same command goes on to train seed 1."""
+    before seed 1's first run trains and before the report, saying how many runs are left; it exits 75 (EX_TEMPFAIL:
+    not failed, not done). Without the limit the same command goes on to train seed 1."""
     scale, kept = _seed0_recorded(tmp_path)
     out = kept.parent / "reproductions.md"
     _no_training(monkeypatch)
-    argv = ["suites=[smoke]", "seeds=2", "sweeps=[]", "downstream=null", f"out={out}", "primary_seeds=0"]
-    argv += [f"claims_dir={smoke_claims(tmp_path / 'claims')}", "ladder=null"]
-    argv += ["scale=[" + ",".join(f"'{o}'" for o in scale) + "]"]
-    assert job.main([*argv, "stop_after_minutes=1e-9"]) == 0
+    argv = _argv(tmp_path, scale, out, "ladder=null")
+    assert job.main([*argv, "stop_after_minutes=1e-9"]) == STOPPED == 75
     said = capsys.readouterr().out
-    assert "[reproductions] 2 run(s) to train; no training starts after 1e-09 minutes (stop_after_minutes)" in said
-    assert "stop_after_minutes=1e-09 reached before smoke's seed 1: 2 run(s) left to train; the report is" in said
+    assert "[reproductions] 2 run(s) not yet in the ledger; no training starts after 1e-09 minutes" in said
+    assert "stop_after_minutes=1e-09 reached before SimCLR, seed 1: 2 run(s) not yet in the ledger; the report" in said
     assert said.count("; reusing its results") == 2 and not out.exists()
     with pytest.raises(AssertionError, match="trained: .'SimCLR, seed 1',"):  # no limit: seed 1 trains
         job.main(argv)
+
+
+def test_a_limit_reached_stops_before_tune_the_ladder_or_a_sweep_and_counts_what_is_left(tmp_path, monkeypatch, capsys):
+    """The limit (reached at once) where each part of the command would start: the Tune batch (concurrent=2), the
+    ladder's first run (the suite's runs all recorded; the ladder's four counted), a sweep (the sweeps named)."""
+    scale, kept = _seed0_recorded(tmp_path)
+    out = kept.parent / "reproductions.md"
+    _no_training(monkeypatch)
+    argv = _argv(tmp_path, scale, out, "stop_after_minutes=1e-9")
+    assert job.main([*argv, "concurrent=2", "ladder=null"]) == STOPPED
+    said = capsys.readouterr().out
+    assert "reached before 2 run(s) as Tune trials: 2 run(s) not yet in the ledger; the report" in said
+    (base, ov0), (variant, ov1) = SUITES["smoke"]
+    _record(kept, base, [*ov0, "seed=1"], scale, 0.1)
+    _record(kept, variant, [*ov1, "seed=1"], scale, 0.08)
+    assert job.main([*argv, "ladder={claim:smoke-tau,budgets:[['train.epochs=1']],seeds:2}"]) == STOPPED
+    said = capsys.readouterr().out
+    assert "reached before SimCLR, train.epochs=1, seed 0: 4 run(s) not yet in the ledger; the report" in said
+    monkeypatch.setattr(job, "run_sweep_for_report", lambda *a: pytest.fail("a sweep ran past the limit"))
+    sweeps = ["suites=[]", "sweeps=[temperature,clsa_beta]", f"out={out}", "stop_after_minutes=1e-9"]
+    assert job.main(sweeps) == STOPPED and not out.exists()
+    said = capsys.readouterr().out
+    assert "reached before sweep temperature: 0 run(s) not yet in the ledger and the sweeps ['temperature', " in said
 
 
 def test_tune_trials_get_the_time_left_and_a_limit_reached_with_runs_unrecorded_stops(tmp_path, monkeypatch):
@@ -383,13 +410,15 @@ def test_tune_trials_get_the_time_left_and_a_limit_reached_with_runs_unrecorded_
     assert given == [(2, 600.0)]  # seed 1's two runs, and the whole 10 minutes
     job.train_missing(jobs, 2, kept, {}, TimeLimit(None))  # no limit: no time budget for Tune
     assert given[1] == (1, None)
-    # every run recorded by the time the limit is reached: nothing left, so the report goes on
-    monkeypatch.setattr(
-        sys.modules["pipeline.reproduce.parallel"],
-        "train_all",
-        lambda *a: _record(kept, variant, [*ov1, "seed=1"], scale, 0.08),
-    )
-    assert job.train_missing(jobs, 2, kept, {}, TimeLimit(10, clock=lambda: now[0])) == jobs[3:]
+
+    # every run recorded when Tune ends at its budget: nothing left, so the command goes on to the report
+    def all_recorded(*args):
+        now[0] += 600
+        _record(kept, variant, [*ov1, "seed=1"], scale, 0.08)
+
+    monkeypatch.setattr(sys.modules["pipeline.reproduce.parallel"], "train_all", all_recorded)
+    limit = TimeLimit(10, clock=lambda: now[0])
+    assert job.train_missing(jobs, 2, kept, {}, limit) == jobs[3:] and limit.reached()
     with pytest.raises(TimeUp, match="reached before 1 run"):  # spent before Tune starts: no trial at all
         job.train_missing(jobs[:1] + [(variant, [*ov1, "seed=2"], scale, [], False)], 2, kept, {}, TimeLimit(1e-9))
 
