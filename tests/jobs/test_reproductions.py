@@ -375,6 +375,14 @@ def test_two_seeds_of_a_suite_train_as_concurrent_tune_trials_and_a_killed_drive
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
     logs = tmp_path / "runs" / "reproductions"
+    # a limit already reached when the trials would start: the command says what is left and exits 75 (not done),
+    # before Ray, MLflow or a report; the same command without it goes on below
+    stopped = subprocess.run(
+        [*cmd, "stop_after_minutes=1e-6"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert stopped.returncode == 75, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert "4 run(s) not yet in the ledger; the report is written once all are done" in stopped.stdout
+    assert not out.exists() and not (tmp_path / "runs" / "mlflow.db").exists() and not logs.exists()
     first = subprocess.Popen(
         cmd,
         cwd=tmp_path,
