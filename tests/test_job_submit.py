@@ -201,7 +201,8 @@ def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where:
     job and the sweep finish, in runs, locks and checkpoints of their own (different seeds: different run names, one
     store)."""
     one_worker = ["trainer.num_workers=1", "trainer.cpus_per_worker=3"]
-    holder = ["python", "jobs/pretrain.py", *small, "train.epochs=200", "seed=2", *one_worker]
+    # epochs it cannot finish before it is stopped (200 once ended first, 8 min, on a quiet machine)
+    holder = ["python", "jobs/pretrain.py", *small, "train.epochs=5000", "seed=2", *one_worker]
     holder += ["eval.probe.after_pretrain=false", "eval.knn.every=0"]
     first = _no_wait(work, shell, holder)
     _follow_until(work, shell, first, "worker(s), rank 0", 600)  # its worker placed: the room is held

@@ -22,11 +22,11 @@ class TimeUp(Exception):
 
 def parse_limit(value: object) -> float | None:
     """The key's minutes, or None for no limit; ValueError (one line) for anything else."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    ok = value is None or (number and math.isfinite(value) and value > 0)
-    if not ok:
-        raise ValueError(f"stop_after_minutes={value!r:.60}: expected null or a number of minutes > 0")
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise ValueError(f"stop_after_minutes={value!r:.60}: expected null or a number of minutes > 0")
 
 
 @dataclass
