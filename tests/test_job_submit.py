@@ -151,9 +151,32 @@ def _started(args: list[str], cwd: Path, env: dict) -> tuple[subprocess.Popen, s
         time.sleep(3)
 
 
+_ENDED = r"Job '\S+' (?:was )?(succeeded|failed|stopped)"
+
+
 def _follow_until(work: Path, shell: dict, job_id: str, text: str | None, timeout: float) -> str:
-    """`ray job logs -f`: one client streaming the job's log until `text` appears (None: until the job ends),
-    rather than a `ray job` process (an import of Ray, a CPU-second or two) every few seconds."""
+    """The job's log once it says `text` (None: once the job has ended). `ray job logs -f` streams it, one client
+    rather than a `ray job` process (an import of Ray, a CPU-second or two) every few seconds; but Ray's stream can
+    stay silent while the job writes (ray-project/ray#51601 and kin; CI once saw 600 s of nothing while the job's log
+    had the line), so after each minute without the answer the whole log is read once, and the job's status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        said, ended = _follow(work, shell, job_id, text, max(1.0, min(60.0, deadline - time.monotonic())))
+        if text is not None:
+            if text in said:
+                return said
+            said = _ray_job(work, shell, "logs", job_id).stdout
+            if text in said:
+                return said
+        elif re.search(_ENDED, _status(work, shell, job_id)):  # a stream may also end early, the job still running
+            return said if ended else _ray_job(work, shell, "logs", job_id).stdout
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{job_id} never said {text!r} within {timeout:.0f} s:\n{said[-3000:]}")
+
+
+def _follow(work: Path, shell: dict, job_id: str, text: str | None, timeout: float) -> tuple[str, bool]:
+    """`ray job logs -f` until `text` appears or `timeout`; returns what it said and whether the stream ended by
+    itself (the job ended)."""
     follow = subprocess.Popen(
         [".venv/bin/ray", "job", "logs", "-f", job_id],
         cwd=work,
@@ -175,9 +198,12 @@ def _follow_until(work: Path, shell: dict, job_id: str, text: str | None, timeou
         timer.cancel()
         follow.kill()
         follow.wait()
-    said = "".join(seen)
-    assert text is None or text in said, f"{job_id} never said {text!r} within {timeout:.0f} s:\n{said[-3000:]}"
-    return said
+    return "".join(seen), follow.returncode == 0
+
+
+def _status(work: Path, shell: dict, job_id: str) -> str:
+    st = _ray_job(work, shell, "status", job_id)
+    return st.stdout + st.stderr
 
 
 def _no_wait(work: Path, shell: dict, job: list[str]) -> str:
@@ -229,9 +255,9 @@ def _readme_job_beside_another(work: Path, shell: dict, small: list[str], where:
     logs = {second: _ray_job(work, shell, "logs", second).stdout}
     for job_id, end in ((first, "stopped"), (third, "succeeded")):
         logs[job_id] = _follow_until(work, shell, job_id, None, 600)  # to the job's end
-        st = _ray_job(work, shell, "status", job_id)
-        ended = re.search(r"Job '\S+' (?:was )?(succeeded|failed|stopped)", st.stdout + st.stderr)
-        assert ended and ended[1] == end, st.stdout[-2000:] + logs[job_id][-3000:]
+        st = _status(work, shell, job_id)
+        ended = re.search(_ENDED, st)
+        assert ended and ended[1] == end, st[-2000:] + logs[job_id][-3000:]
     for job_id, said in {**logs, "the README job's client": out}.items():  # the stopped one may say how it ended
         assert "multiple active Ray instances" not in said, (job_id, said[-3000:])
         assert job_id == first or "Traceback" not in said, (job_id, said[-3000:])

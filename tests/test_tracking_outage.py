@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,8 +48,7 @@ class PlainServer:
         raise RuntimeError((self.folder / "server.log").read_text()[-3000:])
 
     def stop(self) -> None:
-        """Gone at once, as a crashed or preempted server is: a graceful SIGTERM waits on the job's open requests
-        and can serve a short training to its end (CI once saw no outage at all)."""
+        """Gone at once, as a crashed or preempted server is (a graceful SIGTERM waits on the job's open requests)."""
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
@@ -79,18 +79,35 @@ def test_a_run_survives_its_tracking_server_going_away(tmp_path):
     ]
     job = subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    try:
+
+    def read() -> None:
         assert job.stdout is not None
-        for line in job.stdout:  # the server goes away as training starts, for 20 s
+        for line in job.stdout:
             lines.append(line)
-            if line.startswith("[train]") and "worker(s)" in line:
-                break
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def wait_for(text: str) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and job.poll() is None:
+            if any(text in ln for ln in lines):
+                return
+            time.sleep(0.2)
+        reader.join(10)
+        assert any(text in ln for ln in lines), f"the job never said {text!r}:\n" + "".join(lines)[-4000:]
+
+    try:
+        # the server goes away as the driver hands over to training (the gallery is its last write before it): a
+        # worker's line would come too late on a loaded machine, where Ray forwards it after training has ended
+        wait_for("[pretrain] views gallery")
         server.stop()
         stopped = time.monotonic()
-        time.sleep(20)
+        wait_for("does not answer")  # the rank-0 logger finds it gone; training cannot end without writing to it
+        time.sleep(max(0.0, 20 - (time.monotonic() - stopped)))  # away 20 s at least: several flushes fail
         server.start()
-        lines += job.stdout.readlines()
         assert job.wait(timeout=600) == 0, "".join(lines)[-4000:]
+        reader.join(30)
     finally:
         if job.poll() is None:
             job.kill()
