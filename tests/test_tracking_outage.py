@@ -21,6 +21,7 @@ from helpers import free_port
 from services import MLFLOW
 
 ROOT = Path(__file__).resolve().parents[1]
+SESSION_LOGS = "ray/session_2*/logs"  # Ray's session folders by date; not session_latest, a link to one of them
 
 
 class PlainServer:
@@ -99,7 +100,7 @@ def test_a_run_survives_its_tracking_server_going_away(tmp_path):
     def workers_said() -> list[str]:
         """The training workers' lines where Ray writes them: Ray forwards them to the console, but its forwarding
         once stalled for 5 minutes on a loaded machine (the worker's file had the outage line, the console not)."""
-        files = {f.resolve() for f in ray_tmp.glob("ray/session_*/logs/worker-*.out")}  # session_latest: a link
+        files = ray_tmp.glob(f"{SESSION_LOGS}/worker-*.out")
         return [ln for f in files for ln in f.read_text(errors="replace").splitlines(keepends=True)]
 
     def wait_for(text: str, workers: bool = False) -> None:
@@ -128,7 +129,7 @@ def test_a_run_survives_its_tracking_server_going_away(tmp_path):
         server.stop()
     out = "".join(lines)
     said = workers_said()
-    errs = "".join(f.read_text(errors="replace") for f in ray_tmp.glob("ray/session_2*/logs/worker-*.err"))
+    errs = "".join(f.read_text(errors="replace") for f in ray_tmp.glob(f"{SESSION_LOGS}/worker-*.err"))
     shutil.rmtree(ray_tmp, ignore_errors=True)
     # the outage said once and its end once, in the job's words (at the workers' source; the console has what Ray
     # forwarded of them, never a line twice)
